@@ -1,0 +1,29 @@
+"""visattn: a zoo of visual attention blocks for CNNs.
+
+The public API (see README): blocks (``register_block``, ``list_blocks``, ``block_info``,
+``create_block``), attention maps (``capture_attention``) and models (``create_model``,
+``list_models``, ``inject``).
+"""
+
+from .blocks import (
+    block_info,
+    capture_attention,
+    create_block,
+    list_blocks,
+    register_block,
+)
+from .models import create_model, inject, list_models
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "__version__",
+    "block_info",
+    "capture_attention",
+    "create_block",
+    "create_model",
+    "inject",
+    "list_blocks",
+    "list_models",
+    "register_block",
+]

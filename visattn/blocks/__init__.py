@@ -1,0 +1,28 @@
+"""Attention blocks. Each module below registers its blocks when imported; this list is the
+one place that says which modules make up the zoo."""
+
+from . import se  # noqa: F401
+from .capture import capture_attention, record_attention
+from .registry import (
+    FAMILIES,
+    BlockInfo,
+    UnknownBlockError,
+    block_info,
+    create_block,
+    is_block,
+    list_blocks,
+    register_block,
+)
+
+__all__ = [
+    "FAMILIES",
+    "BlockInfo",
+    "UnknownBlockError",
+    "block_info",
+    "capture_attention",
+    "create_block",
+    "is_block",
+    "list_blocks",
+    "record_attention",
+    "register_block",
+]

@@ -1,0 +1,188 @@
+"""The block registry: one dict, one decorator.
+
+A block is an ``nn.Module`` class whose first positional argument is ``channels`` and whose
+options are keyword arguments; it maps ``(N, C, H, W)`` to the same shape. Registering it is the
+only thing needed to make it available to ``create_block``, the model factory, the placement
+config, the ablation runner, the tests (which are parametrized over the registry) and timm
+(as ``attn_layer``).
+
+The decorator also gives every block two behaviours users of ``torch.nn`` and timm expect:
+
+* ``device=`` / ``dtype=`` factory keywords (timm passes them to ``attn_layer``), applied after
+  construction when the class does not take them itself;
+* errors that name the block: an unknown option raises ``TypeError`` listing the valid ones, and a
+  ``ValueError`` raised by the constructor is re-raised prefixed with the block's name.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import torch.nn as nn
+
+__all__ = [
+    "FAMILIES",
+    "BlockInfo",
+    "UnknownBlockError",
+    "block_info",
+    "create_block",
+    "list_blocks",
+    "register_block",
+]
+
+FAMILIES = ("channel", "spatial", "hybrid", "residual")
+_FACTORY_KWARGS = ("device", "dtype")
+
+M = TypeVar("M", bound=type[nn.Module])
+
+
+class UnknownBlockError(KeyError):
+    """Raised for a block name that is not registered; the message names the closest ones."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; show the message as written
+        return str(self.args[0]) if self.args else ""
+
+
+@dataclass(frozen=True)
+class BlockInfo:
+    """What the registry knows of a block."""
+
+    name: str
+    family: str
+    paper: str
+    cls: type[nn.Module]
+    defaults: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        return tuple(self.defaults)
+
+
+_REGISTRY: dict[str, BlockInfo] = {}
+
+
+def _signature_defaults(cls: type[nn.Module], name: str) -> dict[str, Any]:
+    params = list(inspect.signature(cls.__init__).parameters.values())[1:]  # drop self
+    if not params or params[0].name != "channels":
+        raise TypeError(
+            f"block '{name}': the first argument of {cls.__name__}.__init__ must be 'channels'"
+        )
+    defaults = {}
+    for p in params[1:]:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or p.name in _FACTORY_KWARGS:
+            continue
+        if p.default is p.empty:
+            raise TypeError(
+                f"block '{name}': option '{p.name}' of {cls.__name__} needs a default value"
+            )
+        defaults[p.name] = p.default
+    return defaults
+
+
+def _wrap_init(cls: type[nn.Module], name: str, defaults: dict[str, Any]) -> None:
+    original = cls.__init__
+    params = inspect.signature(original).parameters
+    takes_factory = all(k in params for k in _FACTORY_KWARGS)
+    takes_var_kw = any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+    @functools.wraps(original)
+    def __init__(self, channels: int, *args: Any, **kwargs: Any) -> None:
+        if type(self) is not cls:  # a subclass calling super().__init__: no second wrapping
+            original(self, channels, *args, **kwargs)
+            return
+        factory = {} if takes_factory else {k: kwargs.pop(k) for k in _FACTORY_KWARGS if k in kwargs}
+        if not takes_var_kw:
+            unknown = [k for k in kwargs if k not in params]
+            if unknown:
+                hints = {k: difflib.get_close_matches(k, list(defaults), n=1) for k in unknown}
+                said = ", ".join(
+                    f"'{k}'" + (f" (did you mean '{hints[k][0]}'?)" if hints[k] else "")
+                    for k in unknown
+                )
+                raise TypeError(
+                    f"block '{name}': unknown option {said}; valid options: "
+                    f"{', '.join(defaults) or 'none'}"
+                )
+        if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
+            raise ValueError(f"block '{name}': channels must be a positive int, got {channels!r}")
+        try:
+            original(self, channels, *args, **kwargs)
+        except ValueError as e:
+            msg = str(e)
+            raise ValueError(msg if msg.startswith(f"block '{name}'") else f"block '{name}': {msg}") from e
+        if any(v is not None for v in factory.values()):
+            self.to(**{k: v for k, v in factory.items() if v is not None})
+
+    cls.__init__ = __init__
+
+
+def register_block(name: str, *, family: str, paper: str) -> Callable[[M], M]:
+    """Class decorator that registers an attention block under ``name``.
+
+    Args:
+        name: registry name (lower case, ``[a-z0-9_]``).
+        family: one of ``"channel"``, ``"spatial"``, ``"hybrid"``, ``"residual"``.
+        paper: short citation, e.g. ``"Hu et al., CVPR 2018"``.
+
+    Raises:
+        ValueError: the name is taken, malformed, or the family is unknown.
+    """
+    if not name or not name.replace("_", "").isalnum() or name.lower() != name:
+        raise ValueError(f"block name must be lower-case letters, digits and '_', got {name!r}")
+    if family not in FAMILIES:
+        raise ValueError(f"block '{name}': family must be one of {FAMILIES}, got {family!r}")
+
+    def decorator(cls: M) -> M:
+        if name in _REGISTRY:
+            raise ValueError(
+                f"block '{name}' is already registered (by {_REGISTRY[name].cls.__qualname__})"
+            )
+        if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+            raise TypeError(f"block '{name}': only nn.Module classes can be registered")
+        defaults = _signature_defaults(cls, name)
+        _wrap_init(cls, name, defaults)
+        cls.block_name = name
+        cls.block_family = family
+        _REGISTRY[name] = BlockInfo(name=name, family=family, paper=paper, cls=cls, defaults=defaults)
+        return cls
+
+    return decorator
+
+
+def _lookup(name: str) -> BlockInfo:
+    try:
+        return _REGISTRY[name]
+    except (KeyError, TypeError):
+        close = difflib.get_close_matches(str(name), list(_REGISTRY), n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        raise UnknownBlockError(
+            f"unknown block {name!r}{hint} (registered: {', '.join(sorted(_REGISTRY))})"
+        ) from None
+
+
+def list_blocks(family: str | None = None) -> list[str]:
+    """Sorted names of the registered blocks, optionally of one family."""
+    if family is not None and family not in FAMILIES:
+        raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
+    return sorted(n for n, i in _REGISTRY.items() if family is None or i.family == family)
+
+
+def block_info(name: str) -> BlockInfo:
+    """The :class:`BlockInfo` of a registered block; unknown names raise ``UnknownBlockError``."""
+    return _lookup(name)
+
+
+def create_block(name: str, channels: int, **kwargs: Any) -> nn.Module:
+    """Build the block ``name`` for ``channels`` channels with keyword ``kwargs``."""
+    return _lookup(name).cls(channels, **kwargs)
+
+
+def is_block(module: nn.Module) -> bool:
+    """True for instances of registered block classes."""
+    name = getattr(type(module), "block_name", None)
+    return name is not None and name in _REGISTRY and _REGISTRY[name].cls is type(module)

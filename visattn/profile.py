@@ -1,0 +1,77 @@
+"""Parameters, multiply-accumulates and latency of a module.
+
+Multiply-accumulates are counted with ``torch.utils.flop_counter.FlopCounterMode``, which sees
+every matmul, convolution and batched matmul dispatched to ATen, including those inside attention
+and covariance pooling that forward-hook counters (thop, ptflops) miss. It counts a
+multiply-add as 2 FLOPs; papers and torchvision report multiply-accumulates, so we halve it.
+Element-wise work (activations, pooling, the gating multiply) is not counted, as in those reports.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+
+import torch
+import torch.nn as nn
+from torch.utils.flop_counter import FlopCounterMode
+
+__all__ = ["count_macs", "count_params", "measure_latency"]
+
+
+def count_params(module: nn.Module, *, trainable_only: bool = False) -> int:
+    """Number of parameters (all, or only those with ``requires_grad``)."""
+    return sum(p.numel() for p in module.parameters() if p.requires_grad or not trainable_only)
+
+
+def _example(module: nn.Module, shape: Sequence[int] | torch.Tensor) -> torch.Tensor:
+    if isinstance(shape, torch.Tensor):
+        return shape
+    p = next(module.parameters(), None)
+    device = p.device if p is not None else "cpu"
+    dtype = p.dtype if p is not None and p.is_floating_point() else torch.float32
+    return torch.randn(*shape, device=device, dtype=dtype)
+
+
+@torch.no_grad()
+def count_macs(module: nn.Module, shape: Sequence[int] | torch.Tensor) -> int:
+    """Multiply-accumulates of one forward pass in eval mode for an input of ``shape``
+    (per batch: divide by ``N`` for a per-image figure)."""
+    x = _example(module, shape)
+    was_training = module.training
+    module.eval()
+    try:
+        with FlopCounterMode(display=False) as counter:
+            module(x)
+    finally:
+        module.train(was_training)
+    return counter.get_total_flops() // 2
+
+
+@torch.no_grad()
+def measure_latency(
+    module: nn.Module,
+    shape: Sequence[int] | torch.Tensor,
+    *,
+    warmup: int = 3,
+    repeats: int = 10,
+) -> float:
+    """Median wall time of one eval-mode forward pass, in milliseconds."""
+    x = _example(module, shape)
+    was_training = module.training
+    module.eval()
+    sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
+    try:
+        for _ in range(warmup):
+            module(x)
+        sync()
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            module(x)
+            sync()
+            times.append(time.perf_counter() - t0)
+    finally:
+        module.train(was_training)
+    return 1000.0 * statistics.median(times)
