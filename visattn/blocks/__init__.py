@@ -1,7 +1,19 @@
 """Attention blocks. Each module below registers its blocks when imported; this list is the
 one place that says which modules make up the zoo."""
 
-from . import se  # noqa: F401
+from . import (
+    bam,  # noqa: F401
+    cbam,  # noqa: F401
+    coord,  # noqa: F401
+    eca,  # noqa: F401
+    gc,  # noqa: F401
+    gsop,  # noqa: F401
+    non_local,  # noqa: F401
+    residual_attention,  # noqa: F401
+    scse,  # noqa: F401
+    se,  # noqa: F401
+    spatial,  # noqa: F401
+)
 from .capture import capture_attention, record_attention
 from .registry import (
     FAMILIES,

@@ -15,9 +15,19 @@ import torch.nn as nn
 
 from .registry import is_block
 
-__all__ = ["capture_attention", "record_attention"]
+__all__ = ["capture_attention", "is_capturing", "record_attention"]
 
 _SINK = "_visattn_sink"
+
+
+def is_capturing(module: nn.Module) -> bool:
+    """True while a :func:`capture_attention` context collects ``module``'s map.
+
+    Blocks whose applied weights are a product of factors (``x * a * b``) ask this before building
+    the full ``(N, C, H, W)`` map, which would otherwise cost an extra pass on every forward. It
+    reads module state, never data: a static branch for ``torch.compile``/``torch.export``.
+    """
+    return getattr(module, _SINK, None) is not None
 
 
 def record_attention(module: nn.Module, weights: torch.Tensor) -> None:

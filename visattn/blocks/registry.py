@@ -95,7 +95,9 @@ def _wrap_init(cls: type[nn.Module], name: str, defaults: dict[str, Any]) -> Non
         if type(self) is not cls:  # a subclass calling super().__init__: no second wrapping
             original(self, channels, *args, **kwargs)
             return
-        factory = {} if takes_factory else {k: kwargs.pop(k) for k in _FACTORY_KWARGS if k in kwargs}
+        factory = (
+            {} if takes_factory else {k: kwargs.pop(k) for k in _FACTORY_KWARGS if k in kwargs}
+        )
         if not takes_var_kw:
             unknown = [k for k in kwargs if k not in params]
             if unknown:
@@ -114,7 +116,9 @@ def _wrap_init(cls: type[nn.Module], name: str, defaults: dict[str, Any]) -> Non
             original(self, channels, *args, **kwargs)
         except ValueError as e:
             msg = str(e)
-            raise ValueError(msg if msg.startswith(f"block '{name}'") else f"block '{name}': {msg}") from e
+            raise ValueError(
+                msg if msg.startswith(f"block '{name}'") else f"block '{name}': {msg}"
+            ) from e
         if any(v is not None for v in factory.values()):
             self.to(**{k: v for k, v in factory.items() if v is not None})
 
@@ -148,7 +152,9 @@ def register_block(name: str, *, family: str, paper: str) -> Callable[[M], M]:
         _wrap_init(cls, name, defaults)
         cls.block_name = name
         cls.block_family = family
-        _REGISTRY[name] = BlockInfo(name=name, family=family, paper=paper, cls=cls, defaults=defaults)
+        _REGISTRY[name] = BlockInfo(
+            name=name, family=family, paper=paper, cls=cls, defaults=defaults
+        )
         return cls
 
     return decorator

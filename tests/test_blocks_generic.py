@@ -1,0 +1,278 @@
+"""Behaviour every registered block must have; parametrized over the registry, so a block is
+covered the moment it is registered."""
+
+from __future__ import annotations
+
+import inspect
+import re
+
+import pytest
+import timm
+import torch
+import torch.nn as nn
+
+import visattn
+from visattn.blocks import capture as capture_module
+from visattn.blocks import registry
+
+BLOCKS = visattn.list_blocks()
+CHANNELS = (32, 72)  # 72: not divisible by the usual reduction 16
+SIZES = ((7, 7), (15, 15), (8, 13), (1, 1))
+
+
+def make(name: str, channels: int = 32, **kwargs) -> nn.Module:
+    return visattn.create_block(name, channels, **kwargs)
+
+
+def randn(channels: int, size: tuple[int, int], n: int = 2, **kw) -> torch.Tensor:
+    return torch.randn(n, channels, *size, **kw)
+
+
+# --------------------------------------------------------------------------- forward contract
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("channels", CHANNELS)
+@pytest.mark.parametrize("name", BLOCKS)
+def test_output_keeps_shape_dtype_and_device(name: str, channels: int, size) -> None:
+    blk = make(name, channels)
+    x = randn(channels, size)
+    for mode in (True, False):
+        y = blk.train(mode)(x)
+        assert y.shape == x.shape and y.dtype == x.dtype and y.device == x.device
+        assert torch.isfinite(y).all()
+
+
+@pytest.mark.parametrize("name", BLOCKS)
+def test_float64_block_keeps_float64(name: str) -> None:
+    blk = make(name, 32, dtype=torch.float64)
+    assert all(p.dtype == torch.float64 for p in blk.parameters())
+    y = blk(randn(32, (9, 9), dtype=torch.float64))
+    assert y.dtype == torch.float64
+
+
+@pytest.mark.parametrize("name", BLOCKS)
+def test_backward_gives_finite_gradient_to_every_parameter(name: str) -> None:
+    blk = make(name, 32).train()
+    x = randn(32, (9, 11)).requires_grad_()
+    (blk(x) * torch.randn(2, 32, 9, 11)).sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+    for pname, p in blk.named_parameters():
+        assert p.grad is not None, f"{name}: parameter {pname} got no gradient"
+        assert torch.isfinite(p.grad).all(), f"{name}: parameter {pname} has non-finite grad"
+
+
+@pytest.mark.parametrize("name", BLOCKS)
+def test_eval_mode_is_deterministic(name: str) -> None:
+    blk = make(name, 32).eval()
+    x = randn(32, (9, 9))
+    with torch.no_grad():
+        torch.testing.assert_close(blk(x), blk(x), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", BLOCKS)
+def test_channels_last_input_matches_contiguous(name: str) -> None:
+    blk = make(name, 32).eval()
+    x = randn(32, (10, 7))
+    with torch.no_grad():
+        ref = blk(x)
+        out = blk(x.to(memory_format=torch.channels_last))
+        out_cl_block = blk.to(memory_format=torch.channels_last)(
+            x.to(memory_format=torch.channels_last)
+        )
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out_cl_block, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", BLOCKS)
+def test_bfloat16_cpu_autocast_runs_with_finite_output(name: str) -> None:
+    blk = make(name, 32).eval()
+    x = randn(32, (9, 9))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        y = blk(x)
+    assert y.shape == x.shape
+    assert y.dtype in (torch.float32, torch.bfloat16)
+    assert torch.isfinite(y.float()).all()
+    # loose agreement with float32: autocast changes precision, not the function
+    with torch.no_grad():
+        ref = blk(x)
+    assert (y.float() - ref).abs().max() <= 0.1 * ref.abs().max() + 0.1
+
+
+# --------------------------------------------------------------------------- documentation
+
+
+@pytest.mark.parametrize("name", BLOCKS)
+def test_docstring_cites_paper_and_states_parameter_closed_form(name: str) -> None:
+    info = visattn.block_info(name)
+    doc = inspect.getdoc(info.cls) or ""
+    module_doc = inspect.getmodule(info.cls).__doc__ or ""
+    assert re.search(r"(19|20)\d\d", doc + module_doc), f"{name}: docstring cites no year"
+    assert re.search(r"^Parameters", doc, re.M), f"{name}: no 'Parameters ...' closed form"
+    assert re.search(r"(19|20)\d\d", info.paper)
+
+
+@pytest.mark.parametrize("name", BLOCKS)
+def test_block_has_trainable_parameters_without_sharing(name: str) -> None:
+    blk = make(name, 32)
+    named = list(blk.named_parameters())
+    assert named, f"{name} has no parameters"
+    assert len({id(p) for _, p in named}) == len(named)
+    assert all(p.requires_grad for _, p in named)
+
+
+# --------------------------------------------------------------------------- attention maps
+
+
+@pytest.mark.parametrize("name", BLOCKS)
+def test_capture_attention_gives_one_map_per_block(name: str) -> None:
+    c, (h, w) = 32, (10, 7)
+    model = nn.Sequential(make(name, c), nn.Identity(), make(name, c)).eval()
+    x = randn(c, (h, w), n=3)
+    with visattn.capture_attention(model) as maps:
+        model(x)
+        assert sorted(maps) == ["0", "2"]
+        for m in maps.values():
+            assert m.ndim == 4 and m.shape[0] == 3, m.shape
+            assert m.shape[1] in (1, c), m.shape
+            assert m.shape[2] in (1, h) and m.shape[3] in (1, w), m.shape
+            assert not m.requires_grad and torch.isfinite(m).all()
+    assert maps == {}
+
+
+@pytest.mark.parametrize("name", BLOCKS)
+def test_block_records_attention_exactly_once_per_forward(name: str) -> None:
+    blk = make(name, 32).eval()
+    calls = []
+    object.__setattr__(blk, capture_module._SINK, calls.append)
+    try:
+        blk(randn(32, (9, 9)))
+    finally:
+        blk.__dict__.pop(capture_module._SINK)
+    assert len(calls) == 1
+
+
+# --------------------------------------------------------------------------- export / compile
+
+
+@pytest.mark.parametrize("name", BLOCKS)
+def test_torch_export_matches_eager(name: str) -> None:
+    blk = make(name, 32).eval()
+    x = randn(32, (9, 11))
+    ep = torch.export.export(blk, (x,))
+    with torch.no_grad():
+        torch.testing.assert_close(ep.module()(x), blk(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", BLOCKS)
+def test_torch_compile_fullgraph_traces_without_graph_breaks(name: str) -> None:
+    """Dynamo capture + AOT autograd (backend ``aot_eager``): no graph break, same values,
+    gradients flow. The inductor code generation is checked in the slow test below."""
+    torch._dynamo.reset()
+    blk = make(name, 32).train()
+    compiled = torch.compile(blk, fullgraph=True, backend="aot_eager")
+    x = randn(32, (9, 11))
+    y = compiled(x)
+    torch.testing.assert_close(y, blk(x), rtol=1e-5, atol=1e-5)
+    y.sum().backward()
+
+
+@pytest.mark.slow
+def test_torch_compile_inductor_fullgraph_every_block() -> None:
+    x = randn(32, (9, 11))
+    for name in BLOCKS:
+        torch._dynamo.reset()
+        blk = make(name, 32).eval()
+        compiled = torch.compile(blk, fullgraph=True)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), blk(x), rtol=1e-4, atol=1e-4, msg=name)
+
+
+# --------------------------------------------------------------------------- timm
+
+
+@pytest.mark.parametrize("name", BLOCKS)
+def test_block_works_as_timm_attn_layer(name: str) -> None:
+    cls = visattn.block_info(name).cls
+    model = timm.create_model("resnet18", num_classes=5, block_args=dict(attn_layer=cls)).eval()
+    assert sum(isinstance(m, cls) for m in model.modules()) == 8  # one per BasicBlock
+    with torch.no_grad():
+        y = model(torch.randn(1, 3, 64, 64))
+    assert y.shape == (1, 5) and torch.isfinite(y).all()
+
+
+# --------------------------------------------------------------------------- registry
+
+
+def test_list_blocks_is_sorted_and_filters_by_family() -> None:
+    assert sorted(BLOCKS) == BLOCKS and len(BLOCKS) == len(set(BLOCKS))
+    union = []
+    for family in registry.FAMILIES:
+        names = visattn.list_blocks(family=family)
+        assert names == sorted(names)
+        assert all(visattn.block_info(n).family == family for n in names)
+        union += names
+    assert sorted(union) == BLOCKS
+    with pytest.raises(ValueError, match="family"):
+        visattn.list_blocks(family="temporal")
+
+
+@pytest.mark.parametrize("name", BLOCKS)
+def test_block_info_describes_the_block(name: str) -> None:
+    info = visattn.block_info(name)
+    assert info.name == name and info.family in registry.FAMILIES
+    assert isinstance(info.paper, str) and "et al." in info.paper
+    assert isinstance(info.cls, type) and issubclass(info.cls, nn.Module)
+    params = list(inspect.signature(info.cls.__init__).parameters.values())
+    assert params[1].name == "channels"
+    expected = {
+        p.name: p.default
+        for p in params[2:]
+        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name not in ("device", "dtype")
+    }
+    assert info.defaults == expected
+    assert type(info.cls(32, **info.defaults)) is info.cls
+
+
+@pytest.mark.parametrize("name", BLOCKS)
+def test_unknown_option_raises_type_error_naming_block_and_option(name: str) -> None:
+    with pytest.raises(TypeError, match=rf"block '{name}'.*'not_an_option'"):
+        make(name, 32, not_an_option=1)
+
+
+@pytest.mark.parametrize("name", BLOCKS)
+@pytest.mark.parametrize("channels", [0, -3, 2.5, True])
+def test_invalid_channels_raise_value_error_naming_block(name: str, channels) -> None:
+    with pytest.raises(ValueError, match=rf"block '{name}'"):
+        visattn.create_block(name, channels)
+
+
+def test_unknown_block_name_raises_key_error_with_close_matches() -> None:
+    with pytest.raises(KeyError) as err:
+        visattn.create_block("nonlocl", 32)
+    assert "nonlocal" in str(err.value)
+    with pytest.raises(KeyError, match="'se'"):
+        visattn.block_info("sse")
+
+
+def test_registering_a_taken_name_raises_value_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+
+    @visattn.register_block("generic_test_gate", family="channel", paper="Test et al., 2026")
+    class Gate(nn.Module):
+        """A test gate."""
+
+        def __init__(self, channels: int, scale: float = 2.0) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.full((channels, 1, 1), scale))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * self.w
+
+    assert "generic_test_gate" in visattn.list_blocks(family="channel")
+    blk = visattn.create_block("generic_test_gate", 4, scale=3.0, dtype=torch.float64)
+    assert blk.w.dtype == torch.float64 and blk.w[0].item() == 3.0
+    for cls_name in ("generic_test_gate", "se"):
+        with pytest.raises(ValueError, match="already registered"):
+            visattn.register_block(cls_name, family="channel", paper="x")(Gate)
+    assert visattn.block_info("se").cls.__name__ != "Gate"

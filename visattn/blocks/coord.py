@@ -1,0 +1,76 @@
+"""Coordinate attention (Hou, Zhou, Feng; CVPR 2021, "Coordinate Attention for Efficient Mobile
+Network Design")."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from ._utils import get_layer, reduced_channels
+from .capture import is_capturing, record_attention
+from .registry import register_block
+
+
+@register_block("coord", family="hybrid", paper="Hou et al., CVPR 2021")
+class CoordinateAttention(nn.Module):
+    """Coordinate attention: channel attention factorised along the two spatial directions.
+
+    Follows Eqs. (4)-(9) of the paper:
+
+    * directional pooling ``z^h_c(h) = 1/W sum_i x_c(h, i)`` ``(N, C, H, 1)`` and
+      ``z^w_c(w) = 1/H sum_j x_c(j, w)`` ``(N, C, 1, W)`` (Eqs. (4)-(5));
+    * ``f = delta(BN(F1([z^h, z^w])))``: both concatenated along the spatial axis, a shared 1x1
+      conv ``C -> mip`` with ``mip = max(8, C // r)``, BN and h-swish ``delta`` (Eq. (6));
+    * ``f`` split back into ``f^h``, ``f^w``; ``g^h = sigmoid(F_h(f^h))``,
+      ``g^w = sigmoid(F_w(f^w))`` with 1x1 convs ``mip -> C`` (Eqs. (7)-(8));
+    * ``y_c(i, j) = x_c(i, j) g^h_c(i) g^w_c(j)`` (Eq. (9)).
+
+    ``r = 32`` and ``mip = max(8, C // r)`` follow the official code
+    (``Andrew-Qibin/CoordAttention``).
+    ``F_h``, ``F_w`` have a bias; ``F1`` has none (the BN after it makes it redundant; the official
+    code keeps one).
+
+    Shapes: ``(N, C, H, W) -> (N, C, H, W)``; attention map ``g^h * g^w`` ``(N, C, H, W)`` (only
+    computed while ``capture_attention`` is active).
+
+    Parameters (default options, ``mip = max(8, C // 32)``): ``3 C mip + 2 mip + 2 C``
+    (``F1`` ``C mip``, BN ``2 mip``, ``F_h``/``F_w`` ``2 (mip C + C)``).
+
+    Args:
+        channels: input channels ``C``.
+        reduction: ratio ``r`` (32 in the official code).
+        min_channels: lower bound of ``mip`` (8 in the official code).
+        act_layer: activation ``delta`` (name or class), h-swish in the paper.
+        gate_layer: gate (name or class), sigmoid in the paper.
+    """
+
+    def __init__(
+        self,
+        channels: int,
+        reduction: float = 32,
+        min_channels: int = 8,
+        act_layer: str | type[nn.Module] = "hard_swish",
+        gate_layer: str | type[nn.Module] = "sigmoid",
+    ) -> None:
+        super().__init__()
+        mip = reduced_channels(channels, reduction, min_channels=min_channels)
+        gate = get_layer(gate_layer, "gate_layer")
+        self.conv1 = nn.Conv2d(channels, mip, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(mip)
+        self.act = get_layer(act_layer, "act_layer")()
+        self.conv_h = nn.Conv2d(mip, channels, 1)
+        self.conv_w = nn.Conv2d(mip, channels, 1)
+        self.gate_h = gate()
+        self.gate_w = gate()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, w = x.shape[2:]
+        z_h = x.mean(3, keepdim=True)  # (N, C, H, 1)
+        z_w = x.mean(2, keepdim=True).transpose(2, 3)  # (N, C, W, 1)
+        f = self.act(self.bn1(self.conv1(torch.cat([z_h, z_w], dim=2))))
+        f_h, f_w = torch.split(f, [h, w], dim=2)
+        g_h = self.gate_h(self.conv_h(f_h))  # (N, C, H, 1)
+        g_w = self.gate_w(self.conv_w(f_w.transpose(2, 3)))  # (N, C, 1, W)
+        if is_capturing(self):  # the (N, C, H, W) map costs a full pass: only build it when asked
+            record_attention(self, g_h * g_w)
+        return x * g_w * g_h

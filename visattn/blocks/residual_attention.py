@@ -1,0 +1,191 @@
+"""Residual Attention module (Wang, Jiang, Qian, Yang, Li, Zhang, Wang, Tang; CVPR 2017,
+"Residual Attention Network for Image Classification")."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ._utils import check_choice, check_positive_int
+from .capture import record_attention
+from .registry import register_block
+
+__all__ = ["PreActBottleneck", "ResidualAttention"]
+
+LEARNINGS = ("arl", "nal")
+MASKS = ("mixed", "channel", "spatial")
+SPATIAL_NORM_EPS = 1e-5
+
+
+class PreActBottleneck(nn.Module):
+    """Pre-activation bottleneck residual unit (He et al., ECCV 2016), the unit of the Residual
+    Attention Network.
+
+    ``BN-ReLU-1x1(out/4)-BN-ReLU-3x3(out/4, stride)-BN-ReLU-1x1(out)`` plus the shortcut: the
+    identity, or a 1x1 projection (with ``stride``) of the pre-activated input when
+    ``in_channels != out_channels`` or ``stride != 1``. Convolutions have no bias.
+
+    Shapes: ``(N, Cin, H, W) -> (N, Cout, ceil(H / stride), ceil(W / stride))``.
+
+    Parameters (``b = out // 4``): ``2 * Cin + Cin * b + 4 * b + 9 * b * b + b * out``, plus
+    ``Cin * out`` with a projection.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, stride: int = 1) -> None:
+        super().__init__()
+        check_positive_int("in_channels", in_channels)
+        check_positive_int("stride", stride)
+        if isinstance(out_channels, bool) or not isinstance(out_channels, int) or out_channels < 4:
+            raise ValueError(
+                f"PreActBottleneck: out_channels must be an int >= 4 (bottleneck out/4), "
+                f"got {out_channels!r}"
+            )
+        mid = out_channels // 4
+        self.bn1 = nn.BatchNorm2d(in_channels)
+        self.conv1 = nn.Conv2d(in_channels, mid, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(mid)
+        self.conv2 = nn.Conv2d(mid, mid, 3, stride, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(mid)
+        self.conv3 = nn.Conv2d(mid, out_channels, 1, bias=False)
+        self.relu = nn.ReLU(inplace=True)
+        needs_proj = in_channels != out_channels or stride != 1
+        self.shortcut = (
+            nn.Conv2d(in_channels, out_channels, 1, stride, bias=False) if needs_proj else None
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pre = self.relu(self.bn1(x))
+        shortcut = x if self.shortcut is None else self.shortcut(pre)
+        out = self.conv1(pre)
+        out = self.conv2(self.relu(self.bn2(out)))
+        out = self.conv3(self.relu(self.bn3(out)))
+        return out + shortcut
+
+
+def _units(channels: int, n: int) -> nn.Sequential:
+    return nn.Sequential(*(PreActBottleneck(channels, channels) for _ in range(n)))
+
+
+def _upsample(t: torch.Tensor, size: torch.Size | tuple[int, int]) -> torch.Tensor:
+    return F.interpolate(t, size=size, mode="bilinear", align_corners=False)
+
+
+@register_block("residual_attention", family="residual", paper="Wang et al., CVPR 2017")
+class ResidualAttention(nn.Module):
+    """Attention module of the Residual Attention Network.
+
+    Follows Sec. 3 of the paper (Eqs. 1 and 3-6, Figs. 2-3):
+
+    * ``p`` pre-processing residual units, then a split into
+    * the trunk ``T(x)``: ``t`` residual units, and
+    * the mask ``M(x)``: bottom-up, ``depth`` levels of (max-pool 3x3 stride 2 pad 1, ``r``
+      units); every level but the innermost also feeds a skip-connection unit. Top-down, from
+      the innermost level: ``r`` units, bilinear up-sampling to the next skip's own size, add the
+      skip; after the outermost level ``r`` units and up-sampling to the trunk's size. Then
+      ``BN-ReLU-1x1-BN-ReLU-1x1`` and the activation ``f`` (option ``mask``, Sec. 3.3):
+
+      - ``mixed``: ``sigmoid(s_ic)`` per channel and position (Eq. 4),
+      - ``channel``: ``s_ic / ||s_i||_2``, L2 normalisation across channels at each position
+        (Eq. 5),
+      - ``spatial``: ``sigmoid((s_ic - mean_c) / std_c)`` with mean and (biased) standard
+        deviation of channel ``c`` over the positions (Eq. 6; ``eps=1e-5`` in the square root).
+
+    * combination (option ``learning``): ``arl`` attention residual learning ``(1 + M) * T``
+      (Eq. 3, default) or ``nal`` naive attention learning ``M * T`` (Eq. 1),
+    * ``p`` post-processing units.
+
+    Up-sampling always targets the actual size of the skip it is added to, so any input size
+    works (odd sizes, and maps that max-pooling reduces to 1x1). The paper's 56/28/14-pixel
+    stage modules use ``depth`` 3/2/1 (2/1/0 skip connections).
+
+    Records ``M`` of shape ``(N, C, H, W)``.
+
+    Shapes: ``(N, C, H, W) -> (N, C, H, W)``.
+
+    Parameters: ``(2p + t + 2 * r * depth + depth - 1) * U + 2 * C * C + C + 4 * C``, with ``U``
+    the parameters of one unit ``PreActBottleneck(C, C)``:
+    ``U = 2 * C + 2 * C * b + 4 * b + 9 * b * b``, ``b = C // 4``; the mask head has two BNs and
+    two 1x1 convolutions (the first without bias, the second, which feeds the activation, with).
+    Defaults (p=1, t=2, r=1, depth=1): ``6 * U + 2 * C * C + 5 * C``.
+
+    Args:
+        channels: input and output channels ``C`` (at least 4).
+        p: pre- and post-processing units (1 in the paper).
+        t: trunk units (2 in the paper).
+        r: units between adjacent pooling layers of the mask branch (1 in the paper).
+        depth: max-pool levels of the mask branch.
+        learning: ``arl`` | ``nal``.
+        mask: ``mixed`` | ``channel`` | ``spatial``.
+    """
+
+    def __init__(
+        self,
+        channels: int,
+        p: int = 1,
+        t: int = 2,
+        r: int = 1,
+        depth: int = 1,
+        learning: str = "arl",
+        mask: str = "mixed",
+    ) -> None:
+        super().__init__()
+        if channels < 4:
+            raise ValueError(f"channels must be >= 4 (bottleneck units use C // 4), got {channels}")
+        if isinstance(p, bool) or not isinstance(p, int) or p < 0:
+            raise ValueError(f"option 'p' must be a non-negative int, got {p!r}")
+        check_positive_int("t", t)
+        check_positive_int("r", r)
+        check_positive_int("depth", depth)
+        check_choice("learning", learning, LEARNINGS)
+        check_choice("mask", mask, MASKS)
+        self.learning, self.mask = learning, mask
+        self.pre = _units(channels, p)
+        self.trunk = _units(channels, t)
+        self.pool = nn.MaxPool2d(3, 2, 1)
+        self.down = nn.ModuleList(_units(channels, r) for _ in range(depth))
+        self.skips = nn.ModuleList(PreActBottleneck(channels, channels) for _ in range(depth - 1))
+        self.up = nn.ModuleList(_units(channels, r) for _ in range(depth))
+        self.mask_head = nn.Sequential(
+            nn.BatchNorm2d(channels),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(channels, channels, 1, bias=False),
+            nn.BatchNorm2d(channels),
+            nn.ReLU(inplace=True),
+            nn.Conv2d(channels, channels, 1),
+        )
+        self.post = _units(channels, p)
+
+    def mask_logits(self, x: torch.Tensor) -> torch.Tensor:
+        """The mask branch before its activation: ``(N, C, H, W) -> (N, C, H, W)``."""
+        skips = []
+        m = x
+        for level, down in enumerate(self.down):
+            m = down(self.pool(m))
+            if level < len(self.skips):
+                skips.append(self.skips[level](m))
+        # top-down: up[i] runs at the resolution of level i (innermost last)
+        for level in range(len(self.up) - 1, 0, -1):
+            m = self.up[level](m)
+            skip = skips[level - 1]
+            m = _upsample(m, skip.shape[-2:]) + skip
+        m = _upsample(self.up[0](m), x.shape[-2:])
+        return self.mask_head(m)
+
+    def activate(self, s: torch.Tensor) -> torch.Tensor:
+        """The mask activation ``f`` of Eqs. 4-6 applied to the mask logits ``s``."""
+        if self.mask == "mixed":
+            return torch.sigmoid(s)
+        if self.mask == "channel":
+            return F.normalize(s, p=2.0, dim=1)
+        mean = s.mean(dim=(2, 3), keepdim=True)
+        var = s.var(dim=(2, 3), keepdim=True, unbiased=False)
+        return torch.sigmoid((s - mean) * torch.rsqrt(var + SPATIAL_NORM_EPS))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.pre(x)
+        trunk = self.trunk(x)
+        m = self.activate(self.mask_logits(x))
+        record_attention(self, m)
+        out = (1 + m) * trunk if self.learning == "arl" else m * trunk
+        return self.post(out)
