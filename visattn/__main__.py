@@ -8,6 +8,7 @@ import sys
 import torch
 
 from . import block_info, create_block, create_model, list_blocks, list_models
+from .models import get_model_spec
 from .profile import count_macs, count_params
 
 
@@ -19,7 +20,9 @@ def _fmt_count(n: float) -> str:
 
 
 def _table(headers: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
     line = "| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths)) + " |"
     sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
     body = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in rows]
@@ -38,14 +41,26 @@ def blocks_table(channels: int = 256, size: int = 14, family: str | None = None)
 
 
 def models_table(pattern: str | None = None) -> str:
+    """Name, parameters and multiply-accumulates (one image at the model's default input size)
+    of the registered models, built with their paper's number of classes (10 for CIFAR)."""
     rows = []
     for name in list_models(pattern):
-        model = create_model(name)
-        size = getattr(model, "default_input_size", (3, 224, 224))
+        spec = get_model_spec(name)
+        model = create_model(name, num_classes=spec.num_classes)
+        size = model.default_input_size
         with torch.no_grad():
             macs = count_macs(model, (1, *size))
-        rows.append([name, f"{count_params(model) / 1e6:.3f}M", _fmt_count(macs), "x".join(map(str, size))])
-    return _table(["model", "params", "MACs", "input"], rows)
+        rows.append(
+            [
+                name,
+                f"{count_params(model) / 1e6:.3f}M",
+                _fmt_count(macs),
+                "x".join(map(str, size)),
+                str(spec.num_classes),
+                spec.paper,
+            ]
+        )
+    return _table(["model", "params", "MACs", "input", "classes", "paper"], rows)
 
 
 def main(argv: list[str] | None = None) -> int:

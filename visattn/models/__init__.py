@@ -1,21 +1,39 @@
-"""Backbones, placement and the model factory (filled in by the models issue)."""
+"""Backbones (CIFAR / ImageNet ResNets, Residual Attention Networks), attention placement by
+config, injection into torchvision / timm ResNets, and the model factory."""
 
-from __future__ import annotations
+from .checkpoint import LoadReport, load_checkpoint
+from .factory import (
+    ModelSpec,
+    UnknownModelError,
+    create_model,
+    get_model_spec,
+    list_models,
+    register_model,
+    register_timm_models,
+)
+from .inject import inject
+from .placement import POSITIONS, apply_placements, normalize_placements
+from .residual_attention import ResidualAttentionNet
+from .resnet import BasicBlock, Bottleneck, PreActBottleneck, ResNet, ResNetStage
 
-from typing import Any
-
-import torch.nn as nn
-
-__all__ = ["create_model", "inject", "list_models"]
-
-
-def list_models(pattern: str | None = None) -> list[str]:
-    return []
-
-
-def create_model(name: str, **kwargs: Any) -> nn.Module:
-    raise NotImplementedError("models are not built yet")
-
-
-def inject(model: nn.Module, placement: Any) -> list[str]:
-    raise NotImplementedError("inject is not built yet")
+__all__ = [
+    "POSITIONS",
+    "BasicBlock",
+    "Bottleneck",
+    "LoadReport",
+    "ModelSpec",
+    "PreActBottleneck",
+    "ResNet",
+    "ResNetStage",
+    "ResidualAttentionNet",
+    "UnknownModelError",
+    "apply_placements",
+    "create_model",
+    "get_model_spec",
+    "inject",
+    "list_models",
+    "load_checkpoint",
+    "normalize_placements",
+    "register_model",
+    "register_timm_models",
+]

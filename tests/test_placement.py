@@ -1,0 +1,406 @@
+"""Attention placement: the config schema, which slots a placement fills (paths and channels),
+what each position computes, and the errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+import visattn
+from visattn.blocks import is_block
+from visattn.models import normalize_placements
+
+BLOCK_POSITIONS = ["pre", "inner", "standard", "identity", "post"]
+
+
+@pytest.fixture(autouse=True)
+def _single_thread():
+    """One intra-op thread: on 2 shared cores, OpenMP threads spinning against other processes
+    make small forward passes many times slower."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+# ----------------------------------------------------------------------------- normalize
+
+
+def test_normalize_fills_api_defaults():
+    assert normalize_placements({"name": "se"}) == [
+        {"name": "se", "args": {}, "stages": "all", "blocks": "all", "position": "standard"}
+    ]
+
+
+def test_normalize_accepts_lists_ints_and_none():
+    out = normalize_placements(
+        [
+            {"name": "se", "stages": 2, "blocks": -1},
+            {"name": "bam", "position": "stage", "stages": [3, 1]},
+        ]
+    )
+    assert out[0]["stages"] == [2] and out[0]["blocks"] == [-1]
+    assert out[1] == {
+        "name": "bam",
+        "args": {},
+        "stages": [1, 3],
+        "blocks": None,
+        "position": "stage",
+    }
+    assert normalize_placements(None) == []
+    assert normalize_placements({"name": "se", "args": None})[0]["args"] == {}
+
+
+def test_normalize_is_idempotent():
+    once = normalize_placements(
+        [{"name": "eca", "blocks": "last"}, {"name": "bam", "position": "stage"}]
+    )
+    assert normalize_placements(once) == once
+
+
+@pytest.mark.parametrize(
+    ("placement", "message"),
+    [
+        (
+            {"name": "se", "stage": [1]},
+            r"unknown key 'stage' \(did you mean 'stages'\?\).*valid keys",
+        ),
+        (
+            {"name": "se", "position": "after"},
+            r"unknown position 'after'.*valid positions: \['standard', 'pre', 'post', 'identity', "
+            r"'inner', 'stage'\]",
+        ),
+        (
+            {"name": "bam", "position": "stage", "blocks": "all"},
+            "'blocks' does not apply to position 'stage'",
+        ),
+        ({"name": "se", "stages": [0]}, "1-based stage indices"),
+        ({"name": "se", "stages": "2"}, "'stages' must be 'all' or a non-empty list"),
+        ({"name": "se", "stages": [2, 2]}, "lists a stage twice"),
+        ({"name": "se", "blocks": "middle"}, r"'blocks' must be one of \['all', 'first', 'last'\]"),
+        ({"name": "se", "blocks": []}, "non-empty list of 0-based block indices"),
+        ({"name": "se", "args": [16]}, "'args' must be a mapping"),
+        ({"args": {}}, "'name' .* is required"),
+        ("se", "must be a placement mapping, a list of them, or None"),
+        (["se"], "placement #0 must be a mapping"),
+    ],
+)
+def test_normalize_rejects_malformed_placements(placement, message):
+    with pytest.raises(ValueError, match=message):
+        normalize_placements(placement)
+
+
+def test_unknown_block_name_raises_registry_keyerror_with_close_match():
+    with pytest.raises(KeyError, match="unknown block 'cbma'; did you mean 'cbam'"):
+        normalize_placements({"name": "cbma"})
+
+
+# ----------------------------------------------------------------------------- where blocks go
+
+L = "layer"
+
+
+@pytest.mark.parametrize(
+    ("model", "attention", "paths"),
+    [
+        (
+            "resnet20_cifar",
+            {"name": "se"},
+            [f"layer{s}.{b}.attn_standard" for s in (1, 2, 3) for b in range(3)],
+        ),
+        (
+            "resnet20_cifar",
+            {"name": "se", "stages": [2], "blocks": "first", "position": "pre"},
+            ["layer2.0.attn_pre"],
+        ),
+        (
+            "resnet20_cifar",
+            {"name": "cbam", "stages": 3, "blocks": [-1, 0], "position": "inner"},
+            ["layer3.0.attn_inner", "layer3.2.attn_inner"],
+        ),
+        (
+            "resnet50",
+            {"name": "eca", "blocks": "last", "position": "post"},
+            [
+                "layer1.2.attn_post",
+                "layer2.3.attn_post",
+                "layer3.5.attn_post",
+                "layer4.2.attn_post",
+            ],
+        ),
+        (
+            "resnet50",
+            {"name": "bam", "position": "stage", "stages": [1, 2, 3]},
+            ["layer1.attn_stage", "layer2.attn_stage", "layer3.attn_stage"],
+        ),
+        (
+            "resnet50",
+            {"name": "se", "stages": [3], "blocks": [0, -1], "position": "identity"},
+            ["layer3.0.attn_identity", "layer3.5.attn_identity"],
+        ),
+        (
+            "resnet18",
+            [{"name": "se"}, {"name": "bam", "position": "stage", "stages": [1, 2, 3]}],
+            [f"layer{s}.{b}.attn_standard" for s in (1, 2, 3, 4) for b in (0, 1)]
+            + ["layer1.attn_stage", "layer2.attn_stage", "layer3.attn_stage"],
+        ),
+        (
+            "resnet18",
+            [
+                {"name": "se", "position": "post", "stages": [4]},
+                {"name": "eca", "position": "pre", "stages": [4], "blocks": "last"},
+            ],
+            ["layer4.0.attn_post", "layer4.1.attn_post", "layer4.1.attn_pre"],
+        ),
+        (
+            "preresnet164_cifar",
+            {"name": "se", "position": "inner"},
+            [f"layer{s}.{b}.attn_inner" for s in (1, 2, 3) for b in range(18)],
+        ),
+    ],
+)
+def test_placement_fills_exactly_the_predicted_slots(model, attention, paths):
+    m = visattn.create_model(model, num_classes=10, attention=attention)
+    assert m.attention_paths == paths
+    placed = sorted(p for p, mod in m.named_modules() if is_block(mod))
+    assert placed == sorted(paths)
+    for p in paths:
+        assert m.get_submodule(p).block_name in {a["name"] for a in normalize_placements(attention)}
+
+
+@pytest.mark.parametrize(
+    ("model", "stage", "expected"),
+    [
+        # (block input, middle conv output, block output): stage 2 block 0 changes the width
+        (
+            "resnet20_cifar",
+            2,
+            {"pre": 16, "inner": 32, "standard": 32, "identity": 32, "post": 32, "stage": 32},
+        ),
+        (
+            "resnet18",
+            3,
+            {"pre": 128, "inner": 256, "standard": 256, "identity": 256, "post": 256, "stage": 256},
+        ),
+        (
+            "resnet50",
+            2,
+            {"pre": 256, "inner": 128, "standard": 512, "identity": 512, "post": 512, "stage": 512},
+        ),
+        (
+            "preresnet164_cifar",
+            1,
+            {"pre": 16, "inner": 16, "standard": 64, "identity": 64, "post": 64, "stage": 64},
+        ),
+    ],
+)
+def test_block_channels_match_the_tensor_at_each_position(model, stage, expected):
+    for position, channels in expected.items():
+        placement = {
+            "name": "se",
+            "args": {"reduction": 4},
+            "stages": [stage],
+            "position": position,
+        }
+        if position != "stage":
+            placement["blocks"] = [0]
+        m = visattn.create_model(model, num_classes=10, attention=placement)
+        (path,) = m.attention_paths
+        assert m.get_submodule(path).fc1.in_channels == channels, (model, position)
+
+
+def test_placed_blocks_follow_the_model_dtype():
+    m = visattn.create_model("resnet20_cifar", num_classes=10).double()
+    visattn.inject(m, {"name": "se", "stages": [1]})
+    assert m.layer1[0].attn_standard.fc1.weight.dtype == torch.float64
+    assert m(torch.randn(2, 3, 16, 16, dtype=torch.float64)).dtype == torch.float64
+
+
+# ------------------------------------------------------------------ what positions compute
+
+
+class _Recorder:
+    """Forward hooks that keep copies of inputs / outputs of named submodules of one block."""
+
+    def __init__(self, block: nn.Module, names: list[str]) -> None:
+        self.inp: dict[str, torch.Tensor] = {}
+        self.out: dict[str, torch.Tensor] = {}
+        self.handles = []
+        for name in names:
+            mod = block if name == "" else block.get_submodule(name)
+            self.handles.append(mod.register_forward_hook(self._hook(name)))
+
+    def _hook(self, name: str):
+        def hook(mod, args, output):
+            self.inp[name] = args[0].detach().clone()
+            self.out[name] = output.detach().clone()
+
+        return hook
+
+
+def _shortcut(rec: _Recorder, block: nn.Module) -> torch.Tensor:
+    return rec.inp[""] if block.downsample is None else rec.out["downsample"]
+
+
+# the last norm (post-activation) or conv (pre-activation) of the residual branch
+_BRANCH_END = {"BasicBlock": "bn2", "Bottleneck": "bn3", "PreActBottleneck": "conv3"}
+_MIDDLE = {"BasicBlock": "bn1", "Bottleneck": "bn2", "PreActBottleneck": "conv2"}
+
+
+@pytest.mark.parametrize("model", ["resnet20_cifar", "resnet50", "preresnet164_cifar"])
+@pytest.mark.parametrize("position", BLOCK_POSITIONS)
+def test_each_block_position_computes_what_the_api_says(model, position):
+    stage = 2 if model != "preresnet164_cifar" else 1  # block 0: a shortcut with projection/pad
+    m = visattn.create_model(
+        model,
+        num_classes=10,
+        attention={
+            "name": "se",
+            "args": {"reduction": 4},
+            "stages": [stage],
+            "blocks": [0],
+            "position": position,
+        },
+    )
+    m.eval()
+    block = getattr(m, f"layer{stage}")[0]
+    kind = type(block).__name__
+    preact = kind == "PreActBottleneck"
+    slot = f"attn_{position}"
+    names = ["", slot, "conv1", "bn1", _MIDDLE[kind], _BRANCH_END[kind], "downsample"]
+    rec = _Recorder(block, list(dict.fromkeys(names)))
+    block(torch.randn(2, block.in_channels, 9, 9))
+    seen, made = rec.inp[slot], rec.out[slot]
+    assert not torch.allclose(seen, made), "the test block must change its input"
+    x, out = rec.inp[""], rec.out[""]
+    act = (lambda t: t) if preact else torch.relu
+    end, shortcut = rec.out[_BRANCH_END[kind]], _shortcut(rec, block)
+    if position == "pre":  # the residual branch's input, right before its first conv
+        expected = torch.relu(rec.out["bn1"]) if preact else x
+        torch.testing.assert_close(seen, expected)
+        torch.testing.assert_close(rec.inp["conv1"], made)
+    elif position == "inner":  # the middle conv's output (after its norm + act if post-act)
+        mid = rec.out[_MIDDLE[kind]]
+        torch.testing.assert_close(seen, mid if preact else torch.relu(mid))
+    elif position == "standard":  # the residual branch's output, before the sum
+        torch.testing.assert_close(seen, end)
+        torch.testing.assert_close(out, act(made + shortcut))
+    elif position == "identity":  # the shortcut's output, in parallel with the branch
+        torch.testing.assert_close(seen, shortcut)
+        torch.testing.assert_close(out, act(end + made))
+    elif position == "post":  # the sum
+        torch.testing.assert_close(seen, end + shortcut)
+        torch.testing.assert_close(out, act(made))
+
+
+@pytest.mark.parametrize("model", ["resnet20_cifar", "preresnet164_cifar"])
+def test_stage_position_sees_the_stage_output(model):
+    m = visattn.create_model(
+        model,
+        num_classes=10,
+        attention={"name": "se", "args": {"reduction": 4}, "position": "stage", "stages": [2]},
+    )
+    m.eval()
+    last = m.layer2[-1]
+    rec_last = _Recorder(last, [""])
+    rec_slot = _Recorder(m.layer2, ["attn_stage"])
+    rec_next = _Recorder(m.layer3, [""])
+    m(torch.randn(2, 3, 16, 16))
+    torch.testing.assert_close(rec_slot.inp["attn_stage"], rec_last.out[""])
+    torch.testing.assert_close(rec_next.inp[""], rec_slot.out["attn_stage"])
+    assert not torch.allclose(rec_slot.inp["attn_stage"], rec_slot.out["attn_stage"])
+
+
+def test_capture_attention_reports_every_placed_block_by_path():
+    m = visattn.create_model(
+        "resnet20_cifar",
+        num_classes=10,
+        attention=[
+            {"name": "se", "stages": [1]},
+            {"name": "spatial", "position": "stage", "stages": [3]},
+        ],
+    )
+    with visattn.capture_attention(m) as maps:
+        m(torch.randn(2, 3, 32, 32))
+        assert sorted(maps) == sorted(m.attention_paths)
+        assert maps["layer3.attn_stage"].shape == (2, 1, 8, 8)
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize(
+    ("model", "attention", "error", "message"),
+    [
+        (
+            "resnet20_cifar",
+            {"name": "se", "blocks": [5]},
+            ValueError,
+            r"block index 5 matches no block of stage layer1 \(3 blocks: indices 0..2 or -3..-1\)",
+        ),
+        (
+            "resnet50",
+            {"name": "se", "blocks": [5]},
+            ValueError,  # fits stage 3 only: still an error
+            "block index 5 matches no block of stage layer1",
+        ),
+        (
+            "resnet56_cifar",
+            {"name": "se", "stages": [4]},
+            ValueError,
+            r"stage 4 does not exist; resnet56_cifar has stages 1..3",
+        ),
+        (
+            "resnet18",
+            {"name": "bam", "position": "stage", "stages": [5]},
+            ValueError,
+            "stage 5 does not exist; resnet18 has stages 1..4",
+        ),
+        (
+            "resnet20_cifar",
+            [{"name": "se"}, {"name": "eca", "stages": [2]}],
+            ValueError,
+            r"placements #0 \('se'\) and #1 \('eca'\) both target layer2.0.attn_standard",
+        ),
+        (
+            "resnet20_cifar",
+            {"name": "se", "args": {"reduction": 32}},
+            ValueError,
+            r"placement #0 at layer1.0.attn_standard \(16 channels\): block 'se'",
+        ),
+        (
+            "resnet20_cifar",
+            {"name": "se", "args": {"reductio": 4}},
+            TypeError,
+            r"block 'se': unknown option 'reductio' \(did you mean 'reduction'\?\)",
+        ),
+        (
+            "resnet20_cifar",
+            {"name": "se", "position": "sideways"},
+            ValueError,
+            "unknown position 'sideways'",
+        ),
+    ],
+)
+def test_placement_errors_name_the_problem(model, attention, error, message):
+    with pytest.raises(error, match=message):
+        visattn.create_model(model, num_classes=10, attention=attention)
+
+
+def test_failed_placement_leaves_the_model_untouched():
+    m = visattn.create_model("resnet20_cifar", num_classes=10)
+    before = [(p, type(mod)) for p, mod in m.named_modules()]
+    with pytest.raises(ValueError):  # the 2nd placement's block cannot be built for 16 channels
+        visattn.inject(
+            m, [{"name": "eca"}, {"name": "se", "position": "pre", "args": {"reduction": 64}}]
+        )
+    assert [(p, type(mod)) for p, mod in m.named_modules()] == before
+
+
+def test_filled_slot_cannot_be_filled_again():
+    m = visattn.create_model("se_resnet20_cifar", num_classes=10)
+    with pytest.raises(
+        ValueError, match=r"slot layer1\.0\.attn_standard already holds a SqueezeExcite"
+    ):
+        visattn.inject(m, {"name": "eca"})

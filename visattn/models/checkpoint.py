@@ -1,0 +1,125 @@
+"""Load weights from disk into a visattn model: torchvision / timm state_dicts, checkpoints that
+wrap them (``{"state_dict": ...}``, ``{"model": ...}``) and Lightning checkpoints of
+:class:`visattn.training.module.ClassificationModule` (keys prefixed ``net.``).
+
+Keys of attention blocks the file lacks (``*.attn_<slot>.*``, e.g. loading torchvision's
+ResNet-50 weights into ``se_resnet50``) are *new*: they keep their initialisation and are
+reported (a ``UserWarning`` and :attr:`LoadReport.new_keys`). Anything else that does not match, a
+missing or unexpected backbone key or a shape mismatch, is an error.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import warnings
+from dataclasses import dataclass, field
+from os import PathLike
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+__all__ = ["LoadReport", "load_checkpoint"]
+
+_log = logging.getLogger(__name__)
+_ATTENTION_KEY = re.compile(r"(^|\.)attn_(pre|inner|standard|identity|post|stage)\.")
+
+
+@dataclass
+class LoadReport:
+    """What :func:`load_checkpoint` did."""
+
+    path: str
+    loaded: int  # number of tensors loaded
+    new_keys: list[str] = field(default_factory=list)  # attention keys the file did not have
+    ignored_keys: list[str] = field(default_factory=list)  # Lightning keys outside ``net.``
+
+
+def _read_state_dict(path: Path) -> tuple[dict[str, torch.Tensor], list[str]]:
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"checkpoint_path {str(path)!r} does not exist") from None
+    except Exception as e:  # unpickling errors come in several types
+        raise ValueError(
+            f"checkpoint_path {str(path)!r} could not be read as a weights-only torch file "
+            f"({type(e).__name__}: {e}); save a plain state_dict with torch.save"
+        ) from e
+    ignored: list[str] = []
+    if isinstance(obj, dict) and "state_dict" in obj and isinstance(obj["state_dict"], dict):
+        is_lightning = any(k.startswith("pytorch-lightning") for k in obj)
+        obj = obj["state_dict"]
+        if is_lightning and any(k.startswith("net.") for k in obj):
+            ignored = sorted(k for k in obj if not k.startswith("net."))
+            obj = {k[4:]: v for k, v in obj.items() if k.startswith("net.")}
+    elif isinstance(obj, dict) and "model" in obj and isinstance(obj["model"], dict):
+        obj = obj["model"]  # torchvision reference scripts
+    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise ValueError(
+            f"checkpoint_path {str(path)!r} holds no state_dict (a dict of tensors, possibly under "
+            "'state_dict' or 'model')"
+        )
+    if obj and all(k.startswith("module.") for k in obj):  # (Distributed)DataParallel
+        obj = {k[len("module.") :]: v for k, v in obj.items()}
+    return obj, ignored
+
+
+def load_checkpoint(model: nn.Module, path: str | PathLike[str]) -> LoadReport:
+    """Load the weights in ``path`` into ``model`` (on CPU first, then copied to the model's
+    device); attention keys missing from the file are reported, every other mismatch raises.
+
+    Returns:
+        a :class:`LoadReport`; also stored as ``model.checkpoint_report``.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: the file holds no state_dict, or its keys / shapes do not match ``model``
+            outside the attention slots.
+    """
+    path = Path(path)
+    state, ignored = _read_state_dict(path)
+    own = model.state_dict()
+    missing = [k for k in own if k not in state]
+    new_keys = [k for k in missing if _ATTENTION_KEY.search(k)]
+    missing_backbone = [k for k in missing if not _ATTENTION_KEY.search(k)]
+    unexpected = [k for k in state if k not in own]
+    shapes = [
+        f"{k}: file {tuple(state[k].shape)} vs model {tuple(own[k].shape)}"
+        for k in state
+        if k in own and state[k].shape != own[k].shape
+    ]
+    problems = []
+    if missing_backbone:
+        problems.append(f"{len(missing_backbone)} missing key(s): {_few(missing_backbone)}")
+    if unexpected:
+        problems.append(f"{len(unexpected)} unexpected key(s): {_few(unexpected)}")
+    if shapes:
+        problems.append(f"{len(shapes)} shape mismatch(es): {_few(shapes)}")
+    if problems:
+        hint = (
+            " (a different num_classes? build the model with the checkpoint's num_classes and "
+            "call reset_classifier())"
+            if any(s.startswith("fc.") for s in shapes)
+            else ""
+        )
+        raise ValueError(
+            f"checkpoint {str(path)!r} does not match {type(model).__name__}: "
+            + "; ".join(problems)
+            + hint
+        )
+    model.load_state_dict(state, strict=False)
+    report = LoadReport(str(path), len(state), new_keys, ignored)
+    if new_keys:
+        msg = (
+            f"checkpoint {str(path)!r} has no weights for {len(new_keys)} attention tensor(s) "
+            f"(kept at their initialisation): {_few(new_keys)}"
+        )
+        _log.info(msg)
+        warnings.warn(msg, UserWarning, stacklevel=3)
+    model.checkpoint_report = report
+    return report
+
+
+def _few(items: list[str], n: int = 5) -> str:
+    return ", ".join(items[:n]) + (f", ... ({len(items) - n} more)" if len(items) > n else "")

@@ -1,0 +1,166 @@
+"""Place attention blocks into an existing torchvision or timm ResNet, in place.
+
+``inject(model, placement)`` realises the positions of ``shared/API.md`` on
+``torchvision.models.ResNet`` and ``timm.models.ResNet`` instances with the same mechanism as
+visattn's own ResNets (:mod:`visattn.models.placement`): each residual block that receives a
+block is *replaced* by a slotted block that takes over the original's layers under their original
+names (so parameter names do not change and pretrained weights still load), and a stage that
+receives a ``stage`` block becomes a :class:`~visattn.models.resnet.ResNetStage` holding the
+original blocks as ``"0"``, ``"1"``, .... Blocks that receive nothing are left as they are.
+
+Added module paths (returned, in placement order): ``layer{i}.{j}.attn_{position}`` and
+``layer{i}.attn_stage``, the same paths ``create_model`` gives on visattn's ResNets. With no
+attention placed, an adapted block computes exactly what the original did.
+
+Supported blocks: ``torchvision.models.resnet.BasicBlock`` / ``Bottleneck`` (adopted into
+visattn's :class:`~visattn.models.resnet.BasicBlock` / ``Bottleneck``, same forward) and
+``timm.models.resnet.BasicBlock`` / ``Bottleneck`` (:class:`TimmBasicBlock` /
+:class:`TimmBottleneck`, which keep timm's drop-block, anti-aliasing, built-in ``se`` attention
+and drop-path; the ``standard`` slot follows timm's own ``se``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn as nn
+import torchvision.models.resnet as tv
+from timm.models import resnet as timm_resnet
+
+from .placement import Adapter, apply_placements
+from .resnet import BasicBlock, Bottleneck, SlottedBlock
+
+__all__ = ["ADAPTERS", "TimmBasicBlock", "TimmBottleneck", "inject"]
+
+_OPTIONAL = ("downsample", "se", "drop_path")  # attributes that may be None instead of a module
+
+
+def _adopt(cls: type[SlottedBlock], block: nn.Module, cin: int, mid: int, cout: int) -> Any:
+    new = cls.__new__(cls)
+    nn.Module.__init__(new)
+    for name, child in block.named_children():
+        new.add_module(name, child)
+    for name in _OPTIONAL:
+        if name not in new._modules:
+            setattr(new, name, getattr(block, name, None))
+    new.stride = getattr(block, "stride", 1)
+    new.in_channels, new.mid_channels, new.out_channels = cin, mid, cout
+    new.init_slots()
+    new.train(block.training)
+    return new
+
+
+def _torchvision_basic(block: nn.Module) -> BasicBlock:
+    new = _adopt(
+        BasicBlock,
+        block,
+        block.conv1.in_channels,
+        block.conv1.out_channels,
+        block.conv2.out_channels,
+    )
+    new.drop_path = nn.Identity()
+    return new
+
+
+def _torchvision_bottleneck(block: nn.Module) -> Bottleneck:
+    new = _adopt(
+        Bottleneck,
+        block,
+        block.conv1.in_channels,
+        block.conv2.out_channels,
+        block.conv3.out_channels,
+    )
+    new.drop_path = nn.Identity()
+    return new
+
+
+class TimmBasicBlock(SlottedBlock):
+    """timm's ``BasicBlock`` with attention slots (built by adopting a timm block's layers).
+
+    ``inner`` is after ``aa(act1(drop_block(bn1(conv1(x)))))``; ``standard`` after timm's own
+    ``se`` (if any), before drop-path.
+    """
+
+    @classmethod
+    def adopt(cls, block: nn.Module) -> TimmBasicBlock:
+        return _adopt(
+            cls, block, block.conv1.in_channels, block.conv1.out_channels, block.conv2.out_channels
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shortcut = x if self.downsample is None else self.downsample(x)
+        out = self.attn_pre(x)
+        out = self.aa(self.act1(self.drop_block(self.bn1(self.conv1(out)))))
+        out = self.attn_inner(out)
+        out = self.bn2(self.conv2(out))
+        if self.se is not None:
+            out = self.se(out)
+        out = self.attn_standard(out)
+        if self.drop_path is not None:
+            out = self.drop_path(out)
+        out = out + self.attn_identity(shortcut)
+        return self.act2(self.attn_post(out))
+
+
+class TimmBottleneck(SlottedBlock):
+    """timm's ``Bottleneck`` with attention slots (built by adopting a timm block's layers).
+
+    ``inner`` is after ``aa(act2(drop_block(bn2(conv2(.)))))``; ``standard`` after timm's own
+    ``se`` (if any), before drop-path.
+    """
+
+    @classmethod
+    def adopt(cls, block: nn.Module) -> TimmBottleneck:
+        return _adopt(
+            cls, block, block.conv1.in_channels, block.conv2.out_channels, block.conv3.out_channels
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shortcut = x if self.downsample is None else self.downsample(x)
+        out = self.attn_pre(x)
+        out = self.act1(self.bn1(self.conv1(out)))
+        out = self.aa(self.act2(self.drop_block(self.bn2(self.conv2(out)))))
+        out = self.attn_inner(out)
+        out = self.bn3(self.conv3(out))
+        if self.se is not None:
+            out = self.se(out)
+        out = self.attn_standard(out)
+        if self.drop_path is not None:
+            out = self.drop_path(out)
+        out = out + self.attn_identity(shortcut)
+        return self.act3(self.attn_post(out))
+
+
+#: foreign block class -> function returning a slotted block that shares its layers
+ADAPTERS: dict[type, Adapter] = {
+    tv.BasicBlock: _torchvision_basic,
+    tv.Bottleneck: _torchvision_bottleneck,
+    timm_resnet.BasicBlock: TimmBasicBlock.adopt,
+    timm_resnet.Bottleneck: TimmBottleneck.adopt,
+}
+
+
+def inject(model: nn.Module, placement: Any) -> list[str]:
+    """Place attention into an existing ResNet in place; returns the module paths added.
+
+    Args:
+        model: a ``torchvision.models.ResNet``, a ``timm.models.ResNet`` (or a visattn ResNet).
+        placement: one placement mapping or a list of them (keys of ``shared/API.md``).
+
+    Returns:
+        The added module paths in placement order, e.g. ``["layer1.0.attn_standard", ...,
+        "layer3.attn_stage"]``; ``model.get_submodule(path)`` is the block.
+
+    Raises:
+        ValueError: a placement that is malformed or matches nothing, a missing stage, or a slot
+            targeted twice. The model is left unchanged.
+        KeyError: an unknown block name.
+        TypeError: a model without ``layer1, layer2, ...`` stages of supported residual blocks.
+    """
+    if placement is None:
+        raise ValueError("inject: placement is None; pass a placement mapping or a list of them")
+    paths = apply_placements(model, placement, adapters=ADAPTERS)
+    if not paths:
+        raise ValueError("inject: the placement list is empty; nothing to add")
+    return paths

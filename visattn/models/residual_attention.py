@@ -1,0 +1,156 @@
+"""Residual Attention Networks (Wang, Jiang, Qian, Yang, Li, Zhang, Wang, Tang; CVPR 2017,
+"Residual Attention Network for Image Classification").
+
+Built from the ``residual_attention`` block and its pre-activation unit
+(:mod:`visattn.blocks.residual_attention`).
+
+ImageNet (Table 2 of the paper), 224x224 input::
+
+    conv 7x7/2, 64 - BN - ReLU - max-pool 3x3/2            -> 56x56
+    unit(64 -> 256)             + n1 x Attention(256, 3 pooling levels)    56x56
+    unit(256 -> 512, stride 2)  + n2 x Attention(512, 2 levels)            28x28
+    unit(512 -> 1024, stride 2) + n3 x Attention(1024, 1 level)            14x14
+    unit(1024 -> 2048, stride 2) + 2 x unit(2048)                          7x7
+    BN - ReLU - global average pool - FC
+
+with ``(n1, n2, n3) = (1, 1, 1)`` for Attention-56 and ``(1, 2, 3)`` for Attention-92, each unit
+a pre-activation bottleneck (``1x1, 3x3, 1x1`` with ``out/4`` inner channels) and each attention
+module with ``p, t, r = 1, 2, 1``.
+
+CIFAR (32x32 input): the paper gives no table; it states the networks follow the pre-activation
+ResNet-164 of He et al. (ECCV 2016), which it compares against at nearly equal size (Attention-92
+on CIFAR-10: 1.9M parameters against ResNet-164's 1.7M). We therefore use ResNet-164's widths::
+
+    conv 3x3, 16                                                        32x32
+    unit(16 -> 64)              + n1 x Attention(64, 2 pooling levels)     32x32
+    unit(64 -> 128, stride 2)   + n2 x Attention(128, 1 level)             16x16
+    unit(128 -> 256, stride 2)  + n3 x Attention(256, 1 level)              8x8
+    2 x unit(256)
+    BN - ReLU - global average pool - FC
+
+(mask branches pool 32 -> 8, 16 -> 8 and 8 -> 4). This is our reconstruction; the measured
+parameter count is reported next to the paper's in the test suite and the project README.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..blocks.residual_attention import PreActBottleneck, ResidualAttention
+
+__all__ = ["ResidualAttentionNet"]
+
+
+class ResidualAttentionNet(nn.Module):
+    """A Residual Attention Network: stages of one transition unit followed by attention modules.
+
+    Args:
+        attention_modules: attention modules per stage, e.g. ``(1, 2, 3)`` for Attention-92.
+        widths: output channels of each attention stage and of the final stage (one more entry
+            than ``attention_modules``; a final width equal to the last stage's adds no
+            transition).
+        mask_depths: pooling levels of the mask branch in each stage.
+        final_units: pre-activation units in the final stage (transition included when the
+            width changes).
+        stem: ``"imagenet"`` (7x7/2 conv, BN, ReLU, 3x3/2 max-pool) or ``"cifar"`` (3x3 conv).
+        stem_channels: output channels of the stem.
+        learning: ``"arl"`` attention residual learning (Eq. 5) or ``"nal"`` naive (Eq. 1).
+        mask: ``"mixed"``, ``"channel"`` or ``"spatial"`` attention (Eqs. 2-4).
+        p, t, r: the attention modules' hyper-parameters (1, 2, 1 in the paper).
+        num_classes: classifier outputs.
+        in_chans: input channels.
+        drop_rate: dropout before the classifier.
+
+    Shapes: ``(N, in_chans, H, W) -> (N, num_classes)`` for any ``H, W``.
+    """
+
+    def __init__(
+        self,
+        *,
+        attention_modules: Sequence[int],
+        widths: Sequence[int],
+        mask_depths: Sequence[int],
+        final_units: int,
+        stem: str,
+        stem_channels: int,
+        learning: str = "arl",
+        mask: str = "mixed",
+        p: int = 1,
+        t: int = 2,
+        r: int = 1,
+        num_classes: int = 1000,
+        in_chans: int = 3,
+        drop_rate: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if len(widths) != len(attention_modules) + 1 or len(mask_depths) != len(attention_modules):
+            raise ValueError(
+                "widths needs one entry per attention stage plus the final stage, and "
+                "mask_depths one per attention stage"
+            )
+        if stem not in ("imagenet", "cifar"):
+            raise ValueError(f"stem must be 'imagenet' or 'cifar', got {stem!r}")
+        if not 0.0 <= drop_rate < 1.0:
+            raise ValueError(f"drop_rate must be in [0, 1), got {drop_rate}")
+        self.num_classes = num_classes
+        self.in_chans = in_chans
+        self.drop_rate = drop_rate
+        self.default_input_size = (in_chans, 224, 224) if stem == "imagenet" else (in_chans, 32, 32)
+        if stem == "imagenet":
+            self.stem = nn.Sequential(
+                nn.Conv2d(in_chans, stem_channels, 7, 2, 3, bias=False),
+                nn.BatchNorm2d(stem_channels),
+                nn.ReLU(inplace=True),
+                nn.MaxPool2d(3, 2, 1),
+            )
+        else:
+            self.stem = nn.Sequential(nn.Conv2d(in_chans, stem_channels, 3, 1, 1, bias=False))
+        cin = stem_channels
+        stages = []
+        for i, (n, width, depth) in enumerate(zip(attention_modules, widths, mask_depths)):
+            layers: list[nn.Module] = [PreActBottleneck(cin, width, stride=1 if i == 0 else 2)]
+            layers += [
+                ResidualAttention(width, p=p, t=t, r=r, depth=depth, learning=learning, mask=mask)
+                for _ in range(n)
+            ]
+            stages.append(nn.Sequential(*layers))
+            cin = width
+        width = widths[-1]
+        final: list[nn.Module] = []
+        if width != cin:
+            final.append(PreActBottleneck(cin, width, stride=2))
+        final += [PreActBottleneck(width, width) for _ in range(final_units - len(final))]
+        stages.append(nn.Sequential(*final))
+        self.stages = nn.Sequential(*stages)
+        self.num_features = width
+        self.norm = nn.BatchNorm2d(width)
+        self.act = nn.ReLU(inplace=True)
+        self.fc = nn.Linear(width, num_classes) if num_classes > 0 else nn.Identity()
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """``(N, in_chans, H, W) -> (N, num_features, H', W')``."""
+        return self.act(self.norm(self.stages(self.stem(x))))
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        x = x.mean((2, 3))
+        if self.drop_rate:
+            x = F.dropout(x, p=self.drop_rate, training=self.training)
+        return x if pre_logits else self.fc(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x))
+
+    def get_classifier(self) -> nn.Module:
+        return self.fc
+
+    def reset_classifier(self, num_classes: int) -> None:
+        """Replace the classifier by a fresh one with ``num_classes`` outputs (0: identity)."""
+        self.num_classes = num_classes
+        self.fc = nn.Linear(self.num_features, num_classes) if num_classes > 0 else nn.Identity()
