@@ -1,0 +1,324 @@
+"""``VisattnDataModule``: one LightningDataModule for shapes, CIFAR-10/100 and ImageFolder data."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from .datasets import (
+    CIFAR_SPECS,
+    ArrayDataset,
+    ImageFolderDataset,
+    find_classes,
+    load_cifar,
+    locate_cifar,
+    make_shapes,
+)
+from .transforms import AUGMENTS, DeviceAugment, build_transforms, seed_transform, seed_worker
+
+__all__ = ["DATASETS", "STATS", "VisattnDataModule"]
+
+DATASETS = ("shapes", "cifar10", "cifar100", "imagefolder")
+
+#: per-channel (mean, std) of [0, 1] pixels used for normalisation.
+STATS: dict[str, tuple[tuple[float, float, float], tuple[float, float, float]]] = {
+    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+    "imagefolder": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),  # ImageNet
+    "shapes": ((0.245, 0.242, 0.239), (0.258, 0.250, 0.257)),  # measured on 2,000 images
+}
+
+_DEFAULT_AUGMENT = {
+    "shapes": "flip",
+    "cifar10": "cifar",
+    "cifar100": "cifar",
+    "imagefolder": "imagenet",
+}
+_DEFAULT_SIZE = {"shapes": 32, "cifar10": 32, "cifar100": 32, "imagefolder": 224}
+
+
+class VisattnDataModule(pl.LightningDataModule):
+    """Data for classification: datasets, augmentation and loaders.
+
+    Splits: ``shapes`` generates train/val/test from ``seed``, ``seed + 1``, ``seed + 2``.
+    CIFAR's val split is the official test set (as in He et al.) unless ``val_split > 0`` holds
+    that many training images out (a fixed permutation); test is always the test set.
+    ImageFolder reads ``root/train`` and ``root/val`` (and ``root/test`` when present, else val).
+
+    Args:
+        dataset: ``"shapes"``, ``"cifar10"``, ``"cifar100"`` or ``"imagefolder"``.
+        root: data folder (CIFAR: the folder holding ``cifar-10-batches-py/``; default
+            ``./data``; ImageFolder: required). Unused by shapes.
+        download: download CIFAR into ``root`` when missing.
+        verify: check CIFAR files' md5 against the official archive (see ``load_cifar``).
+        batch_size: per device.
+        num_workers: DataLoader worker processes (each reseeded, see ``seed_worker``).
+        image_size: side of the images fed to the model (default 32 for shapes/CIFAR, 224 for
+            ImageFolder; CIFAR must be 32).
+        augment: ``"standard"`` (the dataset's usual preset: cifar for CIFAR, imagenet for
+            ImageFolder, flip for shapes) or a preset in ``AUGMENTS``.
+        cutout: cutout square side in pixels (0 = off).
+        color_jitter: colour jitter strength (0 = off).
+        device_augment: for in-memory data with the ``cifar`` preset: the train loader yields
+            uint8 images and pad-crop, flip, cutout and normalisation run on the accelerator in
+            ``on_after_batch_transfer`` (see ``DeviceAugment``); val/test are unchanged.
+        num_train, num_val, num_test: shapes: images to generate; other datasets: a fixed
+            random subset of that size (None = all).
+        val_split: CIFAR: hold out this many training images as val (0 = val is the test set).
+        seed: seed of shapes' generation and of the subset/hold-out permutations.
+        target_shapes, target_colors: shapes' classes (``len(shapes) * len(colors)``).
+        distractors, lines, noise: shapes' clutter.
+        drop_last: drop the last incomplete training batch.
+        pin_memory: default: when CUDA is available.
+    """
+
+    def __init__(
+        self,
+        dataset: str = "shapes",
+        root: str | None = None,
+        download: bool = False,
+        verify: bool = True,
+        batch_size: int = 128,
+        num_workers: int = 2,
+        image_size: int | None = None,
+        augment: str = "standard",
+        cutout: int = 0,
+        color_jitter: float = 0.0,
+        device_augment: bool = False,
+        num_train: int | None = None,
+        num_val: int | None = None,
+        num_test: int | None = None,
+        val_split: int = 0,
+        seed: int = 0,
+        target_shapes: list[str] | None = None,
+        target_colors: list[str] | None = None,
+        distractors: int = 4,
+        lines: int = 2,
+        noise: float = 12.0,
+        drop_last: bool = False,
+        pin_memory: bool | None = None,
+    ) -> None:
+        super().__init__()
+        if dataset not in DATASETS:
+            raise ValueError(f"unknown dataset {dataset!r}; choose from {list(DATASETS)}")
+        augment = _DEFAULT_AUGMENT[dataset] if augment == "standard" else augment
+        if augment not in AUGMENTS:
+            raise ValueError(
+                f"unknown augment {augment!r}; choose 'standard' or one of {list(AUGMENTS)}"
+            )
+        if batch_size < 1 or num_workers < 0:
+            raise ValueError(
+                f"batch_size must be >= 1 and num_workers >= 0, got {batch_size}, {num_workers}"
+            )
+        size = _DEFAULT_SIZE[dataset] if image_size is None else int(image_size)
+        if dataset in CIFAR_SPECS and size != 32:
+            raise ValueError(
+                f"{dataset} images are 32x32; image_size must be 32 or null, got {size}"
+            )
+        if device_augment:
+            if dataset == "imagefolder":
+                raise ValueError("device_augment needs in-memory data (shapes, cifar10, cifar100)")
+            if augment != "cifar" or color_jitter:
+                raise ValueError(
+                    "device_augment implements the 'cifar' preset (pad-crop, flip, cutout); "
+                    f"got augment={augment!r}, color_jitter={color_jitter}: set data.augment "
+                    "cifar and color_jitter 0, or device_augment false"
+                )
+        if dataset == "imagefolder" and root is None:
+            raise ValueError("dataset 'imagefolder' needs --data.root PATH (with train/ and val/)")
+        self.save_hyperparameters()
+        self.augment = augment
+        self.image_size = size
+        self.mean, self.std = STATS[dataset]
+        self.shapes_classes = [
+            f"{c}_{s}"
+            for s in (target_shapes or ["square", "disk", "triangle"])
+            for c in (target_colors or ["red", "green", "blue"])
+        ]
+        if dataset == "imagefolder":
+            self.classes = find_classes(Path(root) / "train")
+        elif dataset == "shapes":
+            self.classes = self.shapes_classes
+        else:
+            self.classes = None  # read from the meta file in setup()
+        self.device_aug = (
+            DeviceAugment(self.mean, self.std, pad=4, cutout=cutout) if device_augment else None
+        )
+        self._device_gen: torch.Generator | None = None
+        self.train_dataset: Dataset | None = None
+        self.val_dataset: Dataset | None = None
+        self.test_dataset: Dataset | None = None
+
+    # ---- sizes -------------------------------------------------------------------------------
+
+    @property
+    def num_classes(self) -> int:
+        """Number of classes, known without loading data (linked to ``model.num_classes``)."""
+        d = self.hparams.dataset
+        if d == "cifar10":
+            return 10
+        if d == "cifar100":
+            return 100
+        return len(self.classes)
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        """``(C, H, W)`` of the images the model sees."""
+        return (3, self.image_size, self.image_size)
+
+    def denormalize(self, images: torch.Tensor) -> torch.Tensor:
+        """Undo the normalisation: ``(N, 3, H, W)`` -> pixels in ``[0, 1]``."""
+        mean = torch.tensor(self.mean, device=images.device).view(1, 3, 1, 1)
+        std = torch.tensor(self.std, device=images.device).view(1, 3, 1, 1)
+        return (images.float() * std + mean).clamp(0, 1)
+
+    # ---- datasets ----------------------------------------------------------------------------
+
+    def _transform(self, train: bool) -> Any:
+        h = self.hparams
+        if train and self.device_aug is not None:
+            return None
+        return build_transforms(
+            self.augment,
+            image_size=self.image_size,
+            mean=self.mean,
+            std=self.std,
+            train=train,
+            resize_eval=h.dataset == "imagefolder",
+            cutout=h.cutout if train else 0,
+            color_jitter=h.color_jitter if train else 0.0,
+        )
+
+    def _subset(self, ds: Any, n: int | None, salt: int) -> Any:
+        if n is None or n >= len(ds):
+            return ds
+        if n < 1:
+            raise ValueError(f"subset size must be >= 1, got {n}")
+        idx = np.sort(np.random.default_rng([self.hparams.seed, salt]).permutation(len(ds))[:n])
+        if isinstance(ds, ArrayDataset):
+            return ds.subset(idx)
+        ds.samples = [ds.samples[i] for i in idx]
+        ds.targets = ds.targets[idx]
+        return ds
+
+    def _shapes(self, n: int, split: int, train: bool) -> ArrayDataset:
+        h = self.hparams
+        images, labels, boxes, classes = make_shapes(
+            n,
+            seed=h.seed + split,
+            image_size=self.image_size,
+            shapes=h.target_shapes or ("square", "disk", "triangle"),
+            colors=h.target_colors or ("red", "green", "blue"),
+            distractors=h.distractors,
+            lines=h.lines,
+            noise=h.noise,
+        )
+        return ArrayDataset(images, labels, classes, self._transform(train), boxes)
+
+    def prepare_data(self) -> None:
+        h = self.hparams
+        if h.dataset in CIFAR_SPECS and h.download:
+            locate_cifar(h.dataset, self._root(), download=True)
+
+    def _root(self) -> Path:
+        return Path(self.hparams.root if self.hparams.root is not None else "data")
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.train_dataset is not None:
+            return
+        h = self.hparams
+        if h.dataset == "shapes":
+            self.train_dataset = self._shapes(h.num_train or 5000, 0, True)
+            self.val_dataset = self._shapes(h.num_val or 1000, 1, False)
+            self.test_dataset = self._shapes(h.num_test or 1000, 2, False)
+        elif h.dataset in CIFAR_SPECS:
+            args = dict(verify=h.verify, download=h.download)
+            images, labels, classes = load_cifar(h.dataset, self._root(), train=True, **args)
+            test_images, test_labels, _ = load_cifar(h.dataset, self._root(), train=False, **args)
+            self.classes = classes
+            train = ArrayDataset(images, labels, classes, self._transform(True))
+            test = ArrayDataset(test_images, test_labels, classes, self._transform(False))
+            if h.val_split:
+                if not 0 < h.val_split < len(train):
+                    raise ValueError(f"val_split must be in (0, {len(train)}), got {h.val_split}")
+                perm = np.random.default_rng([h.seed, 7]).permutation(len(train))
+                val = ArrayDataset(images, labels, classes, self._transform(False))
+                val = val.subset(np.sort(perm[: h.val_split]))
+                train = train.subset(np.sort(perm[h.val_split :]))
+            else:
+                val = test
+            self.train_dataset = self._subset(train, h.num_train, 0)
+            self.val_dataset = self._subset(val, h.num_val, 1)
+            self.test_dataset = self._subset(test, h.num_test, 2)
+        else:
+            root = Path(h.root)
+            self.train_dataset = self._subset(
+                ImageFolderDataset(root / "train", self.classes, self._transform(True)),
+                h.num_train,
+                0,
+            )
+            self.val_dataset = self._subset(
+                ImageFolderDataset(root / "val", self.classes, self._transform(False)), h.num_val, 1
+            )
+            test_root = root / "test" if (root / "test").is_dir() else root / "val"
+            self.test_dataset = self._subset(
+                ImageFolderDataset(test_root, self.classes, self._transform(False)), h.num_test, 2
+            )
+
+    # ---- loaders -----------------------------------------------------------------------------
+
+    def _loader(self, ds: Dataset | None, train: bool) -> DataLoader:
+        if ds is None:
+            raise RuntimeError("call setup() before asking for a dataloader")
+        h = self.hparams
+        workers = h.num_workers
+        pin = torch.cuda.is_available() if h.pin_memory is None else h.pin_memory
+        if train:
+            # the main-process copy of the pipeline (num_workers=0) follows the torch seed too
+            seed_transform(getattr(ds, "transform", None), int(torch.randint(2**31, ()).item()))
+        return DataLoader(
+            ds,
+            batch_size=h.batch_size,
+            shuffle=train,
+            num_workers=workers,
+            pin_memory=pin,
+            drop_last=train and h.drop_last,
+            worker_init_fn=seed_worker,
+            persistent_workers=workers > 0,
+            multiprocessing_context="fork" if workers > 0 and os.name == "posix" else None,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        if self.device_aug is not None:
+            seed = int(torch.randint(2**31, ()).item())
+            self._device_gen = torch.Generator().manual_seed(seed)
+            self._device_seed = seed
+        return self._loader(self.train_dataset, True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self.val_dataset, False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader(self.test_dataset, False)
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Device augmentation (``device_augment``): uint8 training batches become augmented,
+        normalised float batches on the accelerator; everything else passes through."""
+        if self.device_aug is None:
+            return batch
+        x, y = batch
+        if x.dtype != torch.uint8:
+            return batch
+        gen = self._device_gen
+        if gen is None or gen.device != x.device:
+            seed = getattr(self, "_device_seed", 0)
+            gen = self._device_gen = torch.Generator(device=x.device).manual_seed(seed)
+        trainer = getattr(self, "_trainer", None)
+        train = trainer.training if trainer is not None else True
+        return self.device_aug(x, train=train, generator=gen), y

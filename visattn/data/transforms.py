@@ -1,0 +1,207 @@
+"""Augmentation pipelines (albumentations 2.0) and the on-device CIFAR augmentation.
+
+Presets (``augment`` in the data config):
+
+* ``"cifar"`` - He et al. (CVPR 2016, Sec. 4.2): pad 4 pixels with zeros, random 32x32 crop,
+  horizontal flip with p=0.5, normalise with the dataset's mean/std.
+* ``"imagenet"`` - Szegedy et al. / torchvision reference: RandomResizedCrop(scale 0.08-1,
+  ratio 3/4-4/3), horizontal flip; validation resizes the shorter side to ``size / 0.875`` and
+  centre-crops ``size``.
+* ``"flip"`` - horizontal flip only (keeps geometry otherwise; the default for ``shapes``).
+* ``"none"`` - normalisation only.
+
+Extras, valid with any preset: ``cutout`` (DeVries & Taylor, arXiv 2017: one ``cutout x cutout``
+square set to zero after normalisation, p=1) and ``color_jitter`` (brightness, contrast and
+saturation factors in ``[1 - s, 1 + s]``, p=0.8).
+
+albumentations 2.0 ``Compose`` keeps its own random generator, independent of numpy, random and
+torch seeds; DataLoader workers are forked with copies of it, so every worker (and every epoch,
+with non-persistent workers) would replay the same augmentations. :func:`seed_worker` reseeds it
+from ``torch.initial_seed()``, which the DataLoader makes distinct per worker and per epoch.
+"""
+
+from __future__ import annotations
+
+import random
+
+import albumentations as A
+import cv2
+import numpy as np
+import torch
+from torch.utils.data import get_worker_info
+
+__all__ = [
+    "AUGMENTS",
+    "DeviceAugment",
+    "build_transforms",
+    "seed_transform",
+    "seed_worker",
+]
+
+AUGMENTS = ("cifar", "imagenet", "flip", "none")
+
+
+def _extras(cutout: int, color_jitter: float) -> tuple[list, list]:
+    """(before-normalise, after-normalise) extra transforms."""
+    before, after = [], []
+    if color_jitter:
+        s = float(color_jitter)
+        before.append(
+            A.ColorJitter(
+                brightness=(1 - s, 1 + s),
+                contrast=(1 - s, 1 + s),
+                saturation=(1 - s, 1 + s),
+                hue=(0, 0),
+                p=0.8,
+            )
+        )
+    if cutout:
+        after.append(
+            A.CoarseDropout(
+                num_holes_range=(1, 1),
+                hole_height_range=(cutout, cutout),
+                hole_width_range=(cutout, cutout),
+                fill=0,
+                p=1.0,
+            )
+        )
+    return before, after
+
+
+def build_transforms(
+    augment: str,
+    *,
+    image_size: int,
+    mean: tuple[float, float, float],
+    std: tuple[float, float, float],
+    train: bool,
+    resize_eval: bool = False,
+    cutout: int = 0,
+    color_jitter: float = 0.0,
+) -> A.Compose:
+    """The albumentations pipeline for one split; outputs a float ``(3, S, S)`` tensor.
+
+    Args:
+        augment: a preset in :data:`AUGMENTS`.
+        image_size: output side ``S``.
+        mean, std: per-channel statistics of ``[0, 1]`` pixels.
+        train: the training pipeline (random) or the evaluation one (deterministic).
+        resize_eval: evaluation resizes (shorter side ``S / 0.875``) and centre-crops; for
+            datasets whose images are not already ``S x S`` (ImageFolder).
+        cutout: side of the cutout square in pixels (0 = off), training only.
+        color_jitter: strength ``s`` of colour jitter (0 = off), training only.
+    """
+    if augment not in AUGMENTS:
+        raise ValueError(f"unknown augment {augment!r}; choose from {list(AUGMENTS)}")
+    if cutout < 0 or color_jitter < 0:
+        raise ValueError(f"cutout and color_jitter must be >= 0, got {cutout}, {color_jitter}")
+    normalize = [A.Normalize(mean=mean, std=std, max_pixel_value=255.0), A.ToTensorV2()]
+    size = image_size
+    if resize_eval:
+        evaluation = [A.SmallestMaxSize(max_size=round(size / 0.875)), A.CenterCrop(size, size)]
+    else:
+        evaluation = []
+    if not train:
+        return A.Compose([*evaluation, A.Normalize(mean=mean, std=std), A.ToTensorV2()])
+    if augment == "cifar":
+        geometric = [
+            A.PadIfNeeded(size + 8, size + 8, border_mode=cv2.BORDER_CONSTANT, fill=0),
+            A.RandomCrop(size, size),
+            A.HorizontalFlip(p=0.5),
+        ]
+    elif augment == "imagenet":
+        geometric = [A.RandomResizedCrop(size=(size, size)), A.HorizontalFlip(p=0.5)]
+    elif augment == "flip":
+        geometric = [*evaluation, A.HorizontalFlip(p=0.5)]
+    else:
+        geometric = list(evaluation)
+    before, after = _extras(cutout, color_jitter)
+    return A.Compose([*geometric, *before, normalize[0], *after, normalize[1]])
+
+
+def seed_transform(transform: object, seed: int) -> None:
+    """Reseed an albumentations pipeline (no-op for None or non-albumentations callables)."""
+    setter = getattr(transform, "set_random_seed", None)
+    if setter is not None:
+        setter(seed % 2**32)
+
+
+def seed_worker(worker_id: int) -> None:
+    """DataLoader ``worker_init_fn``: one OpenCV thread, and distinct seeds for numpy, random and
+    the dataset's albumentations pipeline, derived from ``torch.initial_seed()`` (which the
+    DataLoader sets to ``base_seed + worker_id``, ``base_seed`` drawn anew for every epoch's
+    iterator from the generator seeded by ``seed_everything``)."""
+    cv2.setNumThreads(1)
+    seed = torch.initial_seed() % 2**32
+    np.random.seed(seed)
+    random.seed(seed)
+    info = get_worker_info()
+    if info is not None:
+        seed_transform(getattr(info.dataset, "transform", None), seed)
+
+
+class DeviceAugment:
+    """CIFAR's standard augmentation on a batch already on the accelerator.
+
+    ``x`` uint8 ``(N, 3, H, W)`` -> float ``(N, 3, H, W)``: (train) zero-pad ``pad`` pixels, take
+    a random ``H x W`` crop per image, flip half of the images horizontally, optionally cut out one
+    ``cutout`` square; then normalise. All per-image choices are drawn at once, and the crop is a
+    single gather, so the cost is a few kernels per batch regardless of ``N``.
+
+    Args:
+        mean, std: per-channel statistics of ``[0, 1]`` pixels.
+        pad: padding of the random crop (He et al.: 4).
+        cutout: side of the cutout square (0 = off), applied after normalisation as in DeVries &
+            Taylor (square centre uniform over the image, clipped at the border).
+    """
+
+    def __init__(
+        self,
+        mean: tuple[float, float, float],
+        std: tuple[float, float, float],
+        *,
+        pad: int = 4,
+        cutout: int = 0,
+    ) -> None:
+        self.mean = torch.tensor(mean, dtype=torch.float32).view(1, 3, 1, 1)
+        self.std = torch.tensor(std, dtype=torch.float32).view(1, 3, 1, 1)
+        self.pad = pad
+        self.cutout = cutout
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        mean, std = self.mean.to(x.device), self.std.to(x.device)
+        return (x.float() / 255.0 - mean) / std
+
+    def __call__(
+        self, x: torch.Tensor, *, train: bool, generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        if x.dtype != torch.uint8 or x.ndim != 4:
+            raise ValueError(
+                f"DeviceAugment expects a uint8 (N, C, H, W) batch, got {x.dtype} {tuple(x.shape)}"
+            )
+        if not train:
+            return self.normalize(x)
+        n, _, h, w = x.shape
+        dev = x.device
+
+        def rand_int(high: int) -> torch.Tensor:
+            return torch.randint(0, high, (n,), device=dev, generator=generator)
+
+        p = self.pad
+        xp = torch.nn.functional.pad(x, (p, p, p, p)) if p else x
+        oy, ox = rand_int(2 * p + 1), rand_int(2 * p + 1)
+        flip = rand_int(2).bool()
+        rows = oy[:, None] + torch.arange(h, device=dev)  # (N, H)
+        cols = torch.arange(w, device=dev).expand(n, w)
+        cols = torch.where(flip[:, None], cols.flip(1), cols) + ox[:, None]  # (N, W)
+        batch = torch.arange(n, device=dev)[:, None, None]
+        out = xp.permute(0, 2, 3, 1)[batch, rows[:, :, None], cols[:, None, :]]  # (N, H, W, C)
+        out = self.normalize(out.permute(0, 3, 1, 2))
+        if self.cutout:
+            y0 = rand_int(h)[:, None, None] - self.cutout // 2
+            x0 = rand_int(w)[:, None, None] - self.cutout // 2
+            ys = torch.arange(h, device=dev)[None, :, None]
+            xs = torch.arange(w, device=dev)[None, None, :]
+            hole = (ys >= y0) & (ys < y0 + self.cutout) & (xs >= x0) & (xs < x0 + self.cutout)
+            out = out.masked_fill(hole[:, None], 0.0)
+        return out.contiguous()

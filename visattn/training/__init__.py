@@ -1,0 +1,17 @@
+"""Training: the LightningModule, the LightningCLI of ``train_cls.py`` and its callbacks."""
+
+from .callbacks import EpochMetricsCSV, RunSummary, read_metrics_csv
+from .cli import VisattnCLI, cli_main, run
+from .module import ClassificationModule, NonFiniteLossError, lr_factor
+
+__all__ = [
+    "ClassificationModule",
+    "EpochMetricsCSV",
+    "NonFiniteLossError",
+    "RunSummary",
+    "VisattnCLI",
+    "cli_main",
+    "lr_factor",
+    "read_metrics_csv",
+    "run",
+]

@@ -1,0 +1,197 @@
+"""Callbacks of every visattn run: the epoch-level ``metrics.csv`` and the closing summary."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.utilities import rank_zero_only
+
+from ..profile import count_macs, count_params
+
+__all__ = ["EpochMetricsCSV", "RunSummary", "read_metrics_csv"]
+
+#: columns always present in metrics.csv, in this order (others are appended sorted).
+COLUMNS = ("epoch", "step", "lr", "train/loss", "train/acc", "val/loss", "val/acc", "val/acc5")
+
+
+def read_metrics_csv(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a metrics.csv as dicts: ``epoch``/``step`` ints, other cells floats or None."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    out = []
+    for row in rows:
+        parsed: dict[str, Any] = {}
+        for key, value in row.items():
+            if value in ("", None):
+                parsed[key] = None
+            elif key in ("epoch", "step"):
+                parsed[key] = int(value)
+            else:
+                parsed[key] = float(value)
+        out.append(parsed)
+    return out
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+class EpochMetricsCSV(Callback):
+    """One row per training epoch in ``<log_dir>/metrics.csv``.
+
+    Columns: ``epoch``, ``step`` (optimizer steps so far), ``lr`` (at the epoch's start), the
+    epoch means of ``train/*`` and the ``val/*`` metrics of that epoch (empty if validation did
+    not run). No timing columns, so a seeded CPU run is reproducible file for file.
+
+    The file is rewritten atomically (temporary file + ``os.replace``) after every epoch. When a
+    run resumes (``--ckpt_path``), rows of epochs before the restored epoch are kept and later
+    ones dropped, so the file stays one continuous row per epoch.
+    """
+
+    def __init__(self, filename: str = "metrics.csv") -> None:
+        self.filename = filename
+        self.rows: list[dict[str, Any]] = []
+        self.path: Path | None = None
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        log_dir = trainer.log_dir or trainer.default_root_dir
+        self.path = Path(log_dir) / self.filename
+        self.rows = []
+        if self.path.is_file():
+            start = trainer.current_epoch
+            self.rows = [r for r in read_metrics_csv(self.path) if r["epoch"] < start]
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking or self.path is None:
+            return
+        row: dict[str, Any] = {"epoch": trainer.current_epoch, "step": trainer.global_step}
+        for key, value in trainer.callback_metrics.items():
+            # epoch-level metrics only: "split/name" keys and lr (not the progress-bar "loss")
+            if key.startswith("test/") or ("/" not in key and key != "lr"):
+                continue
+            if isinstance(value, torch.Tensor):
+                if value.numel() != 1:
+                    continue
+                value = value.item()
+            row[key] = float(value)
+        self.rows = [r for r in self.rows if r["epoch"] < row["epoch"]] + [row]
+        self._write()
+
+    @rank_zero_only
+    def _write(self) -> None:
+        assert self.path is not None
+        keys = {k for r in self.rows for k in r}
+        columns = [c for c in COLUMNS if c in keys or c in ("train/loss", "val/loss", "val/acc")]
+        columns += sorted(keys - set(columns))
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+        writer.writeheader()
+        for r in self.rows:
+            writer.writerow({k: ("" if r.get(k) is None else _fmt(r[k])) for k in columns})
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomic(self.path, buf.getvalue())
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else str(value)
+    return str(value)
+
+
+def _human(n: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f}{unit}"
+    return f"{n:.0f}"
+
+
+class RunSummary(Callback):
+    """Measures wall time and, at the end of ``fit``/``test``, prints one summary line and keeps
+    it as :attr:`summary` (a dict, the return value of ``visattn.training.cli.run``).
+
+    ``params`` counts ``pl_module.net``; ``macs`` are multiply-accumulates of one forward pass
+    per image at the data module's image shape (``visattn.profile.count_macs``).
+    """
+
+    def __init__(self) -> None:
+        self.summary: dict[str, Any] = {}
+        self._t0: float | None = None
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._t0 = time.perf_counter()
+
+    def _profile(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule
+    ) -> tuple[int, int, tuple]:
+        net = getattr(pl_module, "net", pl_module)
+        dm = trainer.datamodule
+        shape = tuple(getattr(dm, "image_shape", None) or net.default_input_size)
+        return count_params(net), int(count_macs(net, (1, *shape))), shape
+
+    def _finish(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        wall = time.perf_counter() - (self._t0 or time.perf_counter())
+        params, macs, shape = self._profile(trainer, pl_module)
+        metrics_cb = next((c for c in trainer.callbacks if isinstance(c, EpochMetricsCSV)), None)
+        ckpt = (
+            trainer.checkpoint_callback
+            if isinstance(trainer.checkpoint_callback, ModelCheckpoint)
+            else None
+        )
+        rows = metrics_cb.rows if metrics_cb is not None else []
+        vals = [(r["val/acc"], r["epoch"]) for r in rows if r.get("val/acc") is not None]
+        best = max(vals, key=lambda v: v[0]) if vals else None
+        test_acc = trainer.callback_metrics.get("test/acc") if stage == "test" else None
+        metrics_csv = metrics_cb.path if metrics_cb is not None and metrics_cb.path else None
+        self.summary = {
+            "log_dir": str(trainer.log_dir),
+            "metrics_csv": str(metrics_csv)
+            if metrics_csv is not None and metrics_csv.is_file()
+            else None,
+            "best_val_acc": best[0] if best else None,
+            "best_epoch": best[1] if best else None,
+            "last_val_acc": vals[-1][0] if vals else None,
+            "test_acc": float(test_acc) if test_acc is not None else None,
+            "params": params,
+            "macs": macs,
+            "wall_s": wall,
+            "best_ckpt": (ckpt.best_model_path or None) if ckpt else None,
+            "last_ckpt": (ckpt.last_model_path or None) if ckpt else None,
+            "epochs": len(rows) if stage == "fit" else 0,
+        }
+        self._print(stage, shape)
+
+    @rank_zero_only
+    def _print(self, stage: str, shape: tuple) -> None:
+        s = self.summary
+        if stage == "fit":
+            acc = (
+                "n/a"
+                if s["best_val_acc"] is None
+                else f"{s['best_val_acc']:.4f} (epoch {s['best_epoch']})"
+            )
+            head = f"best val/acc {acc}"
+        else:
+            head = f"test/acc {s['test_acc']:.4f}" if s["test_acc"] is not None else "test/acc n/a"
+        print(
+            f"visattn {stage}: {head} | params {_human(s['params'])} ({s['params']:,}) | "
+            f"MACs {_human(s['macs'])} per image at {'x'.join(map(str, shape))} | "
+            f"wall {s['wall_s']:.1f} s | log_dir {s['log_dir']}",
+            flush=True,
+        )
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._finish(trainer, pl_module, "fit")
+
+    def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._finish(trainer, pl_module, "test")

@@ -1,0 +1,189 @@
+"""``train_cls.py``'s command line: a ``LightningCLI`` over ``ClassificationModule`` and
+``VisattnDataModule``, plus :func:`run` to execute one subcommand in-process.
+
+What the CLI adds to plain LightningCLI:
+
+* ``data.num_classes`` is linked into ``model.num_classes`` (written once, by the data).
+* ``checkpoint.*``: a ModelCheckpoint keeping the best ``val/acc`` and ``last.ckpt``.
+* Every run writes ``metrics.csv`` (one row per epoch) and prints one summary line
+  (``EpochMetricsCSV``, ``RunSummary``); the resolved config goes to ``config.yaml``.
+* The default logger is TensorBoard in ``<default_root_dir>/lightning_logs/version_N``;
+  ``--ckpt_path last`` resumes the newest ``version_N`` that has ``checkpoints/last.ckpt``, in
+  the same directory (so its metrics.csv continues), or fails saying where it looked.
+* ``seed_everything`` defaults to 0 (reproducible unless asked otherwise).
+* A config file may start with ``_base_: [piece.yaml, ...]`` (paths relative to the file), as
+  in mmpretrain: the pieces are applied first, in order, then the file itself, exactly as if
+  each had been given with its own ``--config`` (later values win; dicts such as
+  ``model.attention`` are replaced, not merged).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from jsonargparse import Namespace
+from lightning.pytorch import Trainer
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+
+from ..data.datamodule import VisattnDataModule
+from .callbacks import EpochMetricsCSV, RunSummary
+from .module import ClassificationModule
+
+__all__ = ["VisattnCLI", "cli_main", "run"]
+
+_TB = "lightning.pytorch.loggers.TensorBoardLogger"
+
+
+def _find_last(save_dir: Path, name: str) -> tuple[int, Path] | None:
+    """Newest ``save_dir/name/version_N/checkpoints/last.ckpt``."""
+    found = []
+    for ckpt in (save_dir / name).glob("version_*/checkpoints/last.ckpt"):
+        m = re.fullmatch(r"version_(\d+)", ckpt.parent.parent.name)
+        if m:
+            found.append((int(m.group(1)), ckpt))
+    return max(found) if found else None
+
+
+def _expand_config(path: str, seen: tuple[str, ...] = ()) -> list[str]:
+    """``--config`` values for ``path``: its ``_base_`` pieces (recursively) then the file's own
+    content (as a YAML string when ``_base_`` had to be removed)."""
+    file = Path(path)
+    if not file.is_file():
+        return [path]  # a YAML string or a missing file: jsonargparse reports it
+    key = str(file.resolve())
+    if key in seen:
+        raise ValueError(f"config {path}: _base_ cycle through {' -> '.join(seen)}")
+    content = yaml.safe_load(file.read_text()) or {}
+    if not isinstance(content, dict) or "_base_" not in content:
+        return [path]
+    bases = content.pop("_base_")
+    bases = [bases] if isinstance(bases, str) else list(bases or [])
+    out: list[str] = []
+    for base in bases:
+        base_path = file.parent / base
+        if not base_path.is_file():
+            raise FileNotFoundError(f"config {path}: _base_ entry {base!r} not found ({base_path})")
+        out += _expand_config(str(base_path), (*seen, key))
+    if content:
+        out.append(yaml.safe_dump(content, sort_keys=False))
+    return out
+
+
+def expand_config_args(args: list[str]) -> list[str]:
+    """Replace every ``--config FILE`` whose file has ``_base_`` by one ``--config`` per piece."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--config" and i + 1 < len(args):
+            value, i = args[i + 1], i + 2
+        elif arg.startswith("--config="):
+            value, i = arg.split("=", 1)[1], i + 1
+        else:
+            out.append(arg)
+            i += 1
+            continue
+        for item in _expand_config(value):
+            out += ["--config", item]
+    return out
+
+
+class VisattnCLI(LightningCLI):
+    """LightningCLI for visattn (see the module docstring)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("save_config_kwargs", {"overwrite": True})
+        kwargs.setdefault("seed_everything_default", 0)
+        kwargs.setdefault("auto_configure_optimizers", False)  # the module's options own them
+        super().__init__(ClassificationModule, VisattnDataModule, *args, **kwargs)
+
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        if isinstance(args, (dict, Namespace)):
+            self.config = parser.parse_object(args)
+            return
+        argv = list(sys.argv[1:] if args is None else args)
+        self.config = parser.parse_args(expand_config_args(argv))
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.link_arguments("data.num_classes", "model.num_classes", apply_on="instantiate")
+        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.set_defaults(
+            {
+                "checkpoint.monitor": "val/acc",
+                "checkpoint.mode": "max",
+                "checkpoint.save_last": True,
+                "checkpoint.filename": "best-epoch{epoch:03d}",
+                "checkpoint.auto_insert_metric_name": False,
+            }
+        )
+
+    def before_instantiate_classes(self) -> None:
+        cfg = self.config[self.subcommand] if self.subcommand else self.config
+        trainer = cfg.trainer
+        if trainer.get("logger") not in (None, True):
+            return  # a user-chosen logger: Lightning's own behaviour
+        save_dir = Path(trainer.get("default_root_dir") or ".")
+        version = None
+        if cfg.get("ckpt_path") == "last" and self.subcommand == "fit":
+            last = _find_last(save_dir, "lightning_logs")
+            if last is None:
+                raise FileNotFoundError(
+                    f"--ckpt_path last: no checkpoint found under {save_dir / 'lightning_logs'}"
+                    "/version_*/checkpoints/last.ckpt; pass the --trainer.default_root_dir of the "
+                    "run to resume, or a checkpoint path, or drop --ckpt_path to start afresh"
+                )
+            version, path = last
+            cfg.ckpt_path = str(path)
+        trainer.logger = Namespace(
+            class_path=_TB,
+            init_args=Namespace(save_dir=str(save_dir), name="lightning_logs", version=version),
+        )
+
+    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Callback]) -> Trainer:
+        if config.get("fast_dev_run"):
+            # a smoke test writes nothing (Lightning would still save last.ckpt into the cwd)
+            callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
+            return super()._instantiate_trainer(config, [*callbacks, RunSummary()])
+        callbacks = [*callbacks, EpochMetricsCSV(), RunSummary()]
+        return super()._instantiate_trainer(config, callbacks)
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """The run's summary (see :func:`run`)."""
+        cb = next(c for c in self.trainer.callbacks if isinstance(c, RunSummary))
+        return cb.summary
+
+
+def cli_main(args: list[str] | None = None) -> VisattnCLI:
+    """Entry point of ``train_cls.py`` (``args=None`` reads ``sys.argv``)."""
+    return VisattnCLI(args=args)
+
+
+def run(args: list[str]) -> dict[str, Any]:
+    """Run one subcommand in-process, exactly as ``python train_cls.py <args>`` would.
+
+    Example: ``run(["fit", "--config", "configs/quickstart.yaml", "--trainer.max_epochs=2",
+    "--trainer.default_root_dir=DIR", '--model.attention={"name": "se"}'])``.
+
+    Returns:
+        ``log_dir``, ``metrics_csv`` (None when no epoch ran, e.g. ``test``), ``best_val_acc``,
+        ``best_epoch``, ``last_val_acc``, ``test_acc`` (``test`` only), ``params``, ``macs`` (per
+        image at the data's image size), ``wall_s``, ``best_ckpt``, ``last_ckpt``, ``epochs``
+        (completed, counting those before a resume).
+
+    Raises:
+        Errors propagate: argument errors as ``jsonargparse.ArgumentError`` (no ``SystemExit``),
+        training errors as raised (e.g. ``NonFiniteLossError``).
+    """
+    if not args or args[0] not in ("fit", "test"):
+        raise ValueError(f"run() needs the subcommand 'fit' or 'test' first; got {args!r}")
+    cli = VisattnCLI(args=list(args), parser_kwargs={"exit_on_error": False})
+    summary = dict(cli.summary)
+    if not summary:
+        raise RuntimeError(f"subcommand {args[0]!r} produced no summary")
+    return summary

@@ -1,0 +1,286 @@
+"""``ClassificationModule``: loss, metrics, optimizer and schedule around a visattn model."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+import torch.nn.functional as F
+import yaml
+from torchmetrics.classification import MulticlassAccuracy
+
+import visattn
+
+__all__ = ["ClassificationModule", "NonFiniteLossError", "lr_factor"]
+
+OPTIMIZERS = ("sgd", "adamw")
+SCHEDULES = ("multistep", "cosine", "constant")
+
+
+class NonFiniteLossError(FloatingPointError):
+    """The training loss became NaN or infinite."""
+
+
+def lr_factor(
+    epoch: float,
+    *,
+    schedule: str,
+    max_epochs: float,
+    milestones: list[int] | tuple[int, ...] = (),
+    gamma: float = 0.1,
+    warmup_epochs: float = 0.0,
+    warmup_start: float = 0.01,
+    min_lr_ratio: float = 0.0,
+) -> float:
+    """Learning-rate multiplier at (fractional) ``epoch``.
+
+    * warm-up: for ``epoch < warmup_epochs`` a linear ramp from ``warmup_start`` to 1
+      (Goyal et al., "Accurate, Large Minibatch SGD", 2017);
+    * ``multistep``: ``gamma ** (number of milestones <= epoch)`` (He et al., CVPR 2016);
+    * ``cosine``: ``min + (1 - min) * (1 + cos(pi * t)) / 2`` with ``t`` the fraction of the
+      epochs after warm-up (Loshchilov & Hutter, SGDR, ICLR 2017, without restarts);
+    * ``constant``: 1.
+    """
+    if warmup_epochs > 0 and epoch < warmup_epochs:
+        return warmup_start + (1.0 - warmup_start) * epoch / warmup_epochs
+    if schedule == "multistep":
+        return gamma ** sum(epoch >= m for m in milestones)
+    if schedule == "cosine":
+        span = max(max_epochs - warmup_epochs, 1e-8)
+        t = min(max((epoch - warmup_epochs) / span, 0.0), 1.0)
+        return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * t))
+    return 1.0
+
+
+def _coerce(value: Any) -> Any:
+    """CLI overrides such as ``--model.attention.args.reduction 8`` arrive as strings inside a
+    dict; read such leaves as YAML scalars (``"8"`` -> 8, ``"true"`` -> True)."""
+    if isinstance(value, dict):
+        return {k: _coerce(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_coerce(v) for v in value]
+    if isinstance(value, str):
+        parsed = yaml.safe_load(value) if value else value
+        return parsed if isinstance(parsed, (int, float, bool)) or parsed is None else value
+    return value
+
+
+class ClassificationModule(pl.LightningModule):
+    """Image classification with a ``visattn.create_model`` network in ``self.net``.
+
+    Loss: cross-entropy with label smoothing ``label_smoothing`` (Szegedy et al., CVPR 2016).
+    Metrics: top-1/top-5 accuracy (torchmetrics, one object per split; top-5 becomes top-k with
+    ``k = min(5, num_classes)``), logged as ``train/loss``, ``train/acc``, ``val/loss``,
+    ``val/acc``, ``val/acc5``, ``test/loss``, ``test/acc``, ``test/acc5`` (epoch means) and
+    ``lr``.
+
+    The learning rate follows :func:`lr_factor` evaluated per optimizer step at the fractional
+    epoch ``step / steps_per_epoch`` (``lr_interval="step"``, smooth warm-up and cosine) or at the
+    integer epoch (``"epoch"``: constant within an epoch, as torch's MultiStepLR). Multi-step
+    milestones fall on epoch boundaries either way.
+
+    Args:
+        model: a name from ``visattn.list_models()``.
+        num_classes: output classes (linked from ``data.num_classes`` by the CLI).
+        attention: a placement or list of placements (see API.md), or None.
+        model_kwargs: extra keyword arguments for ``visattn.create_model``.
+        channels_last: run the network in channels-last memory format.
+        compile: wrap the network's forward in ``torch.compile`` (``self.net`` stays the plain
+            module, so checkpoints hold ``net.*`` keys).
+        optimizer: ``"sgd"`` or ``"adamw"``.
+        lr, momentum, nesterov, weight_decay, betas: optimizer settings (momentum/nesterov for
+            SGD, betas for AdamW).
+        no_weight_decay_norm_bias: no weight decay for 1-d parameters (norm scales/shifts,
+            biases).
+        schedule: ``"multistep"``, ``"cosine"`` or ``"constant"``.
+        milestones, gamma: multi-step epochs and factor.
+        warmup_epochs, warmup_start: linear warm-up length (epochs, may be fractional) and
+            starting factor.
+        min_lr_ratio: cosine's final learning rate as a fraction of ``lr``.
+        lr_interval: ``"step"`` or ``"epoch"`` (see above).
+        label_smoothing: in ``[0, 1)``.
+        check_finite_every: check the loss for NaN/inf every this many steps (1 = every step;
+            larger values avoid a host sync per step on accelerators and report the first bad
+            step late).
+    """
+
+    def __init__(
+        self,
+        model: str = "resnet20_cifar",
+        num_classes: int = 10,
+        attention: dict | list | None = None,
+        model_kwargs: dict | None = None,
+        channels_last: bool = False,
+        compile: bool = False,
+        optimizer: str = "sgd",
+        lr: float = 0.1,
+        momentum: float = 0.9,
+        nesterov: bool = False,
+        weight_decay: float = 1e-4,
+        betas: tuple[float, float] = (0.9, 0.999),
+        no_weight_decay_norm_bias: bool = False,
+        schedule: str = "multistep",
+        milestones: list[int] | None = None,
+        gamma: float = 0.1,
+        warmup_epochs: float = 0.0,
+        warmup_start: float = 0.01,
+        min_lr_ratio: float = 0.0,
+        lr_interval: str = "step",
+        label_smoothing: float = 0.0,
+        check_finite_every: int = 1,
+    ) -> None:
+        super().__init__()
+        if optimizer not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {optimizer!r}; choose from {list(OPTIMIZERS)}")
+        if schedule not in SCHEDULES:
+            raise ValueError(f"unknown schedule {schedule!r}; choose from {list(SCHEDULES)}")
+        if lr_interval not in ("step", "epoch"):
+            raise ValueError(f"lr_interval must be 'step' or 'epoch', got {lr_interval!r}")
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
+        if check_finite_every < 1:
+            raise ValueError(f"check_finite_every must be >= 1, got {check_finite_every}")
+        attention = _coerce(attention)
+        self.save_hyperparameters()
+        self.net = visattn.create_model(
+            model, num_classes=num_classes, attention=attention, **(model_kwargs or {})
+        )
+        if channels_last:
+            self.net = self.net.to(memory_format=torch.channels_last)
+        # kept out of the module tree so state_dict holds only ``net.*``
+        self.__dict__["_forward_net"] = torch.compile(self.net) if compile else self.net
+        k = min(5, num_classes)
+        self.train_acc = MulticlassAccuracy(num_classes, top_k=1, average="micro")
+        self.val_acc = MulticlassAccuracy(num_classes, top_k=1, average="micro")
+        self.val_acc5 = MulticlassAccuracy(num_classes, top_k=k, average="micro")
+        self.test_acc = MulticlassAccuracy(num_classes, top_k=1, average="micro")
+        self.test_acc5 = MulticlassAccuracy(num_classes, top_k=k, average="micro")
+        self._bad_step: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.hparams.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return self._forward_net(x)
+
+    # ---- steps -------------------------------------------------------------------------------
+
+    def _loss(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(logits, y, label_smoothing=self.hparams.label_smoothing)
+
+    def training_step(
+        self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int
+    ) -> torch.Tensor:
+        x, y = batch
+        logits = self(x)
+        loss = self._loss(logits, y)
+        self._check_finite(loss, batch_idx)
+        self.train_acc(logits, y)
+        self.log("train/loss", loss, on_step=False, on_epoch=True, sync_dist=True)
+        self.log("train/acc", self.train_acc, on_step=False, on_epoch=True)
+        self.log("loss", loss, on_step=True, on_epoch=False, prog_bar=True, logger=False)
+        return loss
+
+    def _check_finite(self, loss: torch.Tensor, batch_idx: int) -> None:
+        """Stop at a NaN/inf loss. On-device bookkeeping of the first bad step; the host reads
+        it every ``check_finite_every`` steps (every step by default)."""
+        step = self.global_step
+        bad = ~torch.isfinite(loss.detach())
+        if self._bad_step is None or self._bad_step.device != loss.device:
+            self._bad_step = torch.full((), -1, dtype=torch.long, device=loss.device)
+        first = torch.where(
+            bad & (self._bad_step < 0), torch.tensor(step, device=loss.device), self._bad_step
+        )
+        self._bad_step = first
+        if (batch_idx + 1) % self.hparams.check_finite_every and not self.trainer.is_last_batch:
+            return
+        bad_step = int(first.item())
+        if bad_step >= 0:
+            raise NonFiniteLossError(
+                f"training loss became non-finite (nan/inf) at optimizer step {bad_step} "
+                f"(epoch {self.current_epoch}). Try a lower learning rate (--model.lr), "
+                "gradient clipping (--trainer.gradient_clip_val 1.0), or full precision "
+                "(--trainer.precision 32-true); check the data for NaNs."
+            )
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        x, y = batch
+        logits = self(x)
+        self.val_acc(logits, y)
+        self.val_acc5(logits, y)
+        self.log("val/loss", self._loss(logits, y), on_epoch=True, sync_dist=True)
+        self.log("val/acc", self.val_acc, on_epoch=True, prog_bar=True)
+        self.log("val/acc5", self.val_acc5, on_epoch=True)
+
+    def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        x, y = batch
+        logits = self(x)
+        self.test_acc(logits, y)
+        self.test_acc5(logits, y)
+        self.log("test/loss", self._loss(logits, y), on_epoch=True, sync_dist=True)
+        self.log("test/acc", self.test_acc, on_epoch=True, prog_bar=True)
+        self.log("test/acc5", self.test_acc5, on_epoch=True)
+
+    def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x = batch[0] if isinstance(batch, (tuple, list)) else batch
+        return self(x).softmax(-1)
+
+    def on_train_epoch_start(self) -> None:
+        self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"], on_epoch=True)
+
+    # ---- optimisation ------------------------------------------------------------------------
+
+    def _param_groups(self) -> list[dict[str, Any]]:
+        h = self.hparams
+        params = [p for p in self.net.parameters() if p.requires_grad]
+        if not h.no_weight_decay_norm_bias:
+            return [{"params": params, "weight_decay": h.weight_decay}]
+        decay = [p for p in params if p.ndim > 1]
+        no_decay = [p for p in params if p.ndim <= 1]
+        return [
+            {"params": decay, "weight_decay": h.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ]
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        h = self.hparams
+        groups = self._param_groups()
+        if h.optimizer == "sgd":
+            opt = torch.optim.SGD(groups, lr=h.lr, momentum=h.momentum, nesterov=h.nesterov)
+        else:
+            opt = torch.optim.AdamW(groups, lr=h.lr, betas=tuple(h.betas))
+        max_epochs = self.trainer.max_epochs
+        if h.schedule == "cosine" and (max_epochs is None or max_epochs < 1):
+            raise ValueError("schedule 'cosine' needs --trainer.max_epochs (its length in epochs)")
+        steps_per_epoch = self._steps_per_epoch()
+        kwargs = dict(
+            schedule=h.schedule,
+            max_epochs=float(max_epochs or 0),
+            milestones=list(h.milestones or []),
+            gamma=h.gamma,
+            warmup_epochs=h.warmup_epochs,
+            warmup_start=h.warmup_start,
+            min_lr_ratio=h.min_lr_ratio,
+        )
+        if h.lr_interval == "step":
+
+            def fn(step: int) -> float:
+                return lr_factor(step / steps_per_epoch, **kwargs)
+
+        else:
+
+            def fn(epoch: int) -> float:
+                return lr_factor(float(epoch), **kwargs)
+
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, fn)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": h.lr_interval}}
+
+    def _steps_per_epoch(self) -> float:
+        """Optimizer steps per epoch (after ``limit_train_batches`` and accumulation)."""
+        trainer = self.trainer
+        _ = trainer.estimated_stepping_batches  # loads the train loader: num_training_batches
+        batches = trainer.num_training_batches
+        if not math.isfinite(batches) or batches < 1:
+            raise ValueError("the learning-rate schedule needs a train loader with a known length")
+        return float(math.ceil(batches / trainer.accumulate_grad_batches))
