@@ -1,0 +1,684 @@
+"""The ablation runner: sweep files, resume rules, failure recording, results.csv and report.md.
+
+Most tests replace the training call by a fake (the runner takes ``train_fn``) so that resume
+and bookkeeping are checked in milliseconds; ``test_tiny_real_sweep_*`` run real training on
+``shapes`` through ``visattn.training.cli.run``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import shutil
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from scipy import stats
+
+import visattn.ablate.runner as runner_mod
+from visattn.ablate import load_sweep, overrides_to_args, run_sweep
+from visattn.ablate.__main__ import main as ablate_main
+from visattn.ablate.results import atomic_write_text
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+REPO = Path(__file__).resolve().parents[1]
+PLOTS = ("acc_vs_params.png", "acc_vs_macs.png", "acc_vs_latency.png", "val_curves.png")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _write_sweep(tmp_path: Path, variants: list[dict], seeds=(0, 1), **extra: Any) -> Path:
+    base = tmp_path / "base.yaml"
+    base.write_text("trainer:\n  max_epochs: 1\n")
+    data = {
+        "name": "tiny",
+        "base": [str(base)],
+        "seeds": list(seeds),
+        "set": {"trainer.max_epochs": 3},
+        "variants": variants,
+        **extra,
+    }
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _arg(args: list[str], key: str) -> str | None:
+    for a in args:
+        if a.startswith(f"--{key}="):
+            return a.split("=", 1)[1]
+    return None
+
+
+class FakeTrainer:
+    """Stands in for visattn.training.cli.run: writes a metrics.csv and a checkpoint file, and
+    returns an accuracy that depends on the variant's attention and the seed."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def __call__(self, args: list[str]) -> dict[str, Any]:
+        self.calls.append(args)
+        attention = json.loads(_arg(args, "model.attention") or "null")
+        if attention and attention.get("args", {}).get("bogus"):
+            raise TypeError("block 'se': unknown option 'bogus'; valid options: reduction\nmore")
+        seed = int(_arg(args, "seed_everything"))
+        root = Path(_arg(args, "trainer.default_root_dir"))
+        log_dir = root / "lightning_logs" / "version_0"
+        (log_dir / "checkpoints").mkdir(parents=True)
+        base = 0.5 if attention is None else 0.6
+        accs = [base - 0.2 + 0.1 * e + 0.01 * seed for e in range(3)]
+        with open(log_dir / "metrics.csv", "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["epoch", "train/loss", "val/loss", "val/acc", "val/acc5"])
+            for e, a in enumerate(accs):
+                w.writerow([e, 1.0, 1.0, a, 1.0])
+        (log_dir / "checkpoints" / "last.ckpt").write_bytes(b"ckpt")
+        return {
+            "log_dir": str(log_dir),
+            "metrics_csv": str(log_dir / "metrics.csv"),
+            "best_val_acc": max(accs),
+            "last_val_acc": accs[-1],
+            "test_acc": None,
+            "params": 1000 if attention is None else 1100,
+            "macs": 5000 + (attention is not None),
+            "wall_s": 0.1,
+            "best_ckpt": None,
+            "last_ckpt": str(log_dir / "checkpoints/last.ckpt"),
+            "epochs": 3,
+        }
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakeTrainer:
+    def fake_evaluate(summary: dict, sweep: Any) -> dict:
+        return {
+            "model": "resnet20_cifar",
+            "attention": "null",
+            "latency_ms": 1.5,
+            "batch_latency_ms": 10.0,
+            "throughput": 3200.0,
+            "throughput_batch": 32,
+            "profile_device": "cpu",
+        }
+
+    monkeypatch.setattr(runner_mod, "evaluate_run", fake_evaluate)
+    return FakeTrainer()
+
+
+def _parse_report(text: str) -> dict[str, dict[str, str]]:
+    """The report's table as {variant: {header: cell}} (the ★/failed marks stripped from names)."""
+    lines = [ln for ln in text.splitlines() if ln.startswith("|")]
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    table = {}
+    for ln in lines[2:]:
+        cells = [c.strip() for c in ln.strip("|").split("|")]
+        if len(cells) != len(head):
+            break  # the failed-runs table
+        row = dict(zip(head, cells))
+        table[row["variant"].split(" ")[0]] = row
+    return table
+
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _check_report_against_csv(out: Path, baseline: str) -> None:
+    """Recompute mean, std and the Welch interval from results.csv and compare to report.md."""
+    rows = [r for r in _read_csv(out / "results.csv") if r["status"] == "ok"]
+    table = _parse_report((out / "report.md").read_text())
+    by_variant: dict[str, list[float]] = {}
+    for r in rows:
+        by_variant.setdefault(r["variant"], []).append(float(r["val/acc"]) * 100)
+    for v, accs in by_variant.items():
+        cell = table[v]["val/acc (%)"]
+        assert cell == f"{statistics.mean(accs):.2f} ± {statistics.stdev(accs):.2f}", v
+        assert table[v]["n"] == str(len(accs))
+        if v == baseline:
+            assert table[v]["Δ val/acc (pp) [95% CI]"] == "baseline"
+            continue
+        diff = statistics.mean(accs) - statistics.mean(by_variant[baseline])
+        if statistics.stdev(accs) == statistics.stdev(by_variant[baseline]) == 0:
+            low = high = diff  # no spread on either side: the interval is the point
+        else:
+            res = stats.ttest_ind(accs, by_variant[baseline], equal_var=False)
+            low, high = res.confidence_interval(0.95)
+        assert table[v]["Δ val/acc (pp) [95% CI]"] == f"{diff:+.2f} [{low:+.2f}, {high:+.2f}]"
+    best = max(by_variant, key=lambda v: statistics.mean(by_variant[v]))
+    starred = [ln for ln in (out / "report.md").read_text().splitlines() if "★" in ln]
+    assert any(ln.startswith(f"| {best} ★") for ln in starred)
+
+
+def _check_pngs(out: Path) -> None:
+    import matplotlib.image as mpimg
+
+    for name in PLOTS:
+        data = (out / name).read_bytes()
+        assert data[:8] == PNG_MAGIC, name
+        img = mpimg.imread(out / name)
+        assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 100
+
+
+# --------------------------------------------------------------------------- sweep files
+
+
+def test_overrides_become_json_encoded_cli_args_and_null_turns_attention_off() -> None:
+    args = overrides_to_args(
+        {
+            "trainer.max_epochs": 5,
+            "model.attention": None,
+            "model.attention2": {"name": "se", "args": {"reduction": 8}},
+            "data.dataset": "shapes",
+            "trainer.fast_dev_run": True,
+        }
+    )
+    assert args == [
+        "--trainer.max_epochs=5",
+        "--model.attention=null",
+        '--model.attention2={"name": "se", "args": {"reduction": 8}}',
+        "--data.dataset=shapes",
+        "--trainer.fast_dev_run=true",
+    ]
+    # the encoding is YAML the parser reads back unchanged
+    for a, v in zip(args, [5, None, {"name": "se", "args": {"reduction": 8}}, "shapes", True]):
+        assert yaml.safe_load(a.split("=", 1)[1]) == v
+
+
+def test_runs_expand_variants_times_seeds_with_shared_then_variant_overrides(
+    tmp_path: Path,
+) -> None:
+    path = _write_sweep(
+        tmp_path,
+        [
+            {"name": "none", "set": {"model.attention": None}},
+            {"name": "se", "set": {"model.attention": {"name": "se"}, "trainer.max_epochs": 4}},
+        ],
+        seeds=(3, 7),
+    )
+    sweep = load_sweep(path)
+    runs = sweep.runs(tmp_path / "out")
+    assert [r.key for r in runs] == ["none/seed3", "none/seed7", "se/seed3", "se/seed7"]
+    r = runs[3]
+    assert r.root == (tmp_path / "out" / "runs" / "se" / "seed7").resolve()
+    assert r.args[:3] == ("fit", "--config", str((tmp_path / "base.yaml").resolve()))
+    # one value per key: the variant's value replaces the shared one, other keys keep the order
+    # shared then variant
+    assert list(r.args[3:]) == [
+        "--trainer.max_epochs=4",
+        '--model.attention={"name": "se"}',
+        "--seed_everything=7",
+        f"--trainer.default_root_dir={r.root}",
+    ]
+    assert list(runs[0].args[3:5]) == ["--trainer.max_epochs=3", "--model.attention=null"]
+    assert "--model.attention=null" in runs[0].args
+    assert sweep.baseline == "none"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"variants": [{"name": "a"}, {"name": "a"}]}, "duplicate variant"),
+        ({"baseline": "zzz"}, "baseline 'zzz' is not a variant"),
+        ({"sedes": [0]}, r"unknown key\(s\) \['sedes'\]"),
+        ({"seeds": 3}, "seeds must be a list"),
+        ({"variants": [{"name": "a/b"}]}, "names a folder"),
+        ({"set": {"trainer max": 1}}, "not a dotted option name"),
+        ({"base": ["no/such/file.yaml"]}, "base config 'no/such/file.yaml' not found"),
+        ({"profile": {"batchsize": 8}}, r"profile: unknown key\(s\) \['batchsize'\]"),
+    ],
+)
+def test_bad_sweep_files_are_refused_with_a_message(
+    tmp_path: Path, change: dict, message: str
+) -> None:
+    data = {"name": "x", "seeds": [0], "variants": [{"name": "a"}], **change}
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises((ValueError, FileNotFoundError), match=message):
+        load_sweep(path)
+
+
+SWEEP_FILES = sorted((REPO / "configs" / "ablations").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", SWEEP_FILES, ids=lambda p: p.stem)
+def test_shipped_sweeps_are_valid_and_come_in_quick_and_full_forms(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(REPO)
+    sweep = load_sweep(path)
+    assert len(sweep.runs("out")) == len(sweep.variants) * len(sweep.seeds)
+    assert len(sweep.seeds) >= 2  # a standard deviation needs two
+    form = "_quick" if path.stem.endswith("_quick") else "_full"
+    assert path.stem.endswith(form)
+    quick = load_sweep(path.with_name(path.name.replace(form, "_quick")))
+    full = load_sweep(path.with_name(path.name.replace(form, "_full")))
+    # every quick variant is a variant of the full form
+    assert {v.name for v in quick.variants} <= {v.name for v in full.variants}
+
+
+def test_five_studies_are_shipped() -> None:
+    stems = {p.stem.rsplit("_", 1)[0] for p in SWEEP_FILES}
+    assert stems == {
+        "families",
+        "se_integration",
+        "cbam_design",
+        "residual_attention",
+        "nonlocal_taxonomy",
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", SWEEP_FILES, ids=lambda p: p.stem)
+def test_every_shipped_variant_builds_through_the_cli(
+    path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each variant's arguments parse and build its model (data swapped for a few shapes images,
+    so no dataset is needed): a typo in a full sweep would otherwise surface on a GPU days in."""
+    cli = pytest.importorskip("visattn.training.cli")
+    monkeypatch.chdir(REPO)
+    sweep = load_sweep(path)
+    data = {
+        "data.dataset": "shapes",
+        "data.image_size": 32,
+        "data.num_train": 16,
+        "data.num_val": 16,
+        "data.num_test": 16,
+        "data.num_workers": 0,
+    }
+    for run in sweep.runs(tmp_path, data)[:: len(sweep.seeds)]:
+        built = cli.VisattnCLI(
+            args=list(run.args[1:]), run=False, parser_kwargs={"exit_on_error": False}
+        )
+        variant = next(v for v in sweep.variants if v.name == run.variant)
+        expected = variant.overrides.get("model.attention", "unset")
+        if expected != "unset":
+            assert built.model.hparams.attention == expected, run.key
+
+
+# --------------------------------------------------------------------------- runner (fake training)
+
+
+def test_sweep_writes_results_report_and_plots_that_agree(
+    tmp_path: Path, fake: FakeTrainer
+) -> None:
+    path = _write_sweep(
+        tmp_path,
+        [
+            {"name": "none", "set": {"model.attention": None}},
+            {"name": "se", "set": {"model.attention": {"name": "se"}}},
+        ],
+    )
+    out = tmp_path / "out"
+    rows = run_sweep(path, out, train_fn=fake, echo=lambda s: None)
+    assert len(fake.calls) == 4 and len(rows) == 4
+    csv_rows = _read_csv(out / "results.csv")
+    assert [r["status"] for r in csv_rows] == ["ok"] * 4
+    for col in (
+        "run",
+        "variant",
+        "model",
+        "attention",
+        "seed",
+        "params",
+        "macs",
+        "val/acc",
+        "test/acc",
+        "status",
+        "latency_ms",
+        "throughput",
+        "wall_s",
+    ):
+        assert col in csv_rows[0]
+    assert [float(r["val/acc"]) for r in csv_rows] == pytest.approx([0.5, 0.51, 0.6, 0.61])
+    _check_report_against_csv(out, "none")
+    _check_pngs(out)
+    for r in csv_rows:
+        assert (out / r["metrics_csv"]).is_file() and (out / r["ckpt"]).is_file()
+
+
+def test_rerunning_trains_nothing_new(tmp_path: Path, fake: FakeTrainer) -> None:
+    path = _write_sweep(
+        tmp_path, [{"name": "none"}, {"name": "se", "set": {"model.attention": {"name": "se"}}}]
+    )
+    out = tmp_path / "out"
+    first = run_sweep(path, out, train_fn=fake, echo=lambda s: None)
+    report = (out / "report.md").read_text()
+    fake.calls.clear()
+    second = run_sweep(path, out, train_fn=fake, echo=lambda s: None)
+    assert fake.calls == []
+    assert second == first
+    assert (out / "report.md").read_text() == report
+
+
+def test_deleting_one_runs_artefacts_reruns_only_that_run(
+    tmp_path: Path, fake: FakeTrainer
+) -> None:
+    path = _write_sweep(
+        tmp_path, [{"name": "none"}, {"name": "se", "set": {"model.attention": {"name": "se"}}}]
+    )
+    out = tmp_path / "out"
+    run_sweep(path, out, train_fn=fake, echo=lambda s: None)
+    shutil.rmtree(out / "runs" / "se" / "seed1")
+    (out / "runs" / "none" / "seed0" / "lightning_logs" / "version_0" / "metrics.csv").unlink()
+    fake.calls.clear()
+    rows = run_sweep(path, out, train_fn=fake, echo=lambda s: None)
+    assert sorted(_arg(a, "trainer.default_root_dir").split("runs/")[1] for a in fake.calls) == [
+        "none/seed0",
+        "se/seed1",
+    ]
+    assert [r["status"] for r in rows] == ["ok"] * 4
+
+
+def test_cut_off_and_edited_runs_are_retrained(tmp_path: Path, fake: FakeTrainer) -> None:
+    variants = [{"name": "none"}, {"name": "se", "set": {"model.attention": {"name": "se"}}}]
+    path = _write_sweep(tmp_path, variants)
+    out = tmp_path / "out"
+    run_sweep(path, out, train_fn=fake, echo=lambda s: None)
+    (out / "runs" / "none" / "seed1" / "result.json").unlink()  # as if killed before the marker
+    variants[1]["set"]["model.attention"]["args"] = {"reduction": 8}  # the se variant is edited
+    path = _write_sweep(tmp_path, variants)
+    fake.calls.clear()
+    run_sweep(path, out, train_fn=fake, echo=lambda s: None)
+    done = sorted(_arg(a, "trainer.default_root_dir").split("runs/")[1] for a in fake.calls)
+    assert done == ["none/seed1", "se/seed0", "se/seed1"]
+    # the folder was cleaned: one log version per run, not a second one next to the old
+    assert [p.name for p in (out / "runs/none/seed1/lightning_logs").iterdir()] == ["version_0"]
+
+
+def test_a_failing_variant_is_recorded_and_the_sweep_goes_on(
+    tmp_path: Path, fake: FakeTrainer
+) -> None:
+    path = _write_sweep(
+        tmp_path,
+        [
+            {"name": "none"},
+            {"name": "broken", "set": {"model.attention": {"name": "se", "args": {"bogus": 1}}}},
+            {"name": "se", "set": {"model.attention": {"name": "se"}}},
+        ],
+    )
+    out = tmp_path / "out"
+    lines: list[str] = []
+    rows = run_sweep(path, out, train_fn=fake, echo=lines.append)
+    assert [r["status"] for r in rows] == ["ok", "ok", "failed", "failed", "ok", "ok"]
+    csv_rows = _read_csv(out / "results.csv")
+    assert csv_rows[2]["error"] == (
+        "TypeError: block 'se': unknown option 'bogus'; valid options: reduction"
+    )
+    report = (out / "report.md").read_text()
+    assert "## Failed runs" in report and "broken/seed0" in report
+    assert _parse_report(report)["broken"]["n"] == "0"
+    _check_report_against_csv(out, "none")
+    assert any("FAILED" in ln for ln in lines)
+    # a second pass retries the failed runs only
+    fake.calls.clear()
+    run_sweep(path, out, train_fn=fake, echo=lambda s: None)
+    assert len(fake.calls) == 2 and all("bogus" in " ".join(a) for a in fake.calls)
+
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, lambda: SystemExit(1)])
+def test_an_interrupted_sweep_stops_and_loses_only_the_run_in_progress(
+    tmp_path: Path, fake: FakeTrainer, interrupt: Any
+) -> None:
+    # Lightning turns Ctrl+C into SystemExit(1) and SIGTERM into SIGTERMException(SystemExit):
+    # neither may be recorded as a failed run while the sweep carries on
+    path = _write_sweep(
+        tmp_path, [{"name": "none"}, {"name": "se", "set": {"model.attention": {"name": "se"}}}]
+    )
+    out = tmp_path / "out"
+
+    def train(args: list[str]) -> dict:
+        if len(fake.calls) == 2:
+            fake.calls.append(args)
+            raise interrupt()
+        return fake(args)
+
+    with pytest.raises((KeyboardInterrupt, SystemExit)):
+        run_sweep(path, out, train_fn=train, echo=lambda s: None)
+    assert len(fake.calls) == 3
+    assert [r["run"] for r in _read_csv(out / "results.csv")] == ["none/seed0", "none/seed1"]
+    assert not (out / "runs" / "se" / "seed0" / "result.json").exists()
+    fake.calls.clear()
+    rows = run_sweep(path, out, train_fn=fake, echo=lambda s: None)
+    done = [_arg(a, "trainer.default_root_dir").split("runs/")[1] for a in fake.calls]
+    assert done == ["se/seed0", "se/seed1"]
+    assert [r["status"] for r in rows] == ["ok"] * 4
+
+
+def test_progress_lines_count_runs_and_estimate_time_left(
+    tmp_path: Path, fake: FakeTrainer
+) -> None:
+    path = _write_sweep(tmp_path, [{"name": "none"}], seeds=(0, 1, 2))
+    lines: list[str] = []
+    run_sweep(path, tmp_path / "out", train_fn=fake, echo=lines.append)
+    starts = [ln for ln in lines if "elapsed" in ln]
+    assert [ln.split(" run ")[1].split(" ")[0] for ln in starts] == ["1/3", "2/3", "3/3"]
+    assert "ETA ?" in starts[0] and "ETA ?" not in starts[1]
+
+
+def test_named_baseline_is_used_for_differences(tmp_path: Path, fake: FakeTrainer) -> None:
+    path = _write_sweep(
+        tmp_path,
+        [{"name": "none"}, {"name": "se", "set": {"model.attention": {"name": "se"}}}],
+        baseline="se",
+    )
+    out = tmp_path / "out"
+    run_sweep(path, out, train_fn=fake, echo=lambda s: None)
+    _check_report_against_csv(out, "se")
+
+
+def test_report_only_rebuilds_from_results_csv(tmp_path: Path, fake: FakeTrainer) -> None:
+    path = _write_sweep(
+        tmp_path, [{"name": "none"}, {"name": "se", "set": {"model.attention": {"name": "se"}}}]
+    )
+    out = tmp_path / "out"
+    run_sweep(path, out, train_fn=fake, echo=lambda s: None)
+    # edit the csv by hand: the report must follow it, not the runs' markers
+    rows = _read_csv(out / "results.csv")
+    rows[0]["val/acc"] = "0.3"
+    with open(out / "results.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    (out / "report.md").unlink()
+    assert ablate_main([str(path), "--out", str(out), "--report-only"]) == 0
+    _check_report_against_csv(out, "none")
+
+
+def test_test_subcommand_runs_on_the_best_checkpoint_when_asked(
+    tmp_path: Path, fake: FakeTrainer
+) -> None:
+    def train(args: list[str]) -> dict:
+        if args[0] == "test":
+            assert _arg(args, "ckpt_path").endswith("last.ckpt")
+            assert _arg(args, "trainer.default_root_dir").endswith("seed0/test")
+            return {"test_acc": 0.42}
+        return fake(args)
+
+    path = _write_sweep(tmp_path, [{"name": "none"}], seeds=(0,), test=True)
+    rows = run_sweep(path, tmp_path / "out", train_fn=train, echo=lambda s: None)
+    assert rows[0]["test/acc"] == 0.42
+    assert "test/acc (%)" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_command_line_set_overrides_every_run(
+    tmp_path: Path, fake: FakeTrainer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runner_mod, "_default_train_fn", lambda: fake)
+    path = _write_sweep(tmp_path, [{"name": "none"}], seeds=(0, 1))
+    out = tmp_path / "out"
+    argv = [
+        str(path),
+        "--out",
+        str(out),
+        "--set",
+        "data.root=/data/x",
+        "--set",
+        "trainer.max_epochs=7",
+    ]
+    assert ablate_main(argv) == 0
+    assert len(fake.calls) == 2
+    for args in fake.calls:
+        assert _arg(args, "data.root") == "/data/x" and _arg(args, "trainer.max_epochs") == "7"
+    fake.calls.clear()
+    assert ablate_main(argv) == 0 and fake.calls == []  # same overrides: nothing to redo
+    assert ablate_main([str(path), "--out", str(out)]) == 0
+    assert len(fake.calls) == 2  # without them the runs' arguments differ: trained again
+
+
+def test_gpu_latency_on_a_machine_without_cuda_is_refused_before_training(
+    tmp_path: Path, fake: FakeTrainer
+) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    path = _write_sweep(tmp_path, [{"name": "none"}], profile={"device": "cuda"})
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        run_sweep(path, tmp_path / "out", train_fn=fake, echo=lambda s: None)
+    assert fake.calls == []
+
+
+def test_atomic_write_keeps_the_old_file_when_interrupted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "results.csv"
+    atomic_write_text(target, "old\n")
+
+    def boom(*a: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", boom)
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write_text(target, "new\n" * 1000)
+    assert target.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["results.csv"]  # no temporary left behind
+
+
+def test_welch_interval_matches_scipy_and_degenerate_cases() -> None:
+    from visattn.ablate.results import mean_std, welch_ci
+
+    a, b = [91.2, 90.8, 91.5, 90.9], [90.1, 90.6, 89.8]
+    diff, lo, hi = welch_ci(mean_std(a), mean_std(b))
+    ci = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    assert (lo, hi) == pytest.approx((ci.low, ci.high))
+    assert diff == pytest.approx(statistics.mean(a) - statistics.mean(b))
+    _, lo1, hi1 = welch_ci(mean_std([1.0]), mean_std(b))
+    assert math.isnan(lo1) and math.isnan(hi1)
+    assert welch_ci(mean_std([2.0, 2.0]), mean_std([1.0, 1.0])) == (1.0, 1.0, 1.0)
+
+
+# --------------------------------------------------------------------------- real training
+
+TINY = {
+    "trainer.max_epochs": 2,
+    "trainer.limit_train_batches": 2,
+    "trainer.limit_val_batches": 2,
+    "trainer.enable_progress_bar": False,
+    "trainer.enable_model_summary": False,
+    "data.num_train": 64,
+    "data.num_val": 32,
+    "data.num_test": 32,
+    "data.batch_size": 16,
+    "data.num_workers": 0,
+    "model.model": "resnet20_cifar",
+}
+
+
+def _real_sweep(tmp_path: Path, variants: list[dict]) -> Path:
+    data = {
+        "name": "tiny_real",
+        "base": [str(REPO / "configs" / "quickstart.yaml")],
+        "seeds": [0, 1],
+        "set": TINY,
+        "variants": variants,
+        "profile": {"batch": 8, "warmup": 1, "repeats": 2},
+        "localization": {"max_images": 32},
+    }
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def real_cli() -> Any:
+    cli = pytest.importorskip("visattn.training.cli")
+    if not (REPO / "configs" / "quickstart.yaml").is_file():
+        pytest.skip("configs/quickstart.yaml is missing")
+    return cli
+
+
+@pytest.mark.slow
+def test_tiny_real_sweep_end_to_end(
+    tmp_path: Path, real_cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[list[str]] = []
+    real_run = real_cli.run
+
+    def counting_run(args: list[str]) -> dict:
+        calls.append(args)
+        return real_run(args)
+
+    monkeypatch.setattr(real_cli, "run", counting_run)  # the runner calls cli.run at run time
+    path = _real_sweep(
+        tmp_path,
+        [
+            {"name": "none", "set": {"model.attention": None}},
+            {"name": "spatial", "set": {"model.attention": {"name": "spatial"}}},
+            {
+                "name": "broken",
+                "set": {"model.attention": {"name": "se", "args": {"reduction": 0}}},
+            },
+        ],
+    )
+    out = tmp_path / "out"
+    rows = run_sweep(path, out, echo=lambda s: None)
+    assert len(calls) == 6
+    assert [r["status"] for r in rows] == ["ok"] * 4 + ["failed"] * 2
+    assert "reduction" in rows[4]["error"] and rows[4]["error"].startswith("ValueError")
+    csv_rows = _read_csv(out / "results.csv")
+    ok = [r for r in csv_rows if r["status"] == "ok"]
+    assert len(ok) == 4
+    for r in ok:
+        assert int(r["params"]) > 0 and int(r["macs"]) > 0
+        assert float(r["latency_ms"]) > 0 and float(r["throughput"]) > 0
+        assert 0.0 <= float(r["val/acc"]) <= 1.0
+        assert r["model"] == "resnet20_cifar"
+    assert {json.loads(r["attention"]) is None for r in ok[:2]} == {True}
+    # params and MACs differ by the attention's own
+    assert int(ok[2]["params"]) > int(ok[0]["params"])
+    # localization: none has no block to score, spatial has one per residual block
+    assert ok[0]["loc/pointing"] == "" and ok[0]["loc/blocks"] == "0"
+    assert int(ok[2]["loc/blocks"]) == 9
+    assert 0.0 <= float(ok[2]["loc/pointing"]) <= 1.0 and 0.0 < float(ok[2]["loc/energy"]) < 1.0
+    _check_report_against_csv(out, "none")
+    assert "loc/pointing" in (out / "report.md").read_text()
+    _check_pngs(out)
+
+    # a second pass trains nothing except the broken variant, which fails again
+    calls.clear()
+    run_sweep(path, out, echo=lambda s: None)
+    assert len(calls) == 2 and all("reduction" in " ".join(a) for a in calls)
+
+    # deleting one run's artefacts re-runs only that run
+    shutil.rmtree(out / "runs" / "spatial" / "seed0")
+    calls.clear()
+    path = _real_sweep(
+        tmp_path,
+        [
+            {"name": "none", "set": {"model.attention": None}},
+            {"name": "spatial", "set": {"model.attention": {"name": "spatial"}}},
+        ],
+    )
+    rows = run_sweep(path, out, echo=lambda s: None)
+    assert [_arg(a, "trainer.default_root_dir").split("runs/")[1] for a in calls] == [
+        "spatial/seed0"
+    ]
+    assert [r["status"] for r in rows] == ["ok"] * 4

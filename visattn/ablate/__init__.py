@@ -1,0 +1,29 @@
+"""Ablation sweeps: many runs of train_cls.py, one results table, one report, plots.
+
+``python -m visattn.ablate SWEEP.yaml --out DIR`` or :func:`run_sweep`. The sweep file format is
+in :mod:`visattn.ablate.sweep`, the results.csv columns in :mod:`visattn.ablate.results`, the
+report in :mod:`visattn.ablate.report`, the runner's resume rules in :mod:`visattn.ablate.runner`.
+"""
+
+from .report import render_report, summarize, write_report
+from .results import RESULT_COLUMNS, mean_std, read_results, welch_ci, write_results
+from .runner import evaluate_run, run_sweep
+from .sweep import Run, Sweep, Variant, load_sweep, overrides_to_args
+
+__all__ = [
+    "RESULT_COLUMNS",
+    "Run",
+    "Sweep",
+    "Variant",
+    "evaluate_run",
+    "load_sweep",
+    "mean_std",
+    "overrides_to_args",
+    "read_results",
+    "render_report",
+    "run_sweep",
+    "summarize",
+    "welch_ci",
+    "write_report",
+    "write_results",
+]

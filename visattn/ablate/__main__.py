@@ -1,0 +1,67 @@
+"""``python -m visattn.ablate SWEEP.yaml --out DIR``: run or resume a sweep, write the report."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import yaml
+
+from .plots import write_plots
+from .report import write_report
+from .results import read_results
+from .runner import run_sweep
+from .sweep import load_sweep
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m visattn.ablate",
+        description="Run every variant x seed of a sweep file through train_cls.py (resuming "
+        "from earlier runs in DIR) and write DIR/results.csv, DIR/report.md and PNG plots.",
+    )
+    parser.add_argument("sweep", help="sweep YAML file (see configs/ablations/)")
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the runs and their arguments, train nothing"
+    )
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="rebuild report.md and the plots from DIR/results.csv, train nothing",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a dotted override for every run, after the sweep's (repeatable), e.g. "
+        "--set data.root=/data/cifar --set data.verify=false; VALUE is read as YAML",
+    )
+    args = parser.parse_args(argv)
+    overrides = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            parser.error(f"--set expects KEY=VALUE, got {item!r}")
+        overrides[key] = yaml.safe_load(value) if value else ""
+    if args.report_only:
+        sweep = load_sweep(args.sweep)
+        csv_path = f"{args.out}/results.csv"
+        write_report(
+            csv_path,
+            f"{args.out}/report.md",
+            name=sweep.name,
+            baseline=sweep.baselines,
+            description=sweep.description,
+            planned=len(sweep.runs(args.out, overrides)),
+        )
+        write_plots(read_results(csv_path), args.out, baseline=sweep.baselines)
+        print(f"wrote {args.out}/report.md")
+        return 0
+    rows = run_sweep(args.sweep, args.out, overrides=overrides, dry_run=args.dry_run)
+    return 1 if any(r["status"] != "ok" for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

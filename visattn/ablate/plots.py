@@ -1,0 +1,163 @@
+"""PNG plots of a sweep (matplotlib, Agg backend), from results.csv and the runs' metrics.csv.
+
+* ``acc_vs_params.png``, ``acc_vs_macs.png``, ``acc_vs_latency.png``: one point per variant at
+  its mean val/acc with the standard deviation over seeds as error bar (and the latency's spread
+  as horizontal bar); baselines are drawn as squares.
+* ``val_curves.png``: validation accuracy per epoch, mean over seeds per variant with a ±1 std
+  band, read from each ok run's ``metrics.csv``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
+
+from .report import summarize
+from .results import atomic_write_bytes
+
+__all__ = ["read_val_curve", "write_plots"]
+
+
+def _save(fig: plt.Figure, path: Path) -> None:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def read_val_curve(metrics_csv: str | Path, key: str = "val/acc") -> dict[int, float]:
+    """``{epoch: value}`` of ``key`` from a Lightning ``metrics.csv`` (the last non-empty value
+    logged in each epoch). Missing file or column: an empty dict."""
+    path = Path(metrics_csv)
+    if not path.is_file():
+        return {}
+    curve: dict[int, float] = {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            v, e = row.get(key, ""), row.get("epoch", "")
+            if v not in ("", None) and e not in ("", None):
+                curve[int(float(e))] = float(v)
+    return curve
+
+
+def _scatter(
+    summaries: list,
+    x_col: str,
+    x_scale: float,
+    x_label: str,
+    baselines: set[str],
+    path: Path,
+    x_err: bool = False,
+) -> None:
+    fig, ax = plt.subplots(figsize=(6.4, 4.8))
+    for s in summaries:
+        x, y = s.stats[x_col], s.stats["val/acc"]
+        if y.n == 0 or math.isnan(x.mean):
+            continue
+        yerr = 0.0 if math.isnan(y.std) else y.std * 100
+        xerr = 0.0 if (not x_err or math.isnan(x.std)) else x.std * x_scale
+        ax.errorbar(
+            x.mean * x_scale,
+            y.mean * 100,
+            yerr=yerr,
+            xerr=xerr,
+            fmt="s" if s.name in baselines else "o",
+            capsize=3,
+            label=f"{s.name} (n={y.n})",
+        )
+        ax.annotate(
+            s.name,
+            (x.mean * x_scale, y.mean * 100),
+            textcoords="offset points",
+            xytext=(4, 4),
+            fontsize=7,
+        )
+    ax.set_xlabel(x_label)
+    ax.set_ylabel("val/acc (%), mean ± std over seeds")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=6, loc="best")
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def _curves(rows: Sequence[dict[str, Any]], root: Path, path: Path) -> None:
+    per_variant: dict[str, list[dict[int, float]]] = defaultdict(list)
+    order: list[str] = []
+    for r in rows:
+        if r["variant"] not in order:
+            order.append(r["variant"])
+        if r["status"] == "ok" and r.get("metrics_csv"):
+            curve = read_val_curve(root / r["metrics_csv"])
+            if curve:
+                per_variant[r["variant"]].append(curve)
+    fig, ax = plt.subplots(figsize=(6.4, 4.8))
+    for name in order:
+        curves = per_variant.get(name)
+        if not curves:
+            continue
+        epochs = sorted(set().union(*curves))
+        means, stds = [], []
+        for e in epochs:
+            vals = [c[e] * 100 for c in curves if e in c]
+            m = sum(vals) / len(vals)
+            means.append(m)
+            sd = (sum((v - m) ** 2 for v in vals) / (len(vals) - 1)) ** 0.5 if len(vals) > 1 else 0
+            stds.append(sd)
+        (line,) = ax.plot(
+            epochs,
+            means,
+            marker="." if len(epochs) < 30 else None,
+            label=f"{name} (n={len(curves)})",
+        )
+        ax.fill_between(
+            epochs,
+            [m - s for m, s in zip(means, stds)],
+            [m + s for m, s in zip(means, stds)],
+            color=line.get_color(),
+            alpha=0.15,
+        )
+    ax.set_xlabel("epoch (0-based, as logged)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel("val/acc (%), mean ± std over seeds")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=6, loc="best")
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def write_plots(
+    rows: Sequence[dict[str, Any]],
+    out_dir: str | Path,
+    *,
+    baseline: str | Mapping[str, str] | None = None,
+) -> list[Path]:
+    """Write the four PNG plots of ``rows`` (results.csv rows) into ``out_dir`` atomically.
+
+    ``metrics_csv`` paths in the rows are taken relative to ``out_dir``. Returns the paths.
+    """
+    out = Path(out_dir)
+    summaries = summarize(rows)
+    if isinstance(baseline, Mapping):
+        bases = set(baseline.values())
+    else:
+        bases = {baseline if baseline is not None else (summaries[0].name if summaries else "")}
+    paths = [out / n for n in ("acc_vs_params.png", "acc_vs_macs.png", "acc_vs_latency.png")]
+    _scatter(summaries, "params", 1e-6, "parameters (M)", bases, paths[0])
+    _scatter(summaries, "macs", 1e-6, "multiply-accumulates per image (M)", bases, paths[1])
+    _scatter(summaries, "latency_ms", 1.0, "latency at batch 1 (ms)", bases, paths[2], x_err=True)
+    paths.append(out / "val_curves.png")
+    _curves(rows, out, paths[3])
+    return paths

@@ -1,0 +1,321 @@
+"""Run a sweep: every run through ``visattn.training.cli.run`` (the code path of train_cls.py),
+then profile the trained network, score its attention maps, and record one results row.
+
+Layout of the output folder ``DIR``::
+
+    DIR/results.csv                      one row per finished run (see visattn.ablate.results)
+    DIR/report.md, DIR/*.png             the report and its plots
+    DIR/runs/<variant>/seed<k>/          the run's trainer.default_root_dir (logs, checkpoints)
+    DIR/runs/<variant>/seed<k>/result.json   completion marker: the run's row and arguments
+
+The marker is written atomically once a run has finished (``ok`` or ``failed``). Running the
+sweep again skips a run whose marker says ``ok``, whose arguments are unchanged and whose
+``metrics.csv`` and checkpoint still exist; any other run (failed, cut off before its marker,
+artefacts deleted, or its overrides edited) is trained again from scratch in a clean folder.
+results.csv and report.md are rewritten atomically after every run, so an interrupted sweep
+loses at most the run in progress; the plots are drawn (atomically too) when the sweep ends, or
+by ``python -m visattn.ablate SWEEP --out DIR --report-only``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shlex
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..localization import score_model
+from ..profile import measure_latency
+from .plots import write_plots
+from .report import write_report
+from .results import atomic_write_text, write_results
+from .sweep import Run, Sweep, load_sweep
+
+__all__ = ["MARKER", "evaluate_run", "run_sweep"]
+
+MARKER = "result.json"
+TrainFn = Callable[[list[str]], dict[str, Any]]
+
+
+def _fmt_time(seconds: float) -> str:
+    if math.isnan(seconds):
+        return "?"
+    seconds = round(seconds)
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+def _error_line(exc: BaseException) -> str:
+    first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def _rel(path: str | os.PathLike | None, out: Path) -> str:
+    if not path:
+        return ""
+    p = Path(path).resolve()
+    try:
+        return str(p.relative_to(out))
+    except ValueError:
+        return str(p)
+
+
+def _default_train_fn() -> TrainFn:
+    from ..training import cli  # imported here: training is optional for sweep parsing
+
+    return cli.run
+
+
+@torch.no_grad()
+def evaluate_run(summary: dict[str, Any], sweep: Sweep) -> dict[str, Any]:
+    """Columns measured on the trained network of one run (``summary`` from ``cli.run``).
+
+    Loads the best (else the last) checkpoint with ``ClassificationModule.load_from_checkpoint``
+    and its data module from the hyper-parameters saved in it, then measures latency at batch 1
+    and at ``sweep.profile["batch"]`` (``visattn.profile.measure_latency``, eval mode, the
+    validation images' size) and, when the validation set has ``boxes``, the localization
+    scores (``visattn.localization.score_model``).
+
+    Raises:
+        RuntimeError: the run saved no checkpoint.
+    """
+    from ..data.datamodule import VisattnDataModule
+    from ..training.module import ClassificationModule
+
+    ckpt = summary.get("best_ckpt") or summary.get("last_ckpt")
+    if not ckpt or not Path(ckpt).is_file():
+        raise RuntimeError(
+            "the run saved no checkpoint; the sweep needs one to measure the trained network "
+            "(keep trainer.enable_checkpointing on)"
+        )
+    module = ClassificationModule.load_from_checkpoint(ckpt, map_location="cpu")
+    net = module.net.eval()
+    hp = dict(module.hparams)
+    dm = VisattnDataModule.load_from_checkpoint(ckpt, map_location="cpu", num_workers=0)
+    dm.setup("validate")
+    val = dm.val_dataset
+    shape = tuple(torch.as_tensor(val[0][0]).shape)  # (C, H, W)
+
+    prof = sweep.profile
+    device = torch.device(prof["device"])
+    net.to(device)
+    t1 = measure_latency(net, (1, *shape), warmup=prof["warmup"], repeats=prof["repeats"])
+    batch = int(prof["batch"])
+    tb = measure_latency(net, (batch, *shape), warmup=prof["warmup"], repeats=prof["repeats"])
+    cols: dict[str, Any] = {
+        "model": hp.get("model", ""),
+        "attention": json.dumps(hp.get("attention")),
+        "latency_ms": t1,
+        "batch_latency_ms": tb,
+        "throughput": 1000.0 * batch / tb,
+        "throughput_batch": batch,
+        "profile_device": str(device),
+    }
+    boxes = getattr(val, "boxes", None)
+    if sweep.localization is not None and boxes is not None:
+        scores = score_model(
+            net,
+            val,
+            torch.as_tensor(boxes),
+            max_images=sweep.localization["max_images"],
+            tolerance=sweep.localization["tolerance"],
+        )
+        cols["loc/blocks"] = len(scores)
+        if scores:
+            cols["loc/pointing"] = sum(s["pointing"] for s in scores.values()) / len(scores)
+            energies = [s["energy"] for s in scores.values() if not math.isnan(s["energy"])]
+            cols["loc/energy"] = sum(energies) / len(energies) if energies else math.nan
+    net.cpu()
+    return cols
+
+
+def _completed(run: Run, out: Path) -> tuple[dict[str, Any] | None, str]:
+    """The run's recorded ok row if it can be skipped, else ``None`` and why it must run."""
+    marker = run.root / MARKER
+    if not marker.is_file():
+        return None, "new" if not run.root.exists() else "cut off before it finished"
+    try:
+        record = json.loads(marker.read_text())
+        row, args = record["row"], record["args"]
+    except (ValueError, KeyError, TypeError):
+        return None, "its completion marker is unreadable"
+    if args != list(run.args):
+        return None, "its overrides changed"
+    if row.get("status") != "ok":
+        return None, "it failed before"
+    for key in ("metrics_csv", "ckpt"):
+        if not row.get(key) or not (out / row[key]).is_file():
+            return None, f"its {key.replace('_', '.')} is missing"
+    return row, "done"
+
+
+def _train_one(run: Run, sweep: Sweep, out: Path, train_fn: TrainFn) -> dict[str, Any]:
+    """Train, test (if asked) and evaluate one run. An ``Exception`` makes a ``failed`` row;
+    ``KeyboardInterrupt`` and ``SystemExit`` (Lightning turns Ctrl+C and SIGTERM into these) stop
+    the sweep, leaving the run without a marker so that the next pass retries it."""
+    row: dict[str, Any] = {"run": run.key, "variant": run.variant, "seed": run.seed}
+    t0 = time.perf_counter()
+    try:
+        summary = train_fn(list(run.args))
+        if sweep.test and summary.get("test_acc") is None:
+            ckpt = summary.get("best_ckpt") or summary.get("last_ckpt")
+            test_args = ["test", *run.args[1:-1], f"--trainer.default_root_dir={run.root / 'test'}"]
+            summary["test_acc"] = train_fn([*test_args, f"--ckpt_path={ckpt}"]).get("test_acc")
+        wall = time.perf_counter() - t0
+        cols = evaluate_run(summary, sweep)
+    except Exception as exc:
+        row.update(status="failed", error=_error_line(exc), wall_s=time.perf_counter() - t0)
+        return row
+    row.update(
+        status="ok",
+        error="",
+        params=summary.get("params"),
+        macs=summary.get("macs"),
+        wall_s=wall,
+        epochs=summary.get("epochs"),
+        **{
+            "val/acc": summary.get("best_val_acc"),
+            "val/acc_last": summary.get("last_val_acc"),
+            "test/acc": summary.get("test_acc"),
+        },
+        log_dir=_rel(summary.get("log_dir"), out),
+        metrics_csv=_rel(summary.get("metrics_csv"), out),
+        ckpt=_rel(summary.get("best_ckpt") or summary.get("last_ckpt"), out),
+        **cols,
+    )
+    return row
+
+
+def _write_outputs(sweep: Sweep, out: Path, rows: list[dict[str, Any]], planned: int) -> None:
+    write_results(out / "results.csv", rows)
+    write_report(
+        out / "results.csv",
+        out / "report.md",
+        name=sweep.name,
+        baseline=sweep.baselines,
+        description=sweep.description,
+        planned=planned,
+    )
+
+
+def _one(
+    run: Run,
+    i: int,
+    n: int,
+    sweep: Sweep,
+    out: Path,
+    train_fn: TrainFn,
+    echo: Callable[[str], None],
+) -> dict[str, Any]:
+    """Train run ``i`` of ``n`` in a clean folder, write its marker and return its row."""
+    if run.root.exists():
+        shutil.rmtree(run.root)
+    run.root.mkdir(parents=True)
+    row = _train_one(run, sweep, out, train_fn)
+    atomic_write_text(
+        run.root / MARKER,
+        json.dumps({"row": row, "args": list(run.args)}, indent=1, default=str),
+    )
+    tag = f"[{sweep.name}] run {i}/{n} {run.key}"
+    if row["status"] == "ok":
+        acc = "?" if row["val/acc"] is None else f"{row['val/acc']:.4f}"
+        echo(f"{tag}: ok, val/acc {acc}, {_fmt_time(row['wall_s'])}")
+    else:
+        echo(f"{tag}: FAILED ({row['error']})")
+    return row
+
+
+def run_sweep(
+    sweep_path: str | Path,
+    out_dir: str | Path,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    dry_run: bool = False,
+    train_fn: TrainFn | None = None,
+    echo: Callable[[str], None] = print,
+) -> list[dict[str, Any]]:
+    """Run (or resume) the sweep in ``sweep_path`` into ``out_dir``.
+
+    Args:
+        sweep_path: a sweep file (format: :mod:`visattn.ablate.sweep`).
+        out_dir: output folder (created).
+        overrides: dotted overrides applied to every run after the sweep's own, e.g.
+            ``{"data.root": "/data/cifar"}`` (part of each run's arguments, so resuming needs the
+            same ones).
+        dry_run: only print each run's state and ``train_cls.py`` arguments.
+        train_fn: the training call, ``visattn.training.cli.run`` unless given (tests).
+        echo: where progress lines go.
+
+    Returns:
+        The results rows (one dict per finished run, :data:`~visattn.ablate.results.RESULT_COLUMNS`
+        keys), in sweep order, as written to ``results.csv``.
+    """
+    sweep = load_sweep(sweep_path)
+    out = Path(out_dir).resolve()
+    runs = sweep.runs(out, overrides)
+    n = len(runs)
+    tag = f"[{sweep.name}]"
+    if dry_run:
+        for i, run in enumerate(runs, 1):
+            _, why = _completed(run, out)
+            echo(f"{tag} run {i}/{n} {run.key} ({why}): python train_cls.py {shlex.join(run.args)}")
+        return []
+    device = torch.device(sweep.profile["device"])
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            f"sweep {sweep.path}: profile.device is {sweep.profile['device']!r} but CUDA is not "
+            "available here; set profile: {device: cpu} (or run on a GPU machine)"
+        )
+    train_fn = train_fn or _default_train_fn()
+    out.mkdir(parents=True, exist_ok=True)
+
+    rows: dict[str, dict[str, Any]] = {}
+    todo: list[tuple[int, Run, str]] = []
+    for i, run in enumerate(runs, 1):
+        row, why = _completed(run, out)
+        if row is not None:
+            rows[run.key] = row
+        else:
+            todo.append((i, run, why))
+            if (run.root / MARKER).is_file():  # a failed run's old row stays until retried
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    rows[run.key] = json.loads((run.root / MARKER).read_text())["row"]
+    echo(
+        f"{tag} {n} runs ({len(sweep.variants)} variants x {len(sweep.seeds)} seeds): "
+        f"{n - len(todo)} done earlier, {len(todo)} to run; output in {out}"
+    )
+
+    if rows:
+        _write_outputs(sweep, out, [rows[r.key] for r in runs if r.key in rows], n)
+    start = time.perf_counter()
+    try:
+        for done, (i, run, why) in enumerate(todo):
+            elapsed = time.perf_counter() - start
+            eta = elapsed / done * (len(todo) - done) if done else math.nan
+            progress = (
+                f"[{sweep.name}] run {i}/{n} {run.key} ({why}) | {done}/{len(todo)} trained "
+                f"this session | elapsed {_fmt_time(elapsed)} | ETA {_fmt_time(eta)}"
+            )
+            echo(progress)
+            rows[run.key] = _one(run, i, n, sweep, out, train_fn, echo)
+            _write_outputs(sweep, out, [rows[r.key] for r in runs if r.key in rows], n)
+    finally:
+        final = [rows[r.key] for r in runs if r.key in rows]
+        if final:
+            write_plots(final, out, baseline=sweep.baselines)
+    total = time.perf_counter() - start
+    failed = sum(r["status"] != "ok" for r in final)
+    echo(
+        f"{tag} finished in {_fmt_time(total)}: {len(final) - failed} ok, {failed} failed; "
+        f"report {out / 'report.md'}"
+    )
+    return final

@@ -1,0 +1,288 @@
+"""Sweep files: parsing, validation and expansion into runs (variants x seeds).
+
+A sweep file (format fixed in the project's API.md) is a YAML mapping::
+
+    name: se_positions
+    base: [configs/quickstart.yaml]          # config files stacked as with --config
+    seeds: [0, 1, 2]
+    set: {trainer.max_epochs: 5}             # dotted overrides applied to every run
+    variants:                                # a name + its own dotted overrides
+      - {name: none, set: {model.attention: null}}
+      - {name: se_standard, set: {model.attention: {name: se, position: standard}}}
+
+Optional keys: ``baseline`` (the variant differences are measured against; default the first;
+a variant may name its own ``baseline``, e.g. to compare each backbone's attention variants with
+that backbone's plain version in one sweep),
+``test`` (also run the ``test`` subcommand on the best checkpoint when ``fit`` did not test),
+``profile`` (``{device, batch, warmup, repeats}`` of the latency measurement), ``localization``
+(``{max_images, tolerance}`` or ``false``) and ``description``.
+
+Each run becomes the argument list of one ``train_cls.py`` call: ``fit``, one ``--config`` per
+base file, the shared ``set`` then the variant's ``set`` as ``--key=value`` (one value per key,
+the variant's winning; see :func:`overrides_to_args` for the encoding; ``null`` turns an option
+off, e.g. ``model.attention: null`` trains without attention), then the run's seed and log
+directory.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = ["Run", "Sweep", "Variant", "load_sweep", "overrides_to_args"]
+
+_TOP_KEYS = (
+    "name",
+    "description",
+    "base",
+    "seeds",
+    "set",
+    "variants",
+    "baseline",
+    "test",
+    "profile",
+    "localization",
+)
+_PROFILE_KEYS = {"device": "cpu", "batch": 32, "warmup": 3, "repeats": 10}
+_LOCALIZATION_KEYS = {"max_images": 512, "tolerance": 0.0}
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One row of the report: a name and its dotted overrides."""
+
+    name: str
+    overrides: dict[str, Any] = field(default_factory=dict)
+    baseline: str | None = None  # None: the sweep's baseline
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run: a variant trained with one seed."""
+
+    variant: str
+    seed: int
+    args: tuple[str, ...]  # the train_cls.py arguments, log directory included
+    root: Path  # trainer.default_root_dir: <out>/runs/<variant>/seed<k>
+
+    @property
+    def key(self) -> str:
+        return f"{self.variant}/seed{self.seed}"
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A validated sweep file."""
+
+    name: str
+    path: Path
+    base: tuple[Path, ...]
+    seeds: tuple[int, ...]
+    overrides: dict[str, Any]
+    variants: tuple[Variant, ...]
+    baseline: str
+    test: bool = False
+    profile: dict[str, Any] = field(default_factory=lambda: dict(_PROFILE_KEYS))
+    localization: dict[str, Any] | None = field(default_factory=lambda: dict(_LOCALIZATION_KEYS))
+    description: str = ""
+
+    @property
+    def baselines(self) -> dict[str, str]:
+        """``{variant: the variant its differences are measured against}``."""
+        return {v.name: v.baseline or self.baseline for v in self.variants}
+
+    def runs(self, out_dir: str | Path, extra: Mapping[str, Any] | None = None) -> list[Run]:
+        """All runs, variant-major (every seed of the first variant, then the next), each with
+        its ``train_cls.py`` arguments and log directory under ``out_dir/runs``.
+
+        ``extra``: dotted overrides applied after the sweep's (the command line's ``--set``).
+        """
+        out = Path(out_dir).resolve()
+        extra = dict(extra or {})
+        overrides_to_args(extra)
+        runs = []
+        for v in self.variants:
+            for seed in self.seeds:
+                root = out / "runs" / v.name / f"seed{seed}"
+                args = ["fit"]
+                for b in self.base:
+                    args += ["--config", str(b)]
+                args += overrides_to_args({**self.overrides, **v.overrides, **extra})
+                args += [f"--seed_everything={seed}", f"--trainer.default_root_dir={root}"]
+                runs.append(Run(v.name, seed, tuple(args), root))
+        return runs
+
+
+def overrides_to_args(overrides: Mapping[str, Any]) -> list[str]:
+    """Dotted overrides -> ``--key=value`` arguments, in the given order.
+
+    Strings are passed as written (LightningCLI reads a ``str`` option verbatim, so JSON quotes
+    would stay in the value); every other value (numbers, booleans, ``null``, lists, mappings) is
+    JSON-encoded, which the CLI's YAML parser reads back unchanged.
+
+    >>> overrides_to_args({"trainer.max_epochs": 5, "model.attention": None})
+    ['--trainer.max_epochs=5', '--model.attention=null']
+    """
+    args = []
+    for key, value in overrides.items():
+        if not isinstance(key, str) or not _KEY.match(key):
+            raise ValueError(
+                f"override key {key!r} is not a dotted option name such as 'trainer.max_epochs'"
+            )
+        if isinstance(value, str):  # as typed: a str option would keep JSON's quotes
+            args.append(f"--{key}={value}")
+            continue
+        try:
+            encoded = json.dumps(value, ensure_ascii=False)
+        except TypeError as e:
+            raise ValueError(f"override {key}: value {value!r} is not JSON/YAML data ({e})") from e
+        args.append(f"--{key}={encoded}")
+    return args
+
+
+def _mapping(value: Any, what: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(
+            f"{what} must be a mapping of dotted overrides, got {type(value).__name__}"
+        )
+    return dict(value)
+
+
+def _options(value: Any, defaults: dict[str, Any], what: str) -> dict[str, Any]:
+    value = _mapping(value, what)
+    unknown = sorted(set(value) - set(defaults))
+    if unknown:
+        raise ValueError(f"{what}: unknown key(s) {unknown}; valid keys: {sorted(defaults)}")
+    return {**defaults, **value}
+
+
+def _resolve_base(entry: Any, sweep_path: Path) -> Path:
+    if not isinstance(entry, str | Path):
+        raise ValueError(f"base entries must be paths, got {entry!r}")
+    p = Path(entry).expanduser()
+    if p.is_absolute():
+        candidates = [p]
+    else:  # the current directory first, then the sweep file's folder and its parents
+        candidates = [Path.cwd() / p] + [d / p for d in sweep_path.resolve().parents]
+    for c in candidates:
+        if c.is_file():
+            return c.resolve()
+    looked = ", ".join(str(c) for c in candidates[:4]) + (", ..." if len(candidates) > 4 else "")
+    raise FileNotFoundError(
+        f"sweep {sweep_path}: base config {entry!r} not found (looked at {looked}); give a path "
+        "relative to the current directory or to the sweep file's folder or one of its parents"
+    )
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    """Read and validate a sweep file.
+
+    Raises:
+        FileNotFoundError: the sweep file or a base config does not exist.
+        ValueError: a missing or unknown key, a malformed value, duplicate or unsafe variant
+            names, or a baseline that names no variant.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"sweep file {path} does not exist")
+    data = yaml.safe_load(path.read_text())
+    if not isinstance(data, Mapping):
+        raise ValueError(f"sweep {path}: the file must hold a mapping (name, base, seeds, ...)")
+    unknown = sorted(set(data) - set(_TOP_KEYS))
+    if unknown:
+        raise ValueError(f"sweep {path}: unknown key(s) {unknown}; valid keys: {list(_TOP_KEYS)}")
+    missing = [k for k in ("name", "seeds", "variants") if k not in data]
+    if missing:
+        raise ValueError(f"sweep {path}: missing key(s) {missing}")
+
+    name = str(data["name"])
+    if not _NAME.match(name):
+        raise ValueError(f"sweep {path}: name {name!r} must be letters, digits, '_', '.', '-', '+'")
+    base = data.get("base") or []
+    if isinstance(base, str):
+        base = [base]
+    base = tuple(_resolve_base(b, path) for b in base)
+
+    seeds = data["seeds"]
+    if isinstance(seeds, int) and not isinstance(seeds, bool):
+        raise ValueError(f"sweep {path}: seeds must be a list such as [0, 1, 2], got {seeds!r}")
+    if (
+        not isinstance(seeds, list)
+        or not seeds
+        or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds)
+    ):
+        raise ValueError(f"sweep {path}: seeds must be a non-empty list of ints, got {seeds!r}")
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"sweep {path}: seeds repeat: {seeds}")
+
+    overrides = _mapping(data.get("set"), f"sweep {path}: 'set'")
+    overrides_to_args(overrides)  # validates keys and values early
+
+    raw_variants = data["variants"]
+    if not isinstance(raw_variants, list) or not raw_variants:
+        raise ValueError(f"sweep {path}: variants must be a non-empty list")
+    variants = []
+    for i, v in enumerate(raw_variants):
+        if not isinstance(v, Mapping) or "name" not in v:
+            raise ValueError(f"sweep {path}: variant #{i} must be a mapping with a 'name'")
+        extra = sorted(set(v) - {"name", "set", "baseline"})
+        if extra:
+            raise ValueError(
+                f"sweep {path}: variant {v['name']!r}: unknown key(s) {extra}; "
+                "valid: name, set, baseline"
+            )
+        vname = str(v["name"])
+        if not _NAME.match(vname):
+            raise ValueError(
+                f"sweep {path}: variant name {vname!r} must be letters, digits, '_', '.', '-', '+'"
+                " (it names a folder)"
+            )
+        vset = _mapping(v.get("set"), f"sweep {path}: variant {vname!r}: 'set'")
+        overrides_to_args(vset)
+        vbase = v.get("baseline")
+        variants.append(Variant(vname, vset, None if vbase is None else str(vbase)))
+    names = [v.name for v in variants]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ValueError(f"sweep {path}: duplicate variant name(s) {dupes}")
+
+    baseline = str(data.get("baseline", names[0]))
+    for b in [baseline, *(v.baseline for v in variants if v.baseline is not None)]:
+        if b not in names:
+            raise ValueError(f"sweep {path}: baseline {b!r} is not a variant; variants: {names}")
+
+    test = data.get("test", False)
+    if not isinstance(test, bool):
+        raise ValueError(f"sweep {path}: test must be true or false, got {test!r}")
+    profile = _options(data.get("profile"), _PROFILE_KEYS, f"sweep {path}: profile")
+    loc = data.get("localization", True)
+    if loc is False:
+        localization = None
+    else:
+        localization = _options(
+            None if loc is True else loc, _LOCALIZATION_KEYS, f"sweep {path}: localization"
+        )
+
+    return Sweep(
+        name=name,
+        path=path.resolve(),
+        base=base,
+        seeds=tuple(seeds),
+        overrides=overrides,
+        variants=tuple(variants),
+        baseline=baseline,
+        test=test,
+        profile=profile,
+        localization=localization,
+        description=str(data.get("description", "")),
+    )

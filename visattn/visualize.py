@@ -1,0 +1,329 @@
+"""Pictures of what attention blocks look at, from a checkpoint or a network in memory.
+
+``python -m visattn.visualize --ckpt PATH --out DIR`` (or :func:`visualize`) loads a training
+checkpoint (``ClassificationModule.load_from_checkpoint`` and the data module rebuilt from the
+``datamodule_hyper_parameters`` saved in it), runs a few validation images through the network
+inside :func:`visattn.capture_attention` and writes one PNG per image, a grid of panels:
+
+* the image (with the target's box when the data set has ``boxes``, and label / prediction),
+* one panel per block with a spatial map, ``(N, 1, h, w)`` spatial gates and ``(N, C, h, w)``
+  mixed masks (channel mean), upsampled bilinearly to the image and overlaid on it,
+* one panel per stage (first component of the module path, e.g. ``layer2``) for channel
+  attention ``(N, C, 1, 1)``: a heat map of the channel weights, one row per block, one column
+  per channel.
+
+Each panel is ``PANEL_PX`` pixels square and the grid has at most ``MAX_COLS`` columns, so a
+picture with ``k`` panels is ``min(k, MAX_COLS) * PANEL_PX`` wide and
+``ceil(k / MAX_COLS) * PANEL_PX`` high.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from matplotlib.patches import Rectangle
+
+from .blocks import capture_attention
+
+__all__ = [
+    "MAX_COLS",
+    "PANEL_PX",
+    "attention_panels",
+    "plot_attention",
+    "visualize",
+    "visualize_model",
+]
+
+PANEL_PX = 240
+MAX_COLS = 6
+_DPI = 100
+
+
+def _stage(path: str) -> str:
+    return path.split(".", 1)[0] if path else "model"
+
+
+def attention_panels(
+    maps: Mapping[str, torch.Tensor], image_size: Sequence[int]
+) -> tuple[dict[str, torch.Tensor], dict[str, dict[str, torch.Tensor]]]:
+    """Split captured maps of ONE image into spatial maps and per-stage channel weights.
+
+    Args:
+        maps: ``{module path: tensor}`` for one image, each ``(C, h, w)`` or ``(h, w)``.
+        image_size: ``(H, W)`` of the image; maps larger than it (e.g. a non-local block's full
+            ``(heads, HW, HW)`` weights) are not pictures and are left out.
+
+    Returns:
+        ``(spatial, channel)``: ``spatial[path]`` is an ``(h, w)`` map (channel mean),
+        ``channel[stage][path]`` a ``(C,)`` vector of channel weights.
+    """
+    spatial: dict[str, torch.Tensor] = {}
+    channel: dict[str, dict[str, torch.Tensor]] = {}
+    height, width = int(image_size[0]), int(image_size[1])
+    for path, m in maps.items():
+        m = m.float()
+        if m.dim() == 2:
+            m = m[None]
+        if m.dim() != 3:
+            continue
+        h, w = m.shape[-2:]
+        if h * w == 1:
+            channel.setdefault(_stage(path), {})[path] = m.flatten()
+        elif h <= height and w <= width:
+            spatial[path] = m.mean(0)
+    return spatial, channel
+
+
+def _grid(n_panels: int) -> tuple[int, int]:
+    cols = min(n_panels, MAX_COLS)
+    return cols, math.ceil(n_panels / cols)
+
+
+def plot_attention(
+    image: torch.Tensor,
+    maps: Mapping[str, torch.Tensor],
+    *,
+    box: Sequence[float] | None = None,
+    title: str = "",
+) -> plt.Figure:
+    """The panel grid of one image (see the module docstring).
+
+    Args:
+        image: ``(C, H, W)`` picture with values in ``[0, 1]`` (C = 1 or 3).
+        maps: ``{module path: (C, h, w) tensor}`` captured for this image.
+        box: the target's ``(x0, y0, x1, y1)`` in pixels, drawn on every spatial panel.
+        title: caption of the image panel.
+    """
+    img = image.detach().float().cpu().clamp(0, 1)
+    size = tuple(img.shape[-2:])
+    spatial, channel = attention_panels(maps, size)
+    n = 1 + len(spatial) + len(channel)
+    cols, rows = _grid(n)
+    inch = PANEL_PX / _DPI
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(cols * inch, rows * inch), dpi=_DPI, squeeze=False
+    )
+    axes = axes.flatten()
+    shown = img.permute(1, 2, 0).numpy()
+    kw = {"cmap": "gray"} if shown.shape[-1] == 1 else {}
+    shown = shown[..., 0] if shown.shape[-1] == 1 else shown
+
+    def draw_box(ax: plt.Axes) -> None:
+        if box is not None:
+            x0, y0, x1, y1 = (float(v) for v in box)
+            ax.add_patch(
+                Rectangle(
+                    (x0 - 0.5, y0 - 0.5),
+                    x1 - x0,
+                    y1 - y0,
+                    fill=False,
+                    edgecolor="white",
+                    linewidth=1.2,
+                    linestyle="--",
+                )
+            )
+
+    axes[0].imshow(shown, **kw)
+    draw_box(axes[0])
+    axes[0].set_title(title or "image", fontsize=7)
+    i = 1
+    for path, m in spatial.items():
+        up = F.interpolate(m[None, None], size=size, mode="bilinear", align_corners=False)[0, 0]
+        ax = axes[i]
+        ax.imshow(shown, **kw)
+        ax.imshow(up.numpy(), cmap="jet", alpha=0.5)
+        draw_box(ax)
+        ax.set_title(
+            f"{path}\n{tuple(m.shape)} [{float(m.min()):.2f}, {float(m.max()):.2f}]", fontsize=6
+        )
+        i += 1
+    for stage, weights in channel.items():
+        width = max(w.numel() for w in weights.values())
+        grid = np.full((len(weights), width), np.nan, dtype=np.float32)
+        for r, w in enumerate(weights.values()):
+            grid[r, : w.numel()] = w.numpy()
+        ax = axes[i]
+        im = ax.imshow(grid, aspect="auto", cmap="viridis", interpolation="nearest")
+        ax.set_yticks(range(len(weights)))
+        ax.set_yticklabels([p[len(stage) + 1 :] or p for p in weights], fontsize=5)
+        ax.set_xlabel("channel", fontsize=6)
+        ax.tick_params(axis="x", labelsize=5)
+        ax.set_title(f"{stage}: channel weights", fontsize=7)
+        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02).ax.tick_params(labelsize=5)
+        i += 1
+    for ax in axes[: 1 + len(spatial)]:
+        ax.set_xticks([])
+        ax.set_yticks([])
+    for ax in axes[i:]:
+        ax.axis("off")
+    fig.tight_layout(pad=0.4)
+    return fig
+
+
+@torch.no_grad()
+def visualize_model(
+    net: nn.Module,
+    images: torch.Tensor,
+    out_dir: str | Path,
+    *,
+    display: torch.Tensor | None = None,
+    boxes: torch.Tensor | None = None,
+    titles: Sequence[str] | None = None,
+    names: Sequence[str] | None = None,
+    class_names: Sequence[str] | None = None,
+) -> list[Path]:
+    """Write one attention PNG per image for a network in memory.
+
+    Args:
+        net: a network with registered attention blocks (run in eval mode).
+        images: ``(N, C, H, W)`` network input.
+        out_dir: output folder (created).
+        display: ``(N, C, H, W)`` pictures in ``[0, 1]`` to draw (default: ``images`` min-max
+            scaled per image).
+        boxes: ``(N, 4)`` target boxes to draw, or ``None``.
+        titles: caption per image (the prediction is appended); names: file stem per image
+            (default ``attention_<i>``); class_names: to spell the prediction.
+
+    Returns:
+        The PNG paths, one per image.
+
+    Raises:
+        ValueError: ``net`` has no registered attention block.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    was_training = net.training
+    net.eval()
+    param = next(net.parameters(), None)
+    device = param.device if param is not None else torch.device("cpu")
+    try:
+        with capture_attention(net) as maps:
+            logits = net(images.to(device))
+            captured = {p: m.detach().float().cpu() for p, m in maps.items()}
+    finally:
+        net.train(was_training)
+    if display is None:
+        lo = images.amin((1, 2, 3), keepdim=True)
+        hi = images.amax((1, 2, 3), keepdim=True)
+        display = (images - lo) / (hi - lo).clamp(min=1e-12)
+    preds = logits.argmax(1).cpu() if logits.dim() == 2 else None
+    paths = []
+    for i in range(images.shape[0]):
+        per_image = {p: m[i] for p, m in captured.items() if m.shape[0] == images.shape[0]}
+        title = titles[i] if titles is not None else f"image {i}"
+        if preds is not None:
+            p = int(preds[i])
+            title += f", pred {class_names[p] if class_names is not None else p}"
+        fig = plot_attention(
+            display[i].cpu(), per_image, box=None if boxes is None else boxes[i], title=title
+        )
+        path = out / f"{names[i] if names is not None else f'attention_{i}'}.png"
+        fig.savefig(path, dpi=_DPI)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def visualize(
+    ckpt_path: str | Path,
+    out_dir: str | Path,
+    num_images: int = 4,
+    *,
+    indices: Sequence[int] | None = None,
+    data_overrides: Mapping[str, Any] | None = None,
+    device: str = "cpu",
+) -> list[Path]:
+    """Attention pictures of validation images for a training checkpoint.
+
+    Args:
+        ckpt_path: a checkpoint written by train_cls.py (or the ablation runner).
+        out_dir: output folder; files ``attention_val<index>.png``.
+        num_images: how many validation images (the first ones) when ``indices`` is not given.
+        indices: validation-set indices to draw.
+        data_overrides: data-module options to change, e.g. ``{"root": "/data/cifar"}`` when
+            the data lives elsewhere than at training time.
+        device: where to run the network.
+
+    Returns:
+        The PNG paths, one per image.
+    """
+    from .data.datamodule import VisattnDataModule
+    from .training.module import ClassificationModule
+
+    module = ClassificationModule.load_from_checkpoint(ckpt_path, map_location="cpu")
+    net = module.net.to(device).eval()
+    dm = VisattnDataModule.load_from_checkpoint(
+        ckpt_path, map_location="cpu", **{"num_workers": 0, **dict(data_overrides or {})}
+    )
+    dm.setup("validate")
+    val = dm.val_dataset
+    if indices is None:
+        if num_images < 1:
+            raise ValueError(f"num_images must be >= 1, got {num_images}")
+        indices = list(range(min(num_images, len(val))))
+    bad = [i for i in indices if not 0 <= i < len(val)]
+    if bad:
+        raise ValueError(f"indices {bad} are outside the validation set (0..{len(val) - 1})")
+    items = [val[i] for i in indices]
+    images = torch.stack([torch.as_tensor(x) for x, _ in items])
+    labels = [int(y) for _, y in items]
+    all_boxes = getattr(val, "boxes", None)
+    boxes = None if all_boxes is None else torch.as_tensor(all_boxes)[list(indices)]
+    classes = getattr(val, "classes", None)
+    titles = [
+        f"val {i}: label {classes[y] if classes is not None else y}"
+        for i, y in zip(indices, labels)
+    ]
+    return visualize_model(
+        net,
+        images,
+        out_dir,
+        display=dm.denormalize(images).clamp(0, 1),
+        boxes=boxes,
+        titles=titles,
+        names=[f"attention_val{i:05d}" for i in indices],
+        class_names=classes,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m visattn.visualize",
+        description="Write attention-map pictures of validation images for a checkpoint.",
+    )
+    parser.add_argument("--ckpt", required=True, help="checkpoint written by train_cls.py")
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--num-images", type=int, default=4)
+    parser.add_argument("--indices", type=int, nargs="+", help="validation indices to draw")
+    parser.add_argument("--data-root", help="data root, when it moved since training")
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args(argv)
+    overrides = {"root": args.data_root} if args.data_root else None
+    paths = visualize(
+        args.ckpt,
+        args.out,
+        args.num_images,
+        indices=args.indices,
+        data_overrides=overrides,
+        device=args.device,
+    )
+    for p in paths:
+        print(p)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
