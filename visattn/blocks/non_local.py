@@ -11,7 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ._utils import check_choice, check_positive_int, reduced_channels
-from .capture import record_attention
+from .capture import is_capturing, record_attention
 from .registry import register_block
 
 __all__ = ["NonLocal"]
@@ -251,7 +251,7 @@ class NonLocal(nn.Module):
         y = (a.to(v.dtype) @ v).transpose(-1, -2).reshape(n, self.inner_channels, h, w)
         if self.record == "full":
             record_attention(self, a)
-        else:
+        elif is_capturing(self):  # the summary costs a pass over all weights: only when asked
             received = a.mean(dim=(1, 2)).reshape(n, 1, hk, wk)
             if self.subsample > 1:
                 s_ = self.subsample

@@ -1,0 +1,648 @@
+"""Every registered attention block: parameters, multiply-accumulates, forward and forward+backward
+time, peak memory, and the ratio to timm's version of the same block where timm has one.
+
+    python benchmarks/bench_blocks.py                      # full run, CPU fp32
+    python benchmarks/bench_blocks.py --quick              # reduced, under a minute
+    python benchmarks/bench_blocks.py --device cuda --dtype bf16 --out results/blocks_cuda_bf16.csv
+
+Method (see benchmarks/README.md):
+
+* ``fwd_ms``: one forward pass in eval mode under ``torch.no_grad``;
+  ``fwdbwd_ms``: one training-mode forward plus ``backward`` of a fixed random output gradient,
+  input with ``requires_grad`` (as inside a network), parameter gradients reset to ``None`` each
+  call (``optimizer.zero_grad()``'s default). Median of ``--repeats`` samples after ``--warmup``
+  calls; visattn and its timm twin are sampled interleaved, alternating order every repeat.
+* ``peak_mb``: memory allocated by one forward+backward on top of what is live before it
+  (input, parameters, output gradient); CUDA ``max_memory_allocated``, CPU the profiler's
+  allocation events.
+* ``macs``: multiply-accumulates of one forward of the whole batch (``visattn.profile.count_macs``,
+  matmuls and convolutions; element-wise work is not counted).
+* ``ratio_vs_timm``: visattn ``fwdbwd_ms`` / timm ``fwdbwd_ms`` (goal <= 1.05).
+* ``check``: the twin is given the visattn block's (randomised) weights and both are run on the
+  same input in train and eval mode; ``same`` means the outputs agree to float32 rounding.
+* GSoP: the visattn block against the same block whose covariance is computed the way the official
+  code does (``X I_hat X^T`` with the ``(HW) x (HW)`` centring matrix ``I_hat``, repeated over
+  the batch, and its hand-written backward), at several map sizes; ``ratio_vs_ref`` =
+  visattn / reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+from _common import (
+    interleaved_median_ms,
+    markdown_table,
+    parse_dtype,
+    peak_memory_mb,
+    print_header,
+    write_csv,
+)
+from timm.layers.cbam import CbamModule, SpatialAttn
+from timm.layers.coord_attn import CoordAttn
+from timm.layers.eca import EcaModule
+from timm.layers.global_context import GlobalContext
+from timm.layers.non_local_attn import NonLocalAttn
+from timm.layers.squeeze_excite import SEModule
+
+import visattn
+from visattn.profile import count_macs, count_params
+
+COLUMNS = [
+    "block",
+    "shape",
+    "impl",
+    "options",
+    "device",
+    "dtype",
+    "params",
+    "macs",
+    "fwd_ms",
+    "fwdbwd_ms",
+    "peak_mb",
+    "ratio_vs_timm",
+    "ratio_vs_ref",
+    "check",
+    "note",
+]
+TABLE_COLUMNS = [
+    "block",
+    "shape",
+    "impl",
+    "options",
+    "params",
+    "macs",
+    "fwd_ms",
+    "fwdbwd_ms",
+    "peak_mb",
+    "ratio_vs_timm",
+    "check",
+]
+SHAPES = ((64, 64, 32, 32), (32, 256, 14, 14))
+QUICK_SHAPES = ((16, 64, 32, 32), (8, 256, 14, 14))
+GSOP_SHAPES = ((16, 256, 14, 14), (16, 256, 28, 28), (16, 256, 56, 56))
+QUICK_GSOP_SHAPES = ((8, 256, 14, 14), (8, 256, 28, 28))
+GOAL_RATIO = 1.05
+
+
+# --------------------------------------------------------------------------------------------
+# timm twins: built from the *instance* of the visattn block (its default options), so that the
+# twin has the same widths, kernel sizes, biases and activations.
+# --------------------------------------------------------------------------------------------
+def _convs(m: nn.Module, kind: type[nn.Module] = nn.Conv2d) -> list[nn.Module]:
+    return [c for c in m.modules() if isinstance(c, kind)]
+
+
+def _one(m: nn.Module, kind: type[nn.Module], what: str) -> nn.Module:
+    found = [c for c in m.modules() if isinstance(c, kind)]
+    if len(found) != 1:
+        raise ValueError(
+            f"expected one {kind.__name__} ({what}) in {type(m).__name__}, got {found}"
+        )
+    return found[0]
+
+
+_ACTS = (nn.ReLU, nn.ReLU6, nn.SiLU, nn.GELU, nn.Hardswish, nn.LeakyReLU, nn.Tanh)
+_GATES = (nn.Sigmoid, nn.Hardsigmoid)
+
+
+def _act(m: nn.Module) -> type[nn.Module]:
+    return type(next(c for c in m.modules() if isinstance(c, _ACTS)))
+
+
+def _gate(m: nn.Module) -> type[nn.Module]:
+    return type(next(c for c in m.modules() if isinstance(c, _GATES)))
+
+
+def _se_twin(b: nn.Module, c: int) -> nn.Module:
+    if getattr(b, "pool", "avg") != "avg":
+        raise ValueError("timm's SEModule only has average pooling")
+    fc1 = _convs(b)[0]
+    return SEModule(
+        c,
+        rd_channels=fc1.out_channels,
+        bias=fc1.bias is not None,
+        act_layer=_act(b),
+        gate_layer=_gate(b),
+    )
+
+
+def _eca_twin(b: nn.Module, c: int) -> nn.Module:
+    conv = _one(b, nn.Conv1d, "channel conv")
+    # channels=None: timm then uses kernel_size as given instead of its own adaptive formula
+    return EcaModule(None, kernel_size=conv.kernel_size[0], gate_layer=_gate(b))
+
+
+def _cbam_twin(b: nn.Module, c: int) -> nn.Module:
+    fc1, spatial = b.channel.fc1, b.spatial.conv
+    if spatial.bias is not None:
+        raise ValueError("timm's CBAM spatial conv is bias-free + BN: compare with use_bn=True")
+    return CbamModule(
+        c,
+        rd_channels=fc1.out_channels,
+        spatial_kernel_size=spatial.kernel_size[0],
+        act_layer=_act(b),
+        gate_layer=_gate(b),
+        mlp_bias=fc1.bias is not None,
+    )
+
+
+def _spatial_twin(b: nn.Module, c: int) -> nn.Module:
+    conv = _one(b, nn.Conv2d, "spatial conv")
+    if conv.bias is not None:
+        raise ValueError("timm's SpatialAttn is a bias-free conv + BN: compare with use_bn=True")
+    return SpatialAttn(conv.kernel_size[0], gate_layer=_gate(b))
+
+
+def _gc_twin(b: nn.Module, c: int) -> nn.Module:
+    twin = GlobalContext(
+        c,
+        fuse_add=True,
+        fuse_scale=False,
+        rd_channels=b.fc1.out_channels,
+        act_layer=_act(b),
+    )
+    # GCNet's (and visattn's) nn.LayerNorm([C', 1, 1]) has eps 1e-5, timm's LayerNorm2d 1e-6
+    twin.mlp_add.norm.eps = b.norm.eps
+    return twin
+
+
+def _coord_twin(b: nn.Module, c: int) -> nn.Module:
+    # timm's `bias` applies to all three convs; visattn's F_h, F_w have one, F1 (before BN) not:
+    # the twin gets biases everywhere and its F1 bias is zeroed for the check.
+    return CoordAttn(
+        c,
+        rd_channels=b.conv1.out_channels,
+        bias=True,
+        act_layer=_act(b),
+        norm_layer=nn.BatchNorm2d,
+        gate_layer=_gate(b),
+    )
+
+
+def _coord_pairs(b: nn.Module, t: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    dst = t.state_dict(keep_vars=True)
+    pairs = [(v, dst[k]) for k, v in b.state_dict(keep_vars=True).items()]
+    return [*pairs, (torch.zeros_like(dst["conv1.bias"]), dst["conv1.bias"])]
+
+
+def _nonlocal_twin(b: nn.Module, c: int) -> nn.Module:
+    inner = b.inner_channels
+    if b.heads != 1 or b.subsample != 1 or b.window is not None or b.selection != "soft":
+        raise ValueError("timm's NonLocalAttn has one head, no sub-sampling, global soft attention")
+    twin = NonLocalAttn(c, rd_channels=inner)
+    # timm scales by in_channels**-0.5 (or 1); give it the visattn score's scale so both compute
+    # the same function (the cost is identical: one multiply of the score matrix either way).
+    scale = {"dot": 1.0, "scaled_dot": inner**-0.5}.get(b.score)
+    if scale is None:
+        raise ValueError(f"timm's NonLocalAttn has no score {b.score!r}")
+    twin.scale = scale / b.temperature
+    return twin
+
+
+def _nonlocal_pairs(b: nn.Module, t: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    pairs = [(b.theta.weight, t.t.weight), (b.theta.bias, t.t.bias), (b.phi.weight, t.p.weight)]
+    pairs += [(b.phi.bias, t.p.bias), (b.g.weight, t.g.weight), (b.g.bias, t.g.bias)]
+    pairs += [(b.w_z.weight, t.z.weight), (torch.zeros_like(t.z.bias), t.z.bias)]
+    pairs += [
+        (v, t.norm.state_dict(keep_vars=True)[k])
+        for k, v in b.norm.state_dict(keep_vars=True).items()
+    ]
+    return pairs
+
+
+@dataclass(frozen=True)
+class Twin:
+    """How to build timm's version of a block from a visattn instance and pair their tensors.
+
+    ``options``: visattn options for the comparison (where the defaults follow the paper and timm
+    follows the official code, e.g. CBAM's BN); ``pairs``: (visattn tensor, timm tensor) to copy
+    for the equivalence check (default: all floating tensors of both state dicts, in order).
+    """
+
+    build: Callable[[nn.Module, int], nn.Module]
+    note: str = ""
+    pairs: Callable[[nn.Module, nn.Module], list[tuple[torch.Tensor, torch.Tensor]]] | None = None
+    options: dict = field(default_factory=dict)
+
+
+TWINS: dict[str, Twin] = {
+    "se": Twin(_se_twin),
+    "eca": Twin(
+        _eca_twin, "timm's adaptive kernel formula differs (floors k at 3); kernel given explicitly"
+    ),
+    "cbam": Twin(
+        _cbam_twin,
+        "visattn use_bn=True (official code; default is the paper's conv with bias, no BN)",
+        options={"use_bn": True},
+    ),
+    "spatial": Twin(
+        _spatial_twin,
+        "visattn use_bn=True (official code; default is the paper's conv with bias, no BN)",
+        options={"use_bn": True},
+    ),
+    "gc": Twin(_gc_twin, "timm GlobalContext(fuse_add=True, fuse_scale=False), LayerNorm eps 1e-5"),
+    "coord": Twin(
+        _coord_twin,
+        "timm's conv before BN has a bias (zeroed for the check): +mip parameters",
+        _coord_pairs,
+    ),
+    "nonlocal": Twin(
+        _nonlocal_twin,
+        "timm W_z conv has a bias (cancelled by the BN that follows); score scale set to visattn's",
+        _nonlocal_pairs,
+    ),
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Twin check: same weights, same input -> same output?
+# --------------------------------------------------------------------------------------------
+@torch.no_grad()
+def _randomize(m: nn.Module, gen: torch.Generator) -> None:
+    """Weights away from their (often degenerate) initialisation: zero-initialised BN scales and
+    output convs would make different functions look equal."""
+    for name, t in m.state_dict(keep_vars=True).items():
+        if not t.is_floating_point():
+            continue
+        if name.endswith("running_var"):
+            t.copy_(torch.rand(t.shape, generator=gen) + 0.5)
+        elif t.dim() > 1:
+            t.copy_(torch.randn(t.shape, generator=gen) / math.sqrt(t[0].numel()))
+        else:
+            t.copy_(torch.rand(t.shape, generator=gen) + 0.5)
+
+
+def _pairs_by_order(b: nn.Module, t: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    src = [v for v in b.state_dict(keep_vars=True).values() if v.is_floating_point()]
+    dst = [v for v in t.state_dict(keep_vars=True).values() if v.is_floating_point()]
+    if [s.numel() for s in src] != [d.numel() for d in dst]:
+        raise ValueError(
+            f"tensors differ: visattn {[tuple(s.shape) for s in src]} vs timm "
+            f"{[tuple(d.shape) for d in dst]}"
+        )
+    return list(zip(src, dst))
+
+
+def check_twin(block: nn.Module, twin: nn.Module, spec: Twin, channels: int) -> str:
+    """``same (max|d|=...)`` if the twin computes the block's function, else what differs."""
+    b, t = copy.deepcopy(block).float().cpu(), copy.deepcopy(twin).float().cpu()
+    gen = torch.Generator().manual_seed(0)
+    _randomize(b, gen)
+    try:
+        pairs = (spec.pairs or _pairs_by_order)(b, t)
+    except (ValueError, AttributeError) as e:
+        return f"not comparable: {e}"
+    with torch.no_grad():
+        for src, dst in pairs:
+            dst.copy_(src.reshape(dst.shape))
+    x = torch.randn(4, channels, 12, 10, generator=gen)
+    worst = 0.0
+    with torch.no_grad():
+        for train in (True, False):
+            b.train(train)
+            t.train(train)
+            yb, yt = b(x), t(x)
+            worst = max(worst, ((yb - yt).abs().max() / yb.abs().max().clamp_min(1e-12)).item())
+    return f"same (rel {worst:.0e})" if worst < 1e-4 else f"DIFFERS (rel {worst:.2g})"
+
+
+# --------------------------------------------------------------------------------------------
+# GSoP reference: covariance as the official code computes it
+# --------------------------------------------------------------------------------------------
+class _CovpoolIHat(torch.autograd.Function):
+    """``Sigma = X I_hat X^T`` with ``I_hat = (1/M)(I - (1/M) 1 1^T)`` built as an ``(M, M)``
+    matrix and repeated over the batch, backward ``dX = (G + G^T) X I_hat``: the covariance pooling
+    of the official GSoP-Net / iSQRT-COV code (``MPNCOV.CovpoolLayer``), written anew here."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        n, c, h, w = x.shape
+        m = h * w
+        x = x.reshape(n, c, m)
+        i_hat = torch.eye(m, device=x.device) / m - torch.ones(m, m, device=x.device) / (m * m)
+        i_hat = i_hat.view(1, m, m).repeat(n, 1, 1).to(x.dtype)
+        ctx.save_for_backward(x, i_hat)
+        ctx.hw = (h, w)
+        return x.bmm(i_hat).bmm(x.transpose(1, 2))
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        x, i_hat = ctx.saved_tensors
+        gx = (grad + grad.transpose(1, 2)).bmm(x).bmm(i_hat)
+        return gx.reshape(*x.shape[:2], *ctx.hw)
+
+
+class GSoPIHatReference(nn.Module):
+    """The visattn GSoP block (same submodules, shared) with the official covariance pooling."""
+
+    def __init__(self, block: nn.Module) -> None:
+        super().__init__()
+        self.block = block
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b = self.block
+        z = b.act(b.bn(b.reduce(x)))
+        cov = _CovpoolIHat.apply(z.float())
+        s = b.gate(b.fc(b.row_conv(b.row_norm(cov.unsqueeze(-1))))).to(x.dtype)
+        return x * s
+
+
+# --------------------------------------------------------------------------------------------
+# Measurement
+# --------------------------------------------------------------------------------------------
+def _shape_str(shape: tuple[int, ...]) -> str:
+    return "x".join(map(str, shape))
+
+
+def _fwd_fn(m: nn.Module, x: torch.Tensor) -> Callable[[], None]:
+    def fn() -> None:
+        with torch.no_grad():
+            m(x)
+
+    return fn
+
+
+def _fwdbwd_fn(m: nn.Module, x: torch.Tensor, gy: torch.Tensor) -> Callable[[], None]:
+    params = list(m.parameters())
+
+    def fn() -> None:
+        for p in params:
+            p.grad = None
+        x.grad = None
+        m(x).backward(gy)
+
+    return fn
+
+
+def measure(
+    modules: dict[str, nn.Module],
+    shape: tuple[int, ...],
+    args: argparse.Namespace,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> dict[str, dict[str, float]]:
+    """fwd_ms, fwdbwd_ms (interleaved over the implementations), peak_mb, params, macs."""
+    gen = torch.Generator(device="cpu").manual_seed(args.seed)
+    x = torch.randn(shape, generator=gen).to(device, dtype)
+    with torch.no_grad():
+        out_shape = next(iter(modules.values()))(x).shape
+    gy = torch.randn(out_shape, generator=gen).to(device, dtype)
+    xg = x.clone().requires_grad_(True)
+    out: dict[str, dict[str, float]] = {
+        k: {"params": count_params(m), "macs": count_macs(m, x)} for k, m in modules.items()
+    }
+    for m in modules.values():
+        m.eval()
+    kw = dict(
+        device=device,
+        warmup=args.warmup,
+        repeats=args.repeats,
+        min_sample_s=args.min_sample,
+        budget_s=args.budget,
+        clock=args.clock,
+    )
+    for k, ms in interleaved_median_ms(
+        {k: _fwd_fn(m, x) for k, m in modules.items()}, **kw
+    ).items():
+        out[k]["fwd_ms"] = ms
+    for m in modules.values():
+        m.train()
+    fns = {k: _fwdbwd_fn(m, xg, gy) for k, m in modules.items()}
+    for k, ms in interleaved_median_ms(fns, **kw).items():
+        out[k]["fwdbwd_ms"] = ms
+    for k, fn in fns.items():
+        # gradients from the timing runs are freed *before* profiling: a free of a block allocated
+        # before the profiler started has no known size and would make the peak look smaller
+        xg.grad = None
+        for p in modules[k].parameters():
+            p.grad = None
+        out[k]["peak_mb"] = peak_memory_mb(fn, device)
+    return out
+
+
+def bench_block(
+    name: str, shape: tuple[int, ...], args: argparse.Namespace, device, dtype
+) -> list[dict]:
+    c = shape[1]
+    spec, check, note = TWINS.get(name), "", ""
+    options = spec.options if spec is not None else {}
+    block = visattn.create_block(name, c, **options).to(device, dtype)
+    modules = {"visattn": block}
+    if spec is not None:
+        twin = spec.build(block, c).to(device, dtype)
+        check = check_twin(block, twin, spec, c)
+        note = spec.note
+        modules["timm"] = twin
+    res = measure(modules, shape, args, device, dtype)
+    rows = []
+    for impl, r in res.items():
+        row = dict(block=name, shape=_shape_str(shape), impl=impl, **r)
+        row["options"] = ",".join(f"{k}={v}" for k, v in options.items())
+        if impl == "visattn" and "timm" in res:
+            row["ratio_vs_timm"] = r["fwdbwd_ms"] / res["timm"]["fwdbwd_ms"]
+        if impl == "timm":
+            row.update(check=check, note=note)
+        rows.append(row)
+    return rows
+
+
+class _Covariance(nn.Module):
+    """A covariance function as a module: ``(N, C, H, W) -> (N, C, C)``."""
+
+    def __init__(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return self.fn(z)
+
+
+def _rel_diff(a: torch.Tensor, b: torch.Tensor) -> str:
+    worst = ((a - b).abs().max() / a.abs().max()).item()
+    return f"same (rel {worst:.0e})" if worst < 1e-4 else f"DIFFERS (rel {worst:.2g})"
+
+
+def bench_gsop_reference(shape: tuple[int, ...], args, device, dtype) -> list[dict]:
+    """The GSoP block and its covariance pooling alone against the official-style computation."""
+    c = shape[1]
+    block = visattn.create_block("gsop", c).to(device, dtype)
+    b = copy.deepcopy(block).float().cpu()
+    _randomize(b, torch.Generator().manual_seed(0))
+    x = torch.randn(4, c, 12, 10)
+    with torch.no_grad():
+        check = _rel_diff(b(x), GSoPIHatReference(b)(x))
+    cases = [("gsop", shape, {"visattn": block, "official_ihat": GSoPIHatReference(block)}, check)]
+    cov_fn = getattr(sys.modules[type(block).__module__], "_covariance_fp32", None)
+    if cov_fn is not None:  # the covariance alone, on the reduced feature (N, C', H, W)
+        z_shape = (shape[0], block.rd_channels, *shape[2:])
+        z = torch.randn(4, block.rd_channels, 12, 10)
+        cov_check = _rel_diff(cov_fn(z), _CovpoolIHat.apply(z))
+        mods = {"visattn": _Covariance(cov_fn), "official_ihat": _Covariance(_CovpoolIHat.apply)}
+        cases.append(("gsop_covariance", z_shape, mods, cov_check))
+    rows = []
+    for name, shp, mods, chk in cases:
+        res = measure(mods, shp, args, device, dtype)
+        for impl, m in res.items():
+            row = dict(block=name, shape=_shape_str(shp), impl=impl, **m)
+            if impl == "visattn":
+                row["ratio_vs_ref"] = m["fwdbwd_ms"] / res["official_ihat"]["fwdbwd_ms"]
+            else:
+                row.update(check=chk, note="covariance X I_hat X^T, (HW)x(HW) I_hat (official)")
+            rows.append(row)
+    return rows
+
+
+# --------------------------------------------------------------------------------------------
+def _parse_shapes(text: str) -> tuple[tuple[int, ...], ...]:
+    try:
+        shapes = tuple(tuple(int(v) for v in s.split("x")) for s in text.split(","))
+    except ValueError:
+        shapes = ()
+    if not shapes or any(len(s) != 4 or min(s) < 1 for s in shapes):
+        raise argparse.ArgumentTypeError(
+            f"shapes must look like 64x64x32x32,32x256x14x14: {text!r}"
+        )
+    return shapes
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="smaller batches, fewer repeats (<1 min)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:i] (default cpu)")
+    p.add_argument("--dtype", default="fp32", help="fp32, bf16 or fp16 (default fp32)")
+    p.add_argument("--blocks", default=None, help="comma-separated block names (default: all)")
+    p.add_argument("--shapes", type=_parse_shapes, default=None, help="NxCxHxW,... (default: two)")
+    p.add_argument("--gsop-shapes", type=_parse_shapes, default=None, help="GSoP reference shapes")
+    p.add_argument("--no-gsop-reference", action="store_true", help="skip the GSoP comparison")
+    p.add_argument("--warmup", type=int, default=None, help="warm-up calls (default 3, quick 1)")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="timed samples (default 41, quick 5; fewer for slow cases, see --budget)",
+    )
+    p.add_argument("--min-sample", type=float, default=None, help="seconds per sample (0.02)")
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="seconds per timed comparison: slow cases take fewer repeats, at least 5 "
+        "(default 20, quick 3; 0 = always --repeats)",
+    )
+    p.add_argument(
+        "--clock",
+        default="wall",
+        choices=("wall", "cpu"),
+        help="wall (default) or cpu: process CPU time, for a machine shared with other jobs "
+        "(use with --threads 1)",
+    )
+    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None, help="write the rows to this CSV file")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    dtype = parse_dtype(args.dtype)
+    device = torch.device(args.device)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    args.warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
+    args.repeats = args.repeats if args.repeats is not None else (5 if args.quick else 41)
+    args.min_sample = (
+        args.min_sample if args.min_sample is not None else (0.005 if args.quick else 0.02)
+    )
+    if args.budget is None:
+        args.budget = 3.0 if args.quick else 20.0
+    args.budget = args.budget or None
+    shapes = args.shapes or (QUICK_SHAPES if args.quick else SHAPES)
+    gsop_shapes = args.gsop_shapes or (QUICK_GSOP_SHAPES if args.quick else GSOP_SHAPES)
+    names = args.blocks.split(",") if args.blocks else visattn.list_blocks()
+    for n in names:
+        visattn.block_info(n)  # unknown names fail here, before any timing
+
+    print_header("bench_blocks", device)
+    print(
+        f"dtype {args.dtype}, warmup {args.warmup}, repeats {args.repeats} (fewer, at least 5, "
+        f"where a comparison would exceed {args.budget}s), min sample {args.min_sample}s, "
+        f"seed {args.seed}, clock {args.clock}\n"
+    )
+    rows: list[dict] = []
+    errors: list[str] = []
+    for name in names:
+        for shape in shapes:
+            try:
+                rows += bench_block(name, shape, args, device, dtype)
+            except Exception as e:  # one broken block must not hide the others' numbers
+                errors.append(f"{name} {_shape_str(shape)}: {type(e).__name__}: {e}")
+                rows.append(
+                    dict(
+                        block=name,
+                        shape=_shape_str(shape),
+                        impl="visattn",
+                        note=f"ERROR {type(e).__name__}: {e}",
+                    )
+                )
+            print(f"  done {name} {_shape_str(shape)}", file=sys.stderr, flush=True)
+    gsop_rows: list[dict] = []
+    if not args.no_gsop_reference and "gsop" in visattn.list_blocks() and "gsop" in names:
+        for shape in gsop_shapes:
+            gsop_rows += bench_gsop_reference(shape, args, device, dtype)
+            print(f"  done gsop reference {_shape_str(shape)}", file=sys.stderr, flush=True)
+    for r in rows + gsop_rows:
+        r.update(device=str(device), dtype=args.dtype)
+
+    print("## Blocks\n")
+    print(markdown_table(rows, TABLE_COLUMNS))
+    twinned = [r for r in rows if r.get("ratio_vs_timm") is not None]
+    if twinned:
+        print("\n## visattn / timm (fwd+bwd), goal <= 1.05\n")
+        for r in twinned:
+            verdict = "ok" if r["ratio_vs_timm"] <= GOAL_RATIO else "MISSES GOAL"
+            print(f"- {r['block']} {r['shape']}: {r['ratio_vs_timm']:.3f} {verdict}")
+        notes = {r["block"]: (r["check"], r["note"]) for r in rows if r["impl"] == "timm"}
+        print("\ntwins:")
+        for b, (chk, nt) in notes.items():
+            print(f"- {b}: {chk}" + (f"; {nt}" if nt else ""))
+    if gsop_rows:
+        print("\n## GSoP: visattn vs official (HW)x(HW) centring-matrix covariance\n")
+        print(markdown_table(gsop_rows, [*TABLE_COLUMNS[:-2], "ratio_vs_ref", "check"]))
+        print()
+        for kind in ("gsop", "gsop_covariance"):
+            vis = [r for r in gsop_rows if r["block"] == kind and r["impl"] == "visattn"]
+            ref = [r for r in gsop_rows if r["block"] == kind and r["impl"] != "visattn"]
+            for v, o in zip(vis, ref):
+                print(
+                    f"- {kind} {v['shape']}: visattn {o['fwdbwd_ms'] / v['fwdbwd_ms']:.2f}x "
+                    f"faster (fwd+bwd), {o['fwd_ms'] / v['fwd_ms']:.2f}x (fwd); peak "
+                    f"{v['peak_mb']:.1f} MB vs {o['peak_mb']:.1f} MB"
+                )
+            hw = [int(v["shape"].split("x")[2]) * int(v["shape"].split("x")[3]) for v in vis]
+            for name, rs in (("visattn", vis), ("official_ihat", ref)):
+                growth = [
+                    f"x{b['peak_mb'] / a['peak_mb']:.1f} for HW x{hb / ha:.0f}"
+                    for a, b, ha, hb in zip(rs, rs[1:], hw, hw[1:])
+                ]
+                if growth:
+                    print(f"- {kind} peak memory growth, {name}: {', '.join(growth)}")
+    if errors:
+        print("\n## Errors\n")
+        for e in errors:
+            print(f"- {e}")
+    if args.out:
+        write_csv(rows + gsop_rows, args.out, COLUMNS)
+        print(f"\nwrote {args.out}")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
