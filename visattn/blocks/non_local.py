@@ -98,8 +98,11 @@ class NonLocal(nn.Module):
     * ``full``: the weights ``(N, heads, H*W, Hk*Wk)`` themselves (rows index queries, columns
       keys, both row-major).
 
-    The weights are computed explicitly (softmax of the score matrix), not with
-    ``F.scaled_dot_product_attention``, because they are recorded.
+    With soft selection and a dot-product-type score (``dot``, ``scaled_dot``, ``cosine``,
+    ``gaussian``) the forward pass uses ``F.scaled_dot_product_attention`` (same function, no
+    ``HW x HWk`` weights kept for backward), except while ``capture_attention`` is active or
+    ``record="full"``: then, as for ``topk`` and ``additive``, the weights are computed explicitly
+    (softmax of the score matrix) so they can be recorded.
 
     Shapes: ``(N, C, H, W) -> (N, C, H, W)``.
 
@@ -228,6 +231,11 @@ class NonLocal(nn.Module):
                 s = s * q.shape[-1] ** -0.5
         return s if self.temperature == 1.0 else s / self.temperature
 
+    def _fused_ok(self) -> bool:
+        """Soft selection with a dot-product-type score and nothing to record in full: the
+        result equals ``F.scaled_dot_product_attention`` with the matching scale."""
+        return self.selection == "soft" and self.score != "additive" and self.record != "full"
+
     def _select(self, s: torch.Tensor) -> torch.Tensor:
         if self.selection == "soft":
             return torch.softmax(s, dim=-1)
@@ -243,9 +251,19 @@ class NonLocal(nn.Module):
         else:
             q, k = self.theta(x), self._pool(self.phi(x))
         q, k, v = (_split_heads(t, self.heads) for t in (q, k, v))
-        s = self._scores(q, k)
+        allowed = None
         if self.window is not None:
             allowed = window_mask((h, w), (hk, wk), self.window, self.subsample, x.device)
+        if self._fused_ok() and not is_capturing(self):
+            # Same function through the fused kernel: no (HW x HWk) weights kept for backward.
+            if self.score == "cosine":
+                q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+            scale = (q.shape[-1] ** -0.5 if self.score == "scaled_dot" else 1.0) / self.temperature
+            y = F.scaled_dot_product_attention(q, k, v.to(q.dtype), attn_mask=allowed, scale=scale)
+            y = y.transpose(-1, -2).reshape(n, self.inner_channels, h, w)
+            return x + self.norm(self.w_z(y.to(x.dtype)))
+        s = self._scores(q, k)
+        if allowed is not None:
             s = s.masked_fill(~allowed, float("-inf"))
         a = self._select(s)  # (N, heads, HW, HWk)
         y = (a.to(v.dtype) @ v).transpose(-1, -2).reshape(n, self.inner_channels, h, w)
