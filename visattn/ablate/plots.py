@@ -61,6 +61,7 @@ def _scatter(
     x_err: bool = False,
 ) -> None:
     fig, ax = plt.subplots(figsize=(6.4, 4.8))
+    colors = _variant_colors([s.name for s in summaries])
     for s in summaries:
         x, y = s.stats[x_col], s.stats["val/acc"]
         if y.n == 0 or math.isnan(x.mean):
@@ -73,6 +74,7 @@ def _scatter(
             yerr=yerr,
             xerr=xerr,
             fmt="s" if s.name in baselines else "o",
+            color=colors[s.name],
             capsize=3,
             label=f"{s.name} (n={y.n})",
         )
@@ -92,6 +94,12 @@ def _scatter(
     _save(fig, path)
 
 
+def _variant_colors(names: Sequence[str]) -> dict[str, Any]:
+    """One distinct colour per variant, the same in every plot (tab10, or tab20 past 10)."""
+    cmap = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
+    return {name: cmap(i % cmap.N) for i, name in enumerate(names)}
+
+
 def _curves(rows: Sequence[dict[str, Any]], root: Path, path: Path) -> None:
     per_variant: dict[str, list[dict[int, float]]] = defaultdict(list)
     order: list[str] = []
@@ -103,6 +111,7 @@ def _curves(rows: Sequence[dict[str, Any]], root: Path, path: Path) -> None:
             if curve:
                 per_variant[r["variant"]].append(curve)
     fig, ax = plt.subplots(figsize=(6.4, 4.8))
+    colors = _variant_colors(order)
     for name in order:
         curves = per_variant.get(name)
         if not curves:
@@ -119,6 +128,7 @@ def _curves(rows: Sequence[dict[str, Any]], root: Path, path: Path) -> None:
             epochs,
             means,
             marker="." if len(epochs) < 30 else None,
+            color=colors[name],
             label=f"{name} (n={len(curves)})",
         )
         ax.fill_between(
