@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 from test_data import write_tiny_cifar, write_tiny_imagefolder
 
@@ -25,16 +24,6 @@ QUIET = [
     "--trainer.enable_model_summary=false",
     "--data.num_workers=0",
 ]
-
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Two CPU cores shared with other jobs: one intra-op thread avoids oversubscription stalls
-    (a 2-thread step can be 10x slower under load). Results do not depend on it."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def parsed(args: list[str]) -> dict:

@@ -16,16 +16,6 @@ from visattn.blocks import is_block
 from visattn.profile import count_params
 
 
-@pytest.fixture(autouse=True)
-def _single_thread():
-    """One intra-op thread: on 2 shared cores, OpenMP threads spinning against other processes
-    make small forward passes many times slower."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _torchvision(name: str) -> nn.Module:
     return getattr(torchvision.models, name)(weights=None)
 

@@ -46,16 +46,6 @@ REQUIRED = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _single_thread():
-    """One intra-op thread: on 2 shared cores, OpenMP threads spinning against other processes
-    make small forward passes many times slower."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _is_cifar(name: str) -> bool:
     return get_model_spec(name).dataset == "cifar"
 

@@ -14,16 +14,6 @@ from visattn.models import normalize_placements
 BLOCK_POSITIONS = ["pre", "inner", "standard", "identity", "post"]
 
 
-@pytest.fixture(autouse=True)
-def _single_thread():
-    """One intra-op thread: on 2 shared cores, OpenMP threads spinning against other processes
-    make small forward passes many times slower."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 # ----------------------------------------------------------------------------- normalize
 
 

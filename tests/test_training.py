@@ -34,16 +34,6 @@ TINY = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Two CPU cores shared with other jobs: one intra-op thread avoids oversubscription stalls
-    (a 2-thread step can be 10x slower under load). Results do not depend on it."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def tiny_fit(root: Path, *extra: str) -> dict[str, Any]:
     return run(["fit", *TINY, f"--trainer.default_root_dir={root}", *extra])
 
