@@ -38,14 +38,14 @@ from collections.abc import Sequence
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from ..blocks.residual_attention import PreActBottleneck, ResidualAttention
+from .resnet import ClassifierHead
 
 __all__ = ["ResidualAttentionNet"]
 
 
-class ResidualAttentionNet(nn.Module):
+class ResidualAttentionNet(ClassifierHead, nn.Module):
     """A Residual Attention Network: stages of one transition unit followed by attention modules.
 
     Args:
@@ -129,6 +129,7 @@ class ResidualAttentionNet(nn.Module):
         self.num_features = width
         self.norm = nn.BatchNorm2d(width)
         self.act = nn.ReLU(inplace=True)
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
         self.fc = nn.Linear(width, num_classes) if num_classes > 0 else nn.Identity()
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
@@ -137,20 +138,3 @@ class ResidualAttentionNet(nn.Module):
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """``(N, in_chans, H, W) -> (N, num_features, H', W')``."""
         return self.act(self.norm(self.stages(self.stem(x))))
-
-    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        x = x.mean((2, 3))
-        if self.drop_rate:
-            x = F.dropout(x, p=self.drop_rate, training=self.training)
-        return x if pre_logits else self.fc(x)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forward_head(self.forward_features(x))
-
-    def get_classifier(self) -> nn.Module:
-        return self.fc
-
-    def reset_classifier(self, num_classes: int) -> None:
-        """Replace the classifier by a fresh one with ``num_classes`` outputs (0: identity)."""
-        self.num_classes = num_classes
-        self.fc = nn.Linear(self.num_features, num_classes) if num_classes > 0 else nn.Identity()

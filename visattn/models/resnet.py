@@ -319,7 +319,31 @@ class ResNetStage(nn.Module):
         return self.attn_stage(x)
 
 
-class ResNet(nn.Module):
+class ClassifierHead:
+    """timm's classifier interface for a network with ``avgpool``, ``fc``, ``num_features``,
+    ``num_classes``, ``drop_rate`` and ``forward_features``: global average pooling, dropout,
+    linear layer."""
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        x = torch.flatten(self.avgpool(x), 1)
+        if self.drop_rate:
+            x = F.dropout(x, p=self.drop_rate, training=self.training)
+        return x if pre_logits else self.fc(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x))
+
+    def get_classifier(self) -> nn.Module:
+        return self.fc
+
+    def reset_classifier(self, num_classes: int) -> None:
+        """Replace the classifier by a freshly initialised one with ``num_classes`` outputs
+        (``0`` gives an identity, as in timm)."""
+        self.num_classes = num_classes
+        self.fc = nn.Linear(self.num_features, num_classes) if num_classes > 0 else nn.Identity()
+
+
+class ResNet(ClassifierHead, nn.Module):
     """A ResNet with attention slots.
 
     Module names follow torchvision: ``conv1``, ``bn1``, ``relu``, ``maxpool``, ``layer1`` ...,
@@ -425,21 +449,3 @@ class ResNet(nn.Module):
         for stage in self.stages():
             x = stage(x)
         return self.relu_final(self.bn_final(x))
-
-    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        x = torch.flatten(self.avgpool(x), 1)
-        if self.drop_rate:
-            x = F.dropout(x, p=self.drop_rate, training=self.training)
-        return x if pre_logits else self.fc(x)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forward_head(self.forward_features(x))
-
-    def get_classifier(self) -> nn.Module:
-        return self.fc
-
-    def reset_classifier(self, num_classes: int) -> None:
-        """Replace the classifier by a freshly initialised one with ``num_classes`` outputs
-        (``0`` gives an identity, as in timm)."""
-        self.num_classes = num_classes
-        self.fc = nn.Linear(self.num_features, num_classes) if num_classes > 0 else nn.Identity()
