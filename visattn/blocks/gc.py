@@ -66,6 +66,11 @@ class GlobalContext(nn.Module):
             nn.init.zeros_(self.fc2.weight)
             nn.init.zeros_(self.fc2.bias)
 
+    def init_identity(self) -> None:
+        """native: the last conv W_v2 starts at zero (the official init), so y = x + 0."""
+        nn.init.zeros_(self.fc2.weight)
+        nn.init.zeros_(self.fc2.bias)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n, c, h, w = x.shape
         a = self.conv_attn(x).view(n, 1, h * w).softmax(dim=-1)  # (N, 1, HW)

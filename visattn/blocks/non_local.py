@@ -201,6 +201,10 @@ class NonLocal(nn.Module):
         self.norm = nn.BatchNorm2d(channels) if norm else nn.Identity()
         self.reset_identity()
 
+    def init_identity(self) -> None:
+        """native: W_z's BN scale (or W_z itself with norm=False) starts at zero, as in the paper."""
+        self.reset_identity()
+
     def reset_identity(self) -> None:
         """Zero the output transform so the block computes the identity (the paper's init)."""
         if isinstance(self.norm, nn.BatchNorm2d):

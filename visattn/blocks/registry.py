@@ -25,6 +25,8 @@ from typing import Any, TypeVar
 
 import torch.nn as nn
 
+from .identity import INITS, identity_form, make_identity
+
 __all__ = [
     "FAMILIES",
     "BlockInfo",
@@ -57,6 +59,12 @@ class BlockInfo:
     paper: str
     cls: type[nn.Module]
     defaults: dict[str, Any] = field(default_factory=dict)
+    replaces_conv: bool = False
+
+    @property
+    def identity_form(self) -> str:
+        """How ``create_block(..., init="identity")`` makes this block the identity."""
+        return identity_form(self.cls)
 
     @property
     def options(self) -> tuple[str, ...]:
@@ -125,13 +133,20 @@ def _wrap_init(cls: type[nn.Module], name: str, defaults: dict[str, Any]) -> Non
     cls.__init__ = __init__
 
 
-def register_block(name: str, *, family: str, paper: str) -> Callable[[M], M]:
+def register_block(
+    name: str, *, family: str, paper: str, replaces_conv: bool = False
+) -> Callable[[M], M]:
     """Class decorator that registers an attention block under ``name``.
 
     Args:
         name: registry name (lower case, ``[a-z0-9_]``).
         family: one of ``"channel"``, ``"spatial"``, ``"hybrid"``, ``"residual"``.
         paper: short citation, e.g. ``"Hu et al., CVPR 2018"``.
+        replaces_conv: the block can stand in for a residual branch's 3x3 conv (placement
+            position ``conv``). Its constructor then takes ``out_channels`` (default ``None``:
+            the input's) and ``stride`` (default 1) after ``channels``, and it maps
+            ``(N, C, H, W)`` to ``(N, out_channels, H / stride, W / stride)``; it stores
+            ``in_channels``, ``out_channels`` and ``stride`` as attributes.
 
     Raises:
         ValueError: the name is taken, malformed, or the family is unknown.
@@ -149,11 +164,20 @@ def register_block(name: str, *, family: str, paper: str) -> Callable[[M], M]:
         if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
             raise TypeError(f"block '{name}': only nn.Module classes can be registered")
         defaults = _signature_defaults(cls, name)
+        if replaces_conv and not {"out_channels", "stride"} <= set(defaults):
+            raise TypeError(
+                f"block '{name}': a block that replaces a conv takes 'out_channels' and 'stride'"
+            )
         _wrap_init(cls, name, defaults)
         cls.block_name = name
         cls.block_family = family
         _REGISTRY[name] = BlockInfo(
-            name=name, family=family, paper=paper, cls=cls, defaults=defaults
+            name=name,
+            family=family,
+            paper=paper,
+            cls=cls,
+            defaults=defaults,
+            replaces_conv=replaces_conv,
         )
         return cls
 
@@ -183,9 +207,18 @@ def block_info(name: str) -> BlockInfo:
     return _lookup(name)
 
 
-def create_block(name: str, channels: int, **kwargs: Any) -> nn.Module:
-    """Build the block ``name`` for ``channels`` channels with keyword ``kwargs``."""
-    return _lookup(name).cls(channels, **kwargs)
+def create_block(name: str, channels: int, *, init: str = "default", **kwargs: Any) -> nn.Module:
+    """Build the block ``name`` for ``channels`` channels with keyword ``kwargs``.
+
+    ``init="default"`` keeps the paper's initialisation. ``init="identity"`` returns a block that
+    computes exactly its input at initialisation (see :mod:`visattn.blocks.identity`), for
+    insertion into a trained network; :attr:`BlockInfo.identity_form` says how.
+    """
+    info = _lookup(name)
+    if init not in INITS:
+        raise ValueError(f"block '{name}': option 'init' must be one of {list(INITS)}, got {init!r}")
+    block = info.cls(channels, **kwargs)
+    return make_identity(block, name) if init == "identity" else block
 
 
 def is_block(module: nn.Module) -> bool:
