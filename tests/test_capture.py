@@ -76,6 +76,8 @@ def test_overlapping_captures_each_see_their_subtree() -> None:
 
 
 def test_capture_on_a_model_without_blocks_is_an_error() -> None:
-    with pytest.raises(ValueError, match="no registered attention block"):
-        with visattn.capture_attention(torch.nn.Conv2d(3, 3, 1)):
-            pass
+    with (
+        pytest.raises(ValueError, match="no registered attention block"),
+        visattn.capture_attention(torch.nn.Conv2d(3, 3, 1)),
+    ):
+        pass

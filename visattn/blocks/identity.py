@@ -24,7 +24,7 @@ INITS = ("default", "identity")
 
 
 class ScaledSigmoid(nn.Module):
-    """``scale * sigmoid(x)``; with ``scale=2`` a gate whose input is 0 passes its input unchanged."""
+    """``scale * sigmoid(x)``; with ``scale=2`` a gate whose input is 0 is exactly 1."""
 
     def __init__(self, scale: float = 2.0) -> None:
         super().__init__()

@@ -202,7 +202,7 @@ class NonLocal(nn.Module):
         self.reset_identity()
 
     def init_identity(self) -> None:
-        """native: W_z's BN scale (or W_z itself with norm=False) starts at zero, as in the paper."""
+        """native: W_z's BN scale (W_z itself with norm=False) starts at zero, as in the paper."""
         self.reset_identity()
 
     def reset_identity(self) -> None:

@@ -216,7 +216,9 @@ def create_block(name: str, channels: int, *, init: str = "default", **kwargs: A
     """
     info = _lookup(name)
     if init not in INITS:
-        raise ValueError(f"block '{name}': option 'init' must be one of {list(INITS)}, got {init!r}")
+        raise ValueError(
+            f"block '{name}': option 'init' must be one of {list(INITS)}, got {init!r}"
+        )
     block = info.cls(channels, **kwargs)
     return make_identity(block, name) if init == "identity" else block
 
