@@ -168,6 +168,7 @@ class RunSummary(Callback):
             "best_ckpt": (ckpt.best_model_path or None) if ckpt else None,
             "last_ckpt": (ckpt.last_model_path or None) if ckpt else None,
             "epochs": len(rows) if stage == "fit" else 0,
+            "memory_format": getattr(pl_module, "memory_format", "NCHW"),
         }
         self._print(stage, shape)
 
@@ -186,7 +187,7 @@ class RunSummary(Callback):
         print(
             f"visattn {stage}: {head} | params {_human(s['params'])} ({s['params']:,}) | "
             f"MACs {_human(s['macs'])} per image at {'x'.join(map(str, shape))} | "
-            f"wall {s['wall_s']:.1f} s | log_dir {s['log_dir']}",
+            f"{s['memory_format']} | wall {s['wall_s']:.1f} s | log_dir {s['log_dir']}",
             flush=True,
         )
 
