@@ -7,11 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_training import TINY
 
 from visattn.training import ClassificationModule, run
 from visattn.training.module import split_parameters
-
-from test_training import TINY
 
 REPO = Path(__file__).resolve().parents[1]
 

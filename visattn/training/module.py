@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+import random
 from typing import Any
 
 import lightning.pytorch as pl
+import numpy as np
 import torch
 import torch.nn.functional as F
 import yaml
@@ -201,6 +203,8 @@ class ClassificationModule(pl.LightningModule):
         self.test_acc = MulticlassAccuracy(num_classes, top_k=1, average="micro")
         self.test_acc5 = MulticlassAccuracy(num_classes, top_k=k, average="micro")
         self._bad_step: torch.Tensor | None = None
+        self._val_bad = torch.zeros((), dtype=torch.bool)
+        self._rng_to_restore: dict[str, Any] | None = None
 
     @property
     def memory_format(self) -> str:
@@ -257,9 +261,54 @@ class ClassificationModule(pl.LightningModule):
         logits = self(x)
         self.val_acc(logits, y)
         self.val_acc5(logits, y)
-        self.log("val/loss", self._loss(logits, y), on_epoch=True, sync_dist=True)
+        loss = self._loss(logits, y)
+        if self._val_bad.device != loss.device:
+            self._val_bad = self._val_bad.to(loss.device)
+        self._val_bad |= ~torch.isfinite(loss.detach())
+        self.log("val/loss", loss, on_epoch=True, sync_dist=True)
         self.log("val/acc", self.val_acc, on_epoch=True, prog_bar=True)
         self.log("val/acc5", self.val_acc5, on_epoch=True)
+
+    def on_validation_epoch_end(self) -> None:
+        """Stop a diverging run at the first validation with a non-finite loss, before any
+        checkpoint of that epoch is written (so no NaN network is ever saved as best)."""
+        bad = bool(self._val_bad.item())
+        self._val_bad = torch.zeros((), dtype=torch.bool, device=self._val_bad.device)
+        if bad:
+            raise NonFiniteLossError(
+                f"validation loss became non-finite (nan/inf) at epoch {self.current_epoch} "
+                "while the training loss was finite: the run diverged (running statistics or "
+                "weights overflowed). Try a lower learning rate (--model.lr), gradient clipping "
+                "(--trainer.gradient_clip_val 1.0), or full precision (--trainer.precision "
+                "32-true)."
+            )
+
+    # ---- exact resume ------------------------------------------------------------------------
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Random states at the save, restored at the next epoch start on resume, so that a run
+        resumed at an epoch boundary draws the same shuffles and augmentations as the
+        uninterrupted run (Lightning restores none of them)."""
+        kind, keys, pos, has_gauss, gauss = np.random.get_state()
+        version, internal, gauss_next = random.getstate()
+        # tensors and plain numbers only: Lightning loads checkpoints with weights_only=True
+        checkpoint["visattn_rng"] = {
+            "torch": torch.get_rng_state(),
+            "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss],
+            "python": [version, torch.tensor(internal, dtype=torch.int64), gauss_next],
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self._rng_to_restore = checkpoint.get("visattn_rng")
+
+    def _restore_rng(self) -> None:
+        state, self._rng_to_restore = self._rng_to_restore, None
+        if state:
+            torch.set_rng_state(state["torch"])
+            kind, keys, pos, has_gauss, gauss = state["numpy"]
+            np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+            version, internal, gauss_next = state["python"]
+            random.setstate((version, tuple(int(v) for v in internal.tolist()), gauss_next))
 
     def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         x, y = batch
@@ -275,6 +324,8 @@ class ClassificationModule(pl.LightningModule):
         return self(x).softmax(-1)
 
     def on_train_epoch_start(self) -> None:
+        # after the resumed run's sanity check, which draws from the global generator
+        self._restore_rng()
         self._set_backbone_frozen(self.current_epoch < self.hparams.freeze_backbone_epochs)
         group = self.trainer.optimizers[0].param_groups[0]  # the base lr: undo the group's mult
         base = group["lr"] / group["lr_mult"] if group.get("lr_mult") else group["lr"]
