@@ -3,13 +3,17 @@ what each position computes, and the errors."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 import torch.nn as nn
+import yaml
 
 import visattn
 from visattn.blocks import is_block
 from visattn.models import normalize_placements
+from visattn.models.placement import Placement
 
 BLOCK_POSITIONS = ["pre", "inner", "standard", "identity", "post"]
 
@@ -18,35 +22,74 @@ BLOCK_POSITIONS = ["pre", "inner", "standard", "identity", "post"]
 
 
 def test_normalize_fills_api_defaults():
-    assert normalize_placements({"name": "se"}) == [
-        {"name": "se", "args": {}, "stages": "all", "blocks": "all", "position": "standard"}
-    ]
+    (p,) = normalize_placements({"name": "se"})
+    assert isinstance(p, Placement)
+    assert p.to_dict() == {
+        "name": "se",
+        "args": {},
+        "stages": "all",
+        "blocks": "all",
+        "position": "standard",
+        "init": "default",
+    }
 
 
 def test_normalize_accepts_lists_ints_and_none():
     out = normalize_placements(
         [
             {"name": "se", "stages": 2, "blocks": -1},
-            {"name": "bam", "position": "stage", "stages": [3, 1]},
+            {"name": "bam", "position": "stage", "stages": [3, 1], "init": "identity"},
         ]
     )
-    assert out[0]["stages"] == [2] and out[0]["blocks"] == [-1]
-    assert out[1] == {
+    assert out[0].stages == (2,) and out[0].blocks == (-1,)
+    assert out[1].to_dict() == {
         "name": "bam",
         "args": {},
         "stages": [1, 3],
         "blocks": None,
         "position": "stage",
+        "init": "identity",
     }
     assert normalize_placements(None) == []
-    assert normalize_placements({"name": "se", "args": None})[0]["args"] == {}
+    assert normalize_placements({"name": "se", "args": None})[0].args == {}
 
 
-def test_normalize_is_idempotent():
+def test_normalize_passes_placements_through_unchanged():
     once = normalize_placements(
         [{"name": "eca", "blocks": "last"}, {"name": "bam", "position": "stage"}]
     )
-    assert normalize_placements(once) == once
+    again = normalize_placements(once)
+    assert again == once and all(a is b for a, b in zip(again, once))
+    assert normalize_placements(once[0]) == [once[0]]
+
+
+def test_placement_round_trips_through_a_plain_dict_and_yaml():
+    p = Placement("cbam", args={"reduction": 8}, stages=[4, 2], blocks=[0, -1], position="pre")
+    d = p.to_dict()
+    assert d["stages"] == [2, 4] and d["blocks"] == [0, -1]
+    assert Placement.from_config(d) == p
+    assert Placement.from_config(yaml.safe_load(yaml.safe_dump(d))) == p
+    assert Placement(**d) == p
+
+
+def test_placement_is_frozen_and_validated_when_built_directly():
+    p = Placement("se")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.name = "eca"
+    with pytest.raises(ValueError, match=r"attention placement \('se'\): unknown position 'side'"):
+        Placement("se", position="side")
+    with pytest.raises(ValueError, match=r"'init' must be one of \['default', 'identity'\]"):
+        Placement("se", init="zero")
+    with pytest.raises(ValueError, match="'init' is a placement key, not a block option"):
+        Placement("se", args={"init": "identity"})
+
+
+def test_create_model_accepts_placement_objects_and_mappings_alike():
+    a = visattn.create_model("resnet20_cifar", num_classes=10, attention=Placement("se", stages=2))
+    b = visattn.create_model(
+        "resnet20_cifar", num_classes=10, attention={"name": "se", "stages": 2}
+    )
+    assert a.attention_paths == b.attention_paths == [f"layer2.{j}.attn_standard" for j in range(3)]
 
 
 @pytest.mark.parametrize(
@@ -59,7 +102,7 @@ def test_normalize_is_idempotent():
         (
             {"name": "se", "position": "after"},
             r"unknown position 'after'.*valid positions: \['standard', 'pre', 'post', 'identity', "
-            r"'inner', 'stage'\]",
+            r"'inner', 'stage', 'conv'\]",
         ),
         (
             {"name": "bam", "position": "stage", "blocks": "all"},
@@ -73,7 +116,8 @@ def test_normalize_is_idempotent():
         ({"name": "se", "args": [16]}, "'args' must be a mapping"),
         ({"args": {}}, "'name' .* is required"),
         ("se", "must be a placement mapping, a list of them, or None"),
-        (["se"], "placement #0 must be a mapping"),
+        (["se"], "placement #0: must be a mapping"),
+        ([{"name": "se"}, {"name": "se", "blocks": "x"}], r"placement #1 \('se'\): 'blocks'"),
     ],
 )
 def test_normalize_rejects_malformed_placements(placement, message):
@@ -156,7 +200,7 @@ def test_placement_fills_exactly_the_predicted_slots(model, attention, paths):
     placed = sorted(p for p, mod in m.named_modules() if is_block(mod))
     assert placed == sorted(paths)
     for p in paths:
-        assert m.get_submodule(p).block_name in {a["name"] for a in normalize_placements(attention)}
+        assert m.get_submodule(p).block_name in {a.name for a in normalize_placements(attention)}
 
 
 @pytest.mark.parametrize(
