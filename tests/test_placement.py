@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn as nn
 import yaml
+from conv_block import registered_conv_block
 
 import visattn
 from visattn.blocks import is_block
@@ -438,3 +439,126 @@ def test_filled_slot_cannot_be_filled_again():
         ValueError, match=r"slot layer1\.0\.attn_standard already holds a SqueezeExcite"
     ):
         visattn.inject(m, {"name": "eca"})
+
+
+# ------------------------------------------------------------------ position conv
+
+
+@pytest.fixture
+def conv_block():
+    with registered_conv_block() as name:
+        yield name
+
+
+@pytest.mark.parametrize(
+    ("model", "path", "shape"),
+    [
+        # (path replaced, (in, out, stride)): stage 2 block 0 strides and changes the width
+        ("resnet50", "layer2.0.conv2", (128, 128, 2)),
+        ("resnet18", "layer2.0.conv1", (64, 128, 2)),
+        ("resnet20_cifar", "layer2.0.conv1", (16, 32, 2)),
+        ("preresnet164_cifar", "layer2.0.conv2", (32, 32, 2)),
+    ],
+)
+def test_conv_position_replaces_the_middle_conv_keeping_channels_and_stride(
+    conv_block, model, path, shape
+):
+    plain = visattn.create_model(model, num_classes=10)
+    m = visattn.create_model(
+        model,
+        num_classes=10,
+        attention={"name": conv_block, "position": "conv", "stages": [2], "blocks": [0]},
+    )
+    assert m.attention_paths == [path]
+    old, new = plain.get_submodule(path), m.get_submodule(path)
+    assert isinstance(old, nn.Conv2d) and new.block_name == conv_block
+    assert (new.in_channels, new.out_channels, new.stride) == shape
+    assert (old.in_channels, old.out_channels, old.stride[0]) == shape
+    # the conv's own weight is gone, the block's weights sit under the conv's name
+    keys = set(m.state_dict())
+    assert f"{path}.weight" not in keys and f"{path}.conv.weight" in keys
+    assert m(torch.randn(2, 3, 32, 32)).shape == (2, 10)
+
+
+def test_conv_position_computes_the_conv_it_replaces_when_given_its_weights(conv_block):
+    """With the conv's weights and no gate, the block is that conv: the network is unchanged,
+    so the block sits exactly where the conv was, with the norm after it kept."""
+    plain = visattn.create_model("resnet50", num_classes=10).eval()
+    m = visattn.create_model(
+        "resnet50",
+        num_classes=10,
+        attention=[
+            {"name": conv_block, "position": "conv", "args": {"gate": False}, "stages": [1, 2]},
+            {"name": conv_block, "position": "conv", "args": {"gate": False}, "stages": [4]},
+        ],
+    ).eval()
+    state = plain.state_dict()
+    state.update({f"{p}.conv.weight": state.pop(f"{p}.weight") for p in m.attention_paths})
+    m.load_state_dict(state)
+    assert isinstance(m.layer2[0].bn2, nn.BatchNorm2d)
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(m(x), plain(x), rtol=0, atol=0)
+
+
+def test_conv_and_inner_positions_fill_one_block_together(conv_block):
+    m = visattn.create_model(
+        "resnet18",
+        num_classes=10,
+        attention=[
+            {"name": conv_block, "position": "conv", "stages": [3]},
+            {"name": "se", "position": "inner", "stages": [3]},
+        ],
+    )
+    assert m.attention_paths == [
+        "layer3.0.conv1",
+        "layer3.1.conv1",
+        "layer3.0.attn_inner",
+        "layer3.1.attn_inner",
+    ]
+    m(torch.randn(2, 3, 32, 32)).sum().backward()
+
+
+@pytest.mark.parametrize(
+    ("attention", "message"),
+    [
+        (
+            {"name": "se", "position": "conv"},
+            r"placement #0 \('se'\): block 'se' cannot replace a conv \(position 'conv'\); blocks "
+            r"that can: '_test_conv'",
+        ),
+        (
+            {"name": "_test_conv", "position": "conv", "args": {"stride": 2}},
+            "position 'conv' takes 'stride' from the conv it replaces; remove it from 'args'",
+        ),
+        (
+            {"name": "_test_conv", "position": "conv", "init": "identity"},
+            "init 'identity' does not apply to position 'conv'",
+        ),
+        (
+            [
+                {"name": "_test_conv", "position": "conv", "stages": [1]},
+                {"name": "_test_conv", "position": "conv", "blocks": "first"},
+            ],
+            r"placements #0 \('_test_conv'\) and #1 \('_test_conv'\) both target layer1.0.conv1",
+        ),
+    ],
+)
+def test_conv_position_errors_name_the_problem(conv_block, attention, message):
+    with pytest.raises(ValueError, match=message):
+        visattn.create_model("resnet18", num_classes=10, attention=attention)
+
+
+def test_conv_position_without_conv_blocks_says_none_is_registered():
+    if any(visattn.block_info(n).replaces_conv for n in visattn.list_blocks()):
+        pytest.skip("a conv-replacing block is registered")
+    with pytest.raises(ValueError, match="blocks that can: none is registered"):
+        normalize_placements({"name": "se", "position": "conv"})
+
+
+def test_replaced_conv_cannot_be_replaced_again(conv_block):
+    m = visattn.create_model(
+        "resnet18", num_classes=10, attention={"name": conv_block, "position": "conv"}
+    )
+    with pytest.raises(ValueError, match=r"slot layer1\.0\.conv1 already holds a TestConvBlock"):
+        visattn.inject(m, {"name": conv_block, "position": "conv", "stages": [1]})

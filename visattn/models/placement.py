@@ -155,12 +155,14 @@ class Placement:
         KeyError: an unknown block name (the registry's error, naming close matches).
     """
 
+    # the annotations say what is accepted (so LightningCLI can type a placement); the fields
+    # hold the normalised form described above
     name: str
-    args: dict[str, Any] = field(default_factory=dict)
-    stages: str | tuple[int, ...] = "all"
-    blocks: str | tuple[int, ...] | None = None
-    position: str = "standard"
-    init: str = "default"
+    args: dict[str, Any] | None = field(default_factory=dict)
+    stages: str | int | tuple[int, ...] | None = "all"
+    blocks: str | int | tuple[int, ...] | None = None
+    position: str | None = "standard"
+    init: str | None = "default"
 
     def __post_init__(self) -> None:
         name = self.name
