@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn as nn
 import yaml
-from conv_block import registered_conv_block
+from placement_helpers import as_if_trained, registered_conv_block
 
 import visattn
 from visattn.blocks import is_block
@@ -483,7 +483,7 @@ def test_conv_position_replaces_the_middle_conv_keeping_channels_and_stride(
 def test_conv_position_computes_the_conv_it_replaces_when_given_its_weights(conv_block):
     """With the conv's weights and no gate, the block is that conv: the network is unchanged,
     so the block sits exactly where the conv was, with the norm after it kept."""
-    plain = visattn.create_model("resnet50", num_classes=10).eval()
+    plain = as_if_trained(visattn.create_model("resnet50", num_classes=10)).eval()
     m = visattn.create_model(
         "resnet50",
         num_classes=10,
