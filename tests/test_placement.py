@@ -4,6 +4,7 @@ what each position computes, and the errors."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 import torch
@@ -562,3 +563,29 @@ def test_replaced_conv_cannot_be_replaced_again(conv_block):
     )
     with pytest.raises(ValueError, match=r"slot layer1\.0\.conv1 already holds a TestConvBlock"):
         visattn.inject(m, {"name": conv_block, "position": "conv", "stages": [1]})
+
+
+# ----------------------------------------------------------------------------- the CLI
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_cli_types_model_attention_as_placements():
+    """LightningCLI parses ``model.attention`` as ``Placement | list[Placement] | None``:
+    command-line strings become typed values, and a bad placement fails at parse time."""
+    cli = pytest.importorskip("visattn.training.cli")
+
+    def build(*args):
+        quick = ["--config", str(REPO / "configs/quickstart.yaml"), *args]
+        return cli.VisattnCLI(args=quick, run=False, parser_kwargs={"exit_on_error": False})
+
+    built = build("--model.attention.name=se", "--model.attention.args.reduction=4")
+    hp = built.model.hparams.attention  # what the CLI parsed: a plain mapping, values typed
+    assert Placement.from_config(hp) == Placement("se", args={"reduction": 4})
+    assert built.model.net.layer1[0].attn_standard.fc1.out_channels == 16 // 4
+    built = build(
+        '--model.attention=[{"name": "se", "stages": 2}, {"name": "bam", "position": "stage"}]'
+    )
+    assert [p["name"] for p in built.model.hparams.attention] == ["se", "bam"]
+    with pytest.raises(Exception, match="unknown position 'sideways'"):
+        build("--model.attention.name=se", "--model.attention.position=sideways")

@@ -57,6 +57,7 @@ __all__ = [
     "apply_placements",
     "find_stages",
     "normalize_placements",
+    "placements_to_config",
     "plan_placements",
 ]
 
@@ -159,8 +160,8 @@ class Placement:
     # hold the normalised form described above
     name: str
     args: dict[str, Any] | None = field(default_factory=dict)
-    stages: str | int | tuple[int, ...] | None = "all"
-    blocks: str | int | tuple[int, ...] | None = None
+    stages: str | int | list[int] | None = "all"
+    blocks: str | int | list[int] | None = None
     position: str | None = "standard"
     init: str | None = "default"
 
@@ -277,6 +278,16 @@ def normalize_placements(attention: Any) -> list[Placement]:
             f"{type(attention).__name__} {attention!r}"
         )
     return [Placement.from_config(p, i) for i, p in enumerate(attention)]
+
+
+def placements_to_config(attention: Any) -> dict[str, Any] | list[dict[str, Any]] | None:
+    """``attention`` validated and written back as plain mappings (every key, as
+    :meth:`Placement.to_dict`), keeping its shape: ``None``, one mapping, or a list. This is the
+    form to store in configs and hyperparameters (YAML- and JSON-safe)."""
+    if attention is None:
+        return None
+    out = [p.to_dict() for p in normalize_placements(attention)]
+    return out[0] if isinstance(attention, (Mapping, Placement)) else out
 
 
 def find_stages(model: nn.Module) -> list[tuple[str, nn.Module]]:
