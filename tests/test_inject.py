@@ -263,3 +263,27 @@ def test_inject_conv_rejects_blocks_that_cannot_replace_a_conv(conv_block):
     with pytest.raises(ValueError, match=r"block 'cbam' cannot replace a conv.*'_test_conv'"):
         visattn.inject(model, {"name": "cbam", "position": "conv"})
     assert [(p, type(m)) for p, m in model.named_modules()] == before
+
+
+def test_inject_conv_into_an_anti_aliased_timm_resnet_keeps_its_pooling(conv_block):
+    """timm's anti-aliased blocks put the stride in ``aa`` after a stride-1 conv: the block
+    takes stride 1 and ``aa`` still downsamples."""
+    original = as_if_trained(timm.create_model("resnetaa34d", pretrained=False)).eval()
+    model = copy.deepcopy(original)
+    aa = model.layer2[0].aa
+    (path,) = visattn.inject(
+        model,
+        {
+            "name": conv_block,
+            "position": "conv",
+            "args": {"gate": False},
+            "stages": [2],
+            "blocks": [0],
+        },
+    )
+    block = model.get_submodule(path)
+    assert path == "layer2.0.conv1" and block.stride == 1 and model.layer2[0].aa is aa
+    block.conv.weight.data.copy_(original.get_submodule(path).weight)
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), original(x), rtol=0, atol=0)
