@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import torch
 
+from visattn.models.placement import Placement
 from visattn.training import ClassificationModule, NonFiniteLossError, lr_factor, run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -85,9 +86,9 @@ def test_unknown_optimizer_and_schedule_are_rejected() -> None:
         ClassificationModule("resnet20_cifar", schedule="poly")
 
 
-def test_cli_style_string_options_in_attention_are_read_as_yaml_scalars() -> None:
-    m = ClassificationModule("resnet20_cifar", attention={"name": "se", "args": {"reduction": "4"}})
-    assert m.hparams.attention == {"name": "se", "args": {"reduction": 4}}
+def test_attention_is_kept_as_plain_normalised_mappings() -> None:
+    m = ClassificationModule("resnet20_cifar", attention={"name": "se", "args": {"reduction": 4}})
+    assert m.hparams.attention == Placement("se", args={"reduction": 4}).to_dict()
 
 
 def test_label_smoothing_changes_the_loss_as_torch_defines_it() -> None:

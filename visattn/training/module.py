@@ -10,12 +10,12 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 import torch.nn.functional as F
-import yaml
 from torchmetrics.classification import MulticlassAccuracy
 
 from ..blocks.identity import IdentityAtInit
 from ..blocks.registry import is_block
 from ..models import create_model
+from ..models.placement import Placement, placements_to_config
 
 __all__ = ["ClassificationModule", "NonFiniteLossError", "lr_factor"]
 
@@ -79,19 +79,6 @@ def lr_factor(
     return 1.0
 
 
-def _coerce(value: Any) -> Any:
-    """CLI overrides such as ``--model.attention.args.reduction 8`` arrive as strings inside a
-    dict; read such leaves as YAML scalars (``"8"`` -> 8, ``"true"`` -> True)."""
-    if isinstance(value, dict):
-        return {k: _coerce(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_coerce(v) for v in value]
-    if isinstance(value, str):
-        parsed = yaml.safe_load(value) if value else value
-        return parsed if isinstance(parsed, (int, float, bool)) or parsed is None else value
-    return value
-
-
 class ClassificationModule(pl.LightningModule):
     """Image classification with a ``visattn.create_model`` network in ``self.net``.
 
@@ -109,7 +96,8 @@ class ClassificationModule(pl.LightningModule):
     Args:
         model: a name from ``visattn.list_models()``.
         num_classes: output classes (linked from ``data.num_classes`` by the CLI).
-        attention: a placement or list of placements (see API.md), or None.
+        attention: a placement (:class:`~visattn.models.placement.Placement` or the same
+            mapping) or a list of them, or None; LightningCLI parses it as one of these types.
         model_kwargs: extra keyword arguments for ``visattn.create_model`` (e.g.
             ``checkpoint_path`` to start from trained weights).
         channels_last: run the network in channels-last memory format. ``None`` (default)
@@ -143,7 +131,7 @@ class ClassificationModule(pl.LightningModule):
         self,
         model: str = "resnet20_cifar",
         num_classes: int = 10,
-        attention: dict | list | None = None,
+        attention: Placement | list[Placement] | None = None,
         model_kwargs: dict | None = None,
         channels_last: bool | None = None,
         compile: bool = False,
@@ -186,7 +174,7 @@ class ClassificationModule(pl.LightningModule):
             raise ValueError(f"lr_mult values must be non-negative numbers, got {lr_mult}")
         if freeze_backbone_epochs < 0:
             raise ValueError(f"freeze_backbone_epochs must be >= 0, got {freeze_backbone_epochs}")
-        attention = _coerce(attention)
+        attention = placements_to_config(attention)  # plain mappings in the hyperparameters
         self.save_hyperparameters()
         self.net = create_model(
             model, num_classes=num_classes, attention=attention, **(model_kwargs or {})
