@@ -139,8 +139,10 @@ class BatNonLocal(nn.Module):
         self.branch_scale: nn.Parameter | None = None  # set by init_identity
 
     def init_identity(self) -> None:
-        """native: a learnable scale of the branch, starting at 0: z = x + gamma * branch (the
-        branch ends in BN + ReLU, so zeroing its BN would give it no gradient)."""
+        """native: learnable scale gamma = 0 on the branch, z = x + gamma * branch.
+
+        The branch ends in BN + ReLU, so zeroing its BN would leave it without gradient.
+        """
         self.branch_scale = nn.Parameter(torch.zeros(1))
 
     def _received(self, p: torch.Tensor, q: torch.Tensor, h: int, w: int) -> torch.Tensor:

@@ -141,8 +141,7 @@ class CBAM(nn.Module):
         self.spatial = SpatialGate(kernel_size, use_bn=use_bn, gate_layer=gate_layer, light=light)
 
     def init_identity(self) -> None:
-        """native: the channel MLP's last conv and the spatial conv (its BN with use_bn=True)
-        start at zero and both gates become 2*sigmoid (ScaledSigmoid), so M_c = M_s = 1."""
+        """native: channel MLP last conv and spatial conv (or BN) zero, both gates 2*sigmoid."""
         self.channel.init_identity()
         self.spatial.init_identity()
 

@@ -74,8 +74,7 @@ class CoordinateAttention(nn.Module):
         self.gate_w = gate()  # unused with simple=True: gate_h gates the sum
 
     def init_identity(self) -> None:
-        """native: F_h and F_w start at zero and the gates become 2*sigmoid (ScaledSigmoid), so
-        g^h = g^w = 1."""
+        """native: F_h and F_w zero, gates 2*sigmoid (ScaledSigmoid), so g^h = g^w = 1."""
         for conv in (self.conv_h, self.conv_w):
             nn.init.zeros_(conv.weight)
             nn.init.zeros_(conv.bias)

@@ -90,8 +90,7 @@ class EfficientChannelAttention(nn.Module):
         self.gate = get_layer(gate_layer, "gate_layer")()
 
     def init_identity(self) -> None:
-        """native: the size-k conv starts at zero and the gate becomes 2*sigmoid (ScaledSigmoid),
-        so w = 1."""
+        """native: the size-k conv zero, gate 2*sigmoid (ScaledSigmoid), so w = 1."""
         nn.init.zeros_(self.conv.weight)
         if self.conv.bias is not None:
             nn.init.zeros_(self.conv.bias)

@@ -91,8 +91,7 @@ class EfficientLocalAttention(nn.Module):
         self.gate = get_layer(gate_layer, "gate_layer")()
 
     def init_identity(self) -> None:
-        """native: the GroupNorm scale and shift start at zero and the gate becomes 2*sigmoid
-        (ScaledSigmoid), so y^h = y^w = 1."""
+        """native: GroupNorm scale and shift zero, gate 2*sigmoid (ScaledSigmoid): y^h = y^w = 1."""
         for norm in (self.norm_h, self.norm_w):
             if norm is not None:
                 nn.init.zeros_(norm.weight)

@@ -41,7 +41,7 @@ class EffectiveSqueezeExcite(nn.Module):
         self.gate = get_layer(gate_layer, "gate_layer")()
 
     def init_identity(self) -> None:
-        """native: W_C starts at zero and the gate becomes 2*sigmoid (ScaledSigmoid), so A = 1."""
+        """native: W_C zero, gate 2*sigmoid (ScaledSigmoid), so A_eSE = 1."""
         nn.init.zeros_(self.fc.weight)
         nn.init.zeros_(self.fc.bias)
         self.gate = ScaledSigmoid(2.0)

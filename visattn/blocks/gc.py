@@ -100,8 +100,11 @@ class GlobalContext(nn.Module):
             nn.init.zeros_(self.fc2.bias)
 
     def init_identity(self) -> None:
-        """native: the last conv W_v2 starts at zero (the official init), so y = x + 0; with
-        scale fusion its last conv starts at zero too and the gate becomes 2*sigmoid."""
+        """native: W_v2 zero (the official init), y = x + 0; scale fusion: zero + 2*sigmoid.
+
+        With ``fusion="scale"``/``"both"`` the scale transform's last conv starts at zero and its
+        gate becomes ScaledSigmoid(2).
+        """
         if self.fc2 is not None:
             nn.init.zeros_(self.fc2.weight)
             nn.init.zeros_(self.fc2.bias)

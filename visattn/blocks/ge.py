@@ -133,9 +133,11 @@ class GatherExcite(nn.Module):
         self.gate = get_layer(gate_layer, "gate_layer")()
 
     def init_identity(self) -> None:
-        """native: the last layer before the gate starts at zero (plus: the MLP's last conv;
-        theta: the gather's last BN; the parameter-free minus gets a learnable scale of its
-        gathered map, starting at 0) and the gate becomes 2*sigmoid (ScaledSigmoid)."""
+        """native: last layer before the gate zero (minus: a map scale = 0), gate 2*sigmoid.
+
+        plus: the MLP's last conv; theta: the gather's last BN; the parameter-free minus gets a
+        learnable scale of its gathered map, starting at 0. The gate is ScaledSigmoid(2).
+        """
         if self.mlp is not None:
             nn.init.zeros_(self.mlp[-1].weight)
             nn.init.zeros_(self.mlp[-1].bias)

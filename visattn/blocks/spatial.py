@@ -91,8 +91,7 @@ class SpatialAttention(nn.Module):
         self.spatial = SpatialGate(kernel_size, use_bn=use_bn, gate_layer=gate_layer)
 
     def init_identity(self) -> None:
-        """native: the conv (its BN with use_bn=True) starts at zero and the gate becomes
-        2*sigmoid (ScaledSigmoid), so M_s = 1."""
+        """native: the conv (its BN with use_bn=True) zero, gate 2*sigmoid, so M_s = 1."""
         self.spatial.init_identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -64,8 +64,7 @@ class StripAttention(nn.Module):
         self.gate = get_layer(gate_layer, "gate_layer")()
 
     def init_identity(self) -> None:
-        """native: the strip convs start at zero (use_conv=False: a learnable scale of the gate's
-        input, starting at 0) and the gate becomes 2*sigmoid (ScaledSigmoid)."""
+        """native: strip convs zero (use_conv=False: gate-input scale = 0), gate 2*sigmoid."""
         convs = [m for m in (self.conv_h, self.conv_w) if isinstance(m, nn.Conv2d)]
         for conv in convs:
             nn.init.zeros_(conv.weight)
