@@ -51,8 +51,9 @@ class GatherExcite(nn.Module):
       ``C -> C/r -> C`` with bias and ReLU;
     * excite: nearest-neighbour interpolation back to ``H x W``, a sigmoid, and ``y = x * g``.
 
-    ``variant="minus", extent="global"`` is ``x * sigmoid(GAP(x))``; ``variant="plus",
-    extent="global"`` with a mean instead of the depthwise gather is SE.
+    ``variant="minus", extent="global"`` is ``x * sigmoid(GAP(x))``. ``mlp=True`` adds the MLP
+    to the other variants: ``variant="minus", mlp=True`` is timm's default ``ge`` (a
+    parameter-free gather and SE's MLP; with global extent it is SE).
 
     Default: GE-theta-plus with ``e = 8``, which works at any input size; the paper's global
     parametric gather needs the feature size (``feat_size=(H, W)``; another input size is an
@@ -61,15 +62,21 @@ class GatherExcite(nn.Module):
     Shapes: ``(N, C, H, W) -> (N, C, H, W)``; attention map: the interpolated gate ``g``
     ``(N, C, H, W)`` (``(N, C, 1, 1)`` for global extent).
 
+    Paper vs timm (``timm.layers.GatherExcite``): timm's parametric global gather pads its
+    ``H x W`` depthwise conv to "same" size, so its output stays ``H x W`` (a local filter, not a
+    global one); here it has no padding and gives ``1 x 1``. In timm 1.0.31 the constructor fails
+    whenever it builds the MLP or a parametric gather (``device``/``dtype`` passed positionally).
+
     Parameters (``C_r = C // r``, ``n = log2(e)``): ``minus`` 0; ``theta`` ``11 n C``
-    (global: ``(H W + 2) C``); ``plus`` adds ``2 C C_r + C_r + C``. Default (``plus``, ``e = 8``):
-    ``33 C + 2 C C_r + C_r + C``.
+    (global: ``(H W + 2) C``); ``plus`` (or ``mlp=True``) adds ``2 C C_r + C_r + C``.
+    Default (``plus``, ``e = 8``): ``33 C + 2 C C_r + C_r + C``.
 
     Args:
         channels: input channels ``C``.
         variant: ``"minus"`` | ``"theta"`` | ``"plus"``.
         extent: ``"global"`` or the extent ratio ``e`` (2, 4, 8 in the paper).
         reduction: ratio ``r`` of the ``plus`` MLP (16, as SE).
+        mlp: SE's MLP after the gather; ``None`` = only for ``variant="plus"``.
         feat_size: ``(H, W)`` of the input, needed by a parametric global gather only.
         act_layer: activation of the MLP and between gather convs (name or class), ReLU.
         gate_layer: gate (name or class), sigmoid in the paper.
@@ -81,6 +88,7 @@ class GatherExcite(nn.Module):
         variant: str = "plus",
         extent: int | str = 8,
         reduction: float = 16,
+        mlp: bool | None = None,
         feat_size: tuple[int, int] | None = None,
         act_layer: str | type[nn.Module] = "relu",
         gate_layer: str | type[nn.Module] = "sigmoid",
@@ -123,8 +131,12 @@ class GatherExcite(nn.Module):
             self.gather = nn.Sequential(*layers)
         elif feat_size is not None:
             raise ValueError("option 'feat_size' only applies to the parametric variants")
+        if mlp is None:
+            mlp = variant == "plus"
+        elif variant == "plus" and not mlp:
+            raise ValueError("option 'mlp'=False contradicts variant='plus' (theta + MLP)")
         self.mlp: nn.Module | None = None
-        if variant == "plus":
+        if mlp:
             hidden = reduced_channels(channels, reduction)
             self.mlp = nn.Sequential(
                 nn.Conv2d(channels, hidden, 1), act(), nn.Conv2d(hidden, channels, 1)
@@ -135,8 +147,8 @@ class GatherExcite(nn.Module):
     def init_identity(self) -> None:
         """native: last layer before the gate zero (minus: a map scale = 0), gate 2*sigmoid.
 
-        plus: the MLP's last conv; theta: the gather's last BN; the parameter-free minus gets a
-        learnable scale of its gathered map, starting at 0. The gate is ScaledSigmoid(2).
+        With an MLP (plus): its last conv; theta: the gather's last BN; the parameter-free minus
+        gets a learnable scale of its gathered map, starting at 0. The gate is ScaledSigmoid(2).
         """
         if self.mlp is not None:
             nn.init.zeros_(self.mlp[-1].weight)
