@@ -31,7 +31,7 @@ def _check_extent(extent: int | str, variant: str) -> int:
     return extent
 
 
-@register_block("ge", family="channel", paper="Hu et al., NeurIPS 2018")
+@register_block("ge", family="hybrid", paper="Hu et al., NeurIPS 2018")
 class GatherExcite(nn.Module):
     """Gather-Excite block: ``y = x * sigmoid(interp(xi_G(x)))`` (Sec. 3 of the paper).
 
