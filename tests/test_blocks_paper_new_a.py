@@ -405,3 +405,49 @@ def test_bat_dropout_only_in_training_and_rejects_bad_options() -> None:
         visattn.create_block("bat", 32, groups=3)
     with pytest.raises(ValueError, match="block 'bat': option 'drop_rate'"):
         visattn.create_block("bat", 32, drop_rate=1.0)
+
+
+# ------------------------------------------------------------ identity forms of non-default options
+
+
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [
+        ("ge", {"variant": "minus", "extent": 4}),
+        ("ge", {"variant": "theta", "extent": 2}),
+        ("ge", {"variant": "minus", "mlp": True}),
+        ("ela", {"shared": False, "act_layer": "silu"}),
+        ("strip", {"use_conv": False}),
+        ("ese", {"gate_layer": "hard_sigmoid"}),
+        ("bat", {"drop_rate": 0.2}),
+        ("eca", {"mlp": True, "padding": "circular"}),
+        ("gc", {"fusion": "scale"}),
+        ("gc", {"fusion": "both", "pool": "avg"}),
+        ("cbam", {"light": True, "use_bn": True}),
+        ("spatial", {"use_bn": True}),
+        ("coord", {"simple": True}),
+        ("scse", {"combine": "max"}),
+        ("bam", {"combine": "product"}),
+    ],
+)
+def test_identity_form_holds_for_non_default_options(name: str, options: dict) -> None:
+    blk = visattn.create_block(name, 32, init="identity", **options)
+    assert type(blk) is visattn.block_info(name).cls  # a native form, not the generic wrapper
+    x = torch.randn(2, 32, 9, 11)
+    for mode in (True, False):
+        with torch.no_grad():
+            torch.testing.assert_close(blk.train(mode)(x), x, rtol=0, atol=1e-6)
+    blk.train()
+    (blk(x) * torch.randn_like(x)).sum().backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in blk.parameters())
+    plain = visattn.create_block(name, 32, **options).eval()
+    with torch.no_grad():
+        assert (plain(x) - x).abs().max() > 1e-3  # the default init is not the identity
+
+
+def test_gc_average_pooling_records_uniform_weights() -> None:
+    blk = visattn.create_block("gc", 16, pool="avg", fusion="scale").eval()
+    x = torch.randn(2, 16, 5, 6)
+    _, m = _recorded(blk, x)
+    assert m.shape == (2, 1, 5, 6)
+    torch.testing.assert_close(m, torch.full_like(m, 1 / 30))
