@@ -92,7 +92,7 @@ def _recorded(blk: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torc
 # --------------------------------------------------------------------------------------------- ese
 
 
-def test_ese_matches_eqs_4_5() -> None:
+def test_ese_matches_pool_fc_gate() -> None:
     blk = _randomized("ese", 24)
     x = _input(2, 24, 7, 9)
     a = torch.sigmoid(_conv1x1(x.mean((2, 3), keepdim=True), blk.fc))
@@ -254,7 +254,9 @@ def _ela_ref(blk, x: torch.Tensor, groups: int, conv_groups: int, act=lambda t: 
         (32, {"shared": False}, 16, 32),
     ],
 )
-def test_ela_matches_eqs_5_to_7(channels: int, options: dict, groups: int, conv_groups: int):
+def test_ela_matches_strip_conv_groupnorm_gates(
+    channels: int, options: dict, groups: int, conv_groups: int
+):
     blk = _randomized("ela", channels, **options)
     x = _input(2, channels, 9, 6)
     a = _ela_ref(blk, x, groups, conv_groups)

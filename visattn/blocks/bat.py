@@ -18,7 +18,7 @@ def _conv_bn_act(c_in: int, c_out: int, act: type[nn.Module]) -> nn.Sequential:
 
 
 class BilinearAttnTransform(nn.Module):
-    """The grouped bilinear attentional transform ``Y = P X Q`` (Sec. 3.2-3.3 of the paper),
+    """The grouped bilinear attentional transform ``Y = P X Q`` (the paper's grouped BA transform),
     ``(N, C', H, W) -> (N, C', H, W)``; not registered, :class:`BatNonLocal` uses it.
 
     From a 1x1 conv ``C' -> G`` (+ BN, activation) ``A``:
@@ -73,8 +73,8 @@ class BilinearAttnTransform(nn.Module):
 class BatNonLocal(nn.Module):
     """BAT block: a non-local block whose attention is a grouped bilinear transform ``P X Q``.
 
-    ``z = x + drop(phi_2(BAT(phi_1(x))))`` (Eq. (8) of the paper with the transform of
-    Eqs. (4)-(7)): ``phi_1`` a 1x1 conv ``C -> C' = C / r`` with BN and ReLU, ``BAT`` the grouped
+    ``z = x + drop(phi_2(BAT(phi_1(x))))`` (the paper's non-local block with its BA
+    transform): ``phi_1`` a 1x1 conv ``C -> C' = C / r`` with BN and ReLU, ``BAT`` the grouped
     bilinear attentional transform (:class:`BilinearAttnTransform`, ``s x s`` block-level
     transforms per group of ``C' / G`` channels, ``s = 7``, ``G = 2``), ``phi_2`` a 1x1 conv
     ``C' -> C`` with BN and ReLU. Instead of an ``HW x HW`` affinity, each position mixes with the

@@ -18,7 +18,7 @@ from .registry import register_block
 class EfficientLocalAttention(nn.Module):
     """ELA block: coordinate attention without channel reduction, 1-D convolutions and GroupNorm.
 
-    Follows Eqs. (5)-(7) of the paper:
+    Follows the paper's formulation of ELA:
 
     * strip pooling ``z^h_c(h) = 1/W sum_i x_c(h, i)`` ``(N, C, H)`` and
       ``z^w_c(w) = 1/H sum_j x_c(j, w)`` ``(N, C, W)`` (as coordinate attention);

@@ -1,5 +1,5 @@
 """Effective Squeeze-and-Excitation (Lee, Park; CVPR 2020, "CenterMask: Real-Time Anchor-Free
-Instance Segmentation", Sec. 3.3)."""
+Instance Segmentation", the eSE module of VoVNetV2)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from .registry import register_block
 class EffectiveSqueezeExcite(nn.Module):
     """eSE block: SE with one fully connected layer, so no channel information is lost.
 
-    Follows Eqs. (4)-(5) of the paper::
+    Follows the paper's eSE equations::
 
         A_eSE(X) = sigma(W_C(F_gap(X))),     X_refine = A_eSE(X) * X
 

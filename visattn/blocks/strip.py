@@ -17,7 +17,7 @@ from .registry import register_block
 class StripAttention(nn.Module):
     """Strip attention: ``y = x * sigmoid(F_h(z^h) + F_w(z^w))``.
 
-    * strip pooling (Hou et al., 2020, Eq. (1)): ``z^h_c(h) = 1/W sum_i x_c(h, i)``
+    * strip pooling (Hou et al., 2020): ``z^h_c(h) = 1/W sum_i x_c(h, i)``
       ``(N, C, H, 1)``, ``z^w_c(w) = 1/H sum_j x_c(j, w)`` ``(N, C, 1, W)``;
     * optional refinement (``use_conv``): ``F_h``, ``F_w`` depthwise 1-D convs of size ``k``
       along each strip (``k // 2`` zero padding, no bias by default); otherwise identities;
