@@ -386,7 +386,7 @@ TWINS: dict[str, Twin] = {
     ),
     "ese": Twin(
         _ese_twin,
-        "visattn gate_layer='hard_sigmoid' (official code; the paper writes a sigmoid)",
+        "visattn gate_layer='hard_sigmoid' (official code; default: sigmoid)",
         options={"gate_layer": "hard_sigmoid"},
     ),
     "ge": Twin(

@@ -22,8 +22,9 @@ class EffectiveSqueezeExcite(nn.Module):
 
     with ``F_gap`` global average pooling ``(N, C, 1, 1)`` and ``W_C`` ONE fully connected layer
     ``C -> C`` (a 1x1 conv with bias) in place of SE's two with reduction ``r``. The paper writes
-    ``sigma`` for the sigmoid, the default here; the authors' VoVNet-v2 code and timm's
-    ``EffectiveSEModule`` use a hard sigmoid ``relu6(x + 3) / 6`` (``gate_layer="hard_sigmoid"``).
+    the gate as ``sigma``, taken here as SE's sigmoid (the default); the authors' VoVNetV2 code
+    and timm's ``EffectiveSEModule`` use a hard sigmoid ``relu6(x + 3) / 6``
+    (``gate_layer="hard_sigmoid"``).
 
     Shapes: ``(N, C, H, W) -> (N, C, H, W)``; attention map ``(N, C, 1, 1)``.
 
