@@ -100,8 +100,8 @@ class BatNonLocal(nn.Module):
 
     Args:
         channels: input channels ``C``.
-        reduction: ``C' = C // reduction`` (4 in the paper's ResNet models).
-        block_size: ``s``, the size of the block-level transforms (7).
+        reduction: ``C' = C // reduction`` (4, timm's rd_ratio 0.25).
+        block_size: ``s``, the size of the block-level transforms (7, official code and timm).
         groups: ``G``, the number of transform groups (must divide ``C'``; 2).
         drop_rate: ``Dropout2d`` on the branch (0.2 in the official code and timm).
         act_layer: activation after each BN (name or class), ReLU.
