@@ -139,7 +139,7 @@ def test_triplet_matches_the_three_rotated_branches(kernel_size: int, no_spatial
     if no_spatial:
         ref = (out_cw + out_hc) / 2
     else:
-        ref = (_branch(x, blk.hw) + out_cw + out_hc) / 3  # Eq. (3): average of the three
+        ref = (_branch(x, blk.hw) + out_cw + out_hc) / 3  # the average of the three
     y, a = _capture(blk, x)
     _close(y, ref)
     assert a.shape == x.shape
@@ -269,16 +269,16 @@ def test_fca_rejects_bad_options(options: dict, match: str) -> None:
 def test_srm_matches_style_pooling_and_integration(std: str) -> None:
     blk = _randomized("srm", 10, std=std)
     x = _input(3, 10, 4, 5)
-    mu = x.mean((2, 3))  # Eq. (1)
+    mu = x.mean((2, 3))  # style pooling
     if std == "biased":  # the paper's 1/(HW)
         sigma = torch.sqrt(((x - mu[:, :, None, None]) ** 2).sum((2, 3)) / 20)
     else:  # the official code: torch.std
         sigma = x.flatten(2).std(dim=2)
     w = blk.cfc.detach()
-    z = w[:, 0] * mu + w[:, 1] * sigma  # channel-wise fully connected, Eq. (3)
+    z = w[:, 0] * mu + w[:, 1] * sigma  # style integration: channel-wise fully connected
     bn = blk.bn
     z = (z - bn.running_mean) / torch.sqrt(bn.running_var + bn.eps) * bn.weight + bn.bias
-    g = _sigmoid(z.detach())  # Eq. (4)-(5)
+    g = _sigmoid(z.detach())  # BN, then the gate
     y, a = _capture(blk, x)
     _close(a, g[:, :, None, None])
     _close(y, x * a)
@@ -332,7 +332,7 @@ def test_gct_starts_as_the_identity_and_counts_3c_parameters() -> None:
 
 
 @pytest.mark.parametrize("std", ["biased", "unbiased"])
-def test_sge_matches_eqs_1_to_6(std: str) -> None:
+def test_sge_matches_sec_3(std: str) -> None:
     groups = 4
     blk = _randomized("sge", 12, groups=groups, std=std)
     x = _input(2, 12, 5, 6)
@@ -341,17 +341,17 @@ def test_sge_matches_eqs_1_to_6(std: str) -> None:
     gates = torch.empty_like(x)
     for k in range(groups):
         xk = x[:, k * m : (k + 1) * m]  # (N, m, H, W)
-        g = xk.mean((2, 3))  # Eq. (1)
-        c = torch.einsum("nm,nmhw->nhw", g, xk).flatten(1)  # Eq. (2): g . x_i
+        g = xk.mean((2, 3))  # global feature
+        c = torch.einsum("nm,nmhw->nhw", g, xk).flatten(1)  # importance g . x_i
         mu = c.mean(1, keepdim=True)
         if std == "biased":
-            sigma = torch.sqrt(((c - mu) ** 2).mean(1, keepdim=True))  # Eq. (4)
+            sigma = torch.sqrt(((c - mu) ** 2).mean(1, keepdim=True))  # paper: 1/(HW)
         else:
             sigma = c.std(1, keepdim=True)  # the official code
-        c_hat = (c - mu) / (sigma + blk.eps)  # Eq. (3)
-        a = blk.weight.detach()[0, k, 0, 0] * c_hat + blk.bias.detach()[0, k, 0, 0]  # Eq. (5)
+        c_hat = (c - mu) / (sigma + blk.eps)
+        a = blk.weight.detach()[0, k, 0, 0] * c_hat + blk.bias.detach()[0, k, 0, 0]
         gate = _sigmoid(a).view(2, 1, 5, 6)
-        out[:, k * m : (k + 1) * m] = xk * gate  # Eq. (6)
+        out[:, k * m : (k + 1) * m] = xk * gate
         gates[:, k * m : (k + 1) * m] = gate
     y, amap = _capture(blk, x)
     _close(y, out)

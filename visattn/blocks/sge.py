@@ -21,12 +21,12 @@ class SpatialGroupEnhance(nn.Module):
     Follows Sec. 3 of the paper. The channels are split into ``G`` groups of ``m = C / G``; in each
     group, with ``x_i`` the ``m``-vector at position ``i`` (``HW`` positions):
 
-    * global feature ``g = 1/(HW) sum_i x_i`` (Eq. (1));
-    * importance ``c_i = g . x_i`` (Eq. (2));
+    * global feature ``g = 1/(HW) sum_i x_i``;
+    * importance ``c_i = g . x_i``;
     * normalisation over space ``c^_i = (c_i - mu_c) / (sigma_c + eps)`` with
-      ``mu_c = 1/(HW) sum_j c_j`` and ``sigma_c^2 = 1/(HW) sum_j (c_j - mu_c)^2`` (Eqs. (3)-(4));
-    * ``a_i = gamma c^_i + beta`` with one ``gamma, beta`` per group (Eq. (5));
-    * ``x^_i = x_i * sigmoid(a_i)`` (Eq. (6)).
+      ``mu_c = 1/(HW) sum_j c_j`` and ``sigma_c^2 = 1/(HW) sum_j (c_j - mu_c)^2``;
+    * ``a_i = gamma c^_i + beta`` with one ``gamma, beta`` per group;
+    * ``x^_i = x_i * sigmoid(a_i)``.
 
     ``std="biased"`` (default) is the paper's ``1/(HW)``; ``"unbiased"`` is the official code's
     ``torch.std`` (``1/(HW - 1)``, kept at 1 for a 1x1 map). The variance is floored at 1e-12

@@ -20,9 +20,9 @@ class SRM(nn.Module):
 
     Follows Sec. 3 of the paper:
 
-    * style pooling (Eqs. (1)-(2)): ``mu_nc = 1/(HW) sum_hw x_nchw``,
+    * style pooling: ``mu_nc = 1/(HW) sum_hw x_nchw``,
       ``sigma_nc = sqrt(1/(HW) sum_hw (x_nchw - mu_nc)^2)``, ``t_nc = [mu_nc, sigma_nc]``;
-    * style integration (Eqs. (3)-(5)): channel-wise fully connected ``z_nc = w_c . t_nc``
+    * style integration: channel-wise fully connected ``z_nc = w_c . t_nc``
       (``w: C x 2``, no bias), batch norm over ``z``, ``g_nc = sigmoid(BN(z)_nc)``;
     * ``y = g * x``.
 

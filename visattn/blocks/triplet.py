@@ -38,7 +38,7 @@ class TripletAttention(nn.Module):
       ``g_cw`` on the ``(C, W)`` plane, ``(N, C, 1, W)``;
     * ``hc`` branch: pool over ``W``, gate ``g_hc`` on the ``(H, C)`` plane, ``(N, C, H, 1)``.
 
-    Output ``y = x * (g_hw + g_cw + g_hc) / 3`` (Eq. (3)'s average of the three refined tensors;
+    Output ``y = x * (g_hw + g_cw + g_hc) / 3`` (the paper's average of the three refined tensors;
     ``no_spatial=True``, the paper's ablation without the ``hw`` branch, averages two).
 
     The paper rotates the tensor by 90 degrees; like the official code this block permutes it
