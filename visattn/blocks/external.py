@@ -1,4 +1,4 @@
-"""External attention (Guo, Liu, Mu, Hu; arXiv 2105.02358, 2021 / TPAMI 2022, "Beyond
+"""External attention (Guo, Liu, Mu, Hu; arXiv 2105.02358, 2021, later IEEE TPAMI, "Beyond
 Self-attention: External Attention using Two Linear Layers for Visual Tasks")."""
 
 from __future__ import annotations
