@@ -303,8 +303,10 @@ def test_identity_init_returns_its_input_and_still_learns(name: str) -> None:
 @pytest.mark.parametrize("name", BLOCKS)
 def test_default_init_is_not_the_identity(name: str) -> None:
     """The control for the identity test: the paper's initialisation changes its input."""
-    if name in ("gc", "nonlocal", "gct"):  # gc, nonlocal: last layer zero in the papers' code;
-        pytest.skip(f"{name} starts as the identity by design")  # gct: gamma = beta = 0 (paper)
+    # gc, nonlocal: their last layer starts at zero in the papers' code; danet: its scales alpha
+    # and beta start at zero in the paper; gct: gamma = beta = 0 in the paper
+    if name in ("gc", "nonlocal", "danet", "gct"):
+        pytest.skip(f"{name} starts as the identity by design")
     blk = make(name, 32).eval()
     x = randn(32, (9, 11))
     with torch.no_grad():
