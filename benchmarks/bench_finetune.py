@@ -86,9 +86,10 @@ def render(settings: dict[str, Any], original: dict[str, float], rows: list[dict
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        ref = original["acc"]
         lines.append(
-            f"| {r['block']} | {r['init']} | {_pct(r['acc0'])} | {_delta(r['acc0'], original['acc'])} "
-            f"| {r['loss0']:.6f} | {_pct(r['acc1'])} | {_delta(r['acc1'], original['acc'])} |"
+            f"| {r['block']} | {r['init']} | {_pct(r['acc0'])} | {_delta(r['acc0'], ref)} "
+            f"| {r['loss0']:.6f} | {_pct(r['acc1'])} | {_delta(r['acc1'], ref)} |"
         )
     lines += ["", "Identity forms (`visattn.block_info(name).identity_form`):", ""]
     lines += [f"- {b}: {block_info(b).identity_form}" for b in BLOCKS]

@@ -72,9 +72,8 @@ def test_shapes_finetune_starts_from_the_quickstart_checkpoint(
 
     ft = run(["fit", config, *TINY])
     assert ft["epochs"] == 1
-    assert Path(ft["log_dir"]).resolve().is_relative_to(
-        tmp_path / "runs/finetune/shapes_quickstart_bam"
-    )
+    ft_root = tmp_path / "runs/finetune/shapes_quickstart_bam"
+    assert Path(ft["log_dir"]).resolve().is_relative_to(ft_root)
 
 
 @pytest.mark.slow
