@@ -174,7 +174,10 @@ def main(argv: list[str] | None = None) -> int:
         for init in INITS:
             t1 = time.perf_counter()
             name = f"{block}_{init}"
-            args = [*ft, f"--model.attention={json.dumps(placement(block, init))}"]
+            # null first: over the config's placement, the CLI would merge fields (keeping its
+            # SE 'args' for another block); after null the placement is parsed afresh
+            new = f"--model.attention={json.dumps(placement(block, init))}"
+            args = [*ft, "--model.attention=null", new]
             step0 = validate([*args, f"--trainer.default_root_dir={work / name / 'step0'}"])
             row = {"block": block, "init": init, "acc0": step0["acc"], "loss0": step0["loss"]}
             row["acc1"] = None
