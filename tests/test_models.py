@@ -277,6 +277,77 @@ def test_paper_placements_of_registered_models():
     ]
 
 
+# ----------------------------------------------------------------------------- fidelity
+
+
+def test_gc_resnet50_follows_the_official_configs_stages_2_to_4():
+    """Every official GCNet config has ``stage_with_gcb=(False, True, True, True)``."""
+    m = visattn.create_model("gc_resnet50")
+    assert {p.split(".")[0] for p in m.attention_paths} == {"layer2", "layer3", "layer4"}
+    assert len(m.attention_paths) == 4 + 6 + 3
+    assert count_params(m) == 28_078_773
+
+
+def test_gsop_resnet50_keeps_layer4_at_stride_1_by_default_with_the_old_layout_as_an_option():
+    """GSoP-Net1's official code: layer4 stride 1 (14x14 final map at 224x224)."""
+    x = torch.randn(1, 3, 64, 64)
+    official = visattn.create_model("gsop_resnet50", num_classes=3)
+    old = visattn.create_model("gsop_resnet50", num_classes=3, last_stride=2)
+    with torch.no_grad():
+        assert official.forward_features(x).shape == (1, 2048, 4, 4)
+        assert old.forward_features(x).shape == (1, 2048, 2, 2)
+    assert official.layer4[0].conv2.stride == (1, 1) and official.layer4[0].downsample[
+        0
+    ].stride == (
+        1,
+        1,
+    )
+    assert count_params(official) == count_params(old)
+
+
+@pytest.mark.slow
+def test_gsop_resnet50_multiply_accumulates_official_vs_old_layout():
+    official = count_macs(visattn.create_model("gsop_resnet50"), (1, 3, 224, 224))
+    old = count_macs(visattn.create_model("gsop_resnet50", last_stride=2), (1, 3, 224, 224))
+    assert 6.4e9 < official < 6.6e9 and 4.3e9 < old < 4.4e9  # measured 6.51G and 4.35G
+
+
+def _eca_kernels(model) -> list[int]:
+    return [
+        model.get_submodule(p).kernel_size
+        for p in model.attention_paths
+        if p.endswith(".0.attn_standard")
+    ]
+
+
+def test_eca_resnet50_uses_the_released_checkpoints_kernel_sizes():
+    """ECA-Net50's released weights have k = 3, 5, 5, 7; the adaptive formula gives 5, 5, 5, 7."""
+    from visattn.models import eca_placements
+
+    assert _eca_kernels(visattn.create_model("eca_resnet50")) == [3, 5, 5, 7]
+    formula = visattn.create_model("resnet50", attention=eca_placements(None))
+    assert _eca_kernels(formula) == [5, 5, 5, 7]
+    custom = visattn.create_model("resnet50", attention=eca_placements((3, 3, 5, 5)))
+    assert _eca_kernels(custom) == [3, 3, 5, 5]
+    assert (
+        count_params(visattn.create_model("eca_resnet50"))
+        == 25_557_032 + 3 * 3 + 4 * 5 + 6 * 5 + 3 * 7
+    )
+
+
+def test_attention56_matches_the_official_prototxt_with_the_old_head_as_an_option():
+    """No bias on the mask head's last 1x1 conv and corner-aligned up-sampling (Caffe
+    ``Interp``): 31,810,728 parameters, the official count; the earlier head adds 3 biases."""
+    m = visattn.create_model("attention56")
+    assert count_params(m) == 31_810_728
+    ra = [mod for mod in m.modules() if type(mod).__name__ == "ResidualAttention"]
+    assert all(r.align_corners and r.mask_head[-1].bias is None for r in ra)
+    old = visattn.create_model("attention56", mask_bias=True, align_corners=False)
+    assert count_params(old) == 31_812_520
+    ra = [mod for mod in old.modules() if type(mod).__name__ == "ResidualAttention"]
+    assert all(not r.align_corners and r.mask_head[-1].bias is not None for r in ra)
+
+
 def test_attention_on_a_registered_combination_composes():
     m = visattn.create_model(
         "se_resnet20_cifar",

@@ -67,8 +67,10 @@ def _units(channels: int, n: int) -> nn.Sequential:
     return nn.Sequential(*(PreActBottleneck(channels, channels) for _ in range(n)))
 
 
-def _upsample(t: torch.Tensor, size: torch.Size | tuple[int, int]) -> torch.Tensor:
-    return F.interpolate(t, size=size, mode="bilinear", align_corners=False)
+def _upsample(
+    t: torch.Tensor, size: torch.Size | tuple[int, int], align_corners: bool
+) -> torch.Tensor:
+    return F.interpolate(t, size=size, mode="bilinear", align_corners=align_corners)
 
 
 @register_block("residual_attention", family="residual", paper="Wang et al., CVPR 2017")
@@ -83,7 +85,8 @@ class ResidualAttention(nn.Module):
       units); every level but the innermost also feeds a skip-connection unit. Top-down, from
       the innermost level: ``r`` units, bilinear up-sampling to the next skip's own size, add the
       skip; after the outermost level ``r`` units and up-sampling to the trunk's size. Then
-      ``BN-ReLU-1x1-BN-ReLU-1x1`` and the activation ``f`` (option ``mask``, Sec. 3.3):
+      ``BN-ReLU-1x1-BN-ReLU-1x1`` and the activation ``f`` (option ``mask``, Sec. 3.3, Eqs.
+      4-6):
 
       - ``mixed``: ``sigmoid(s_ic)`` per channel and position (Eq. 4),
       - ``channel``: ``s_ic / ||s_i||_2``, L2 normalisation across channels at each position
@@ -95,6 +98,16 @@ class ResidualAttention(nn.Module):
       (Eq. 3, default) or ``nal`` naive attention learning ``M * T`` (Eq. 1),
     * ``p`` post-processing units.
 
+    The paper leaves two details open; the defaults follow the authors' released Caffe
+    prototxt (fwang91/residual-attention-network), which is what the named models
+    ``attention56``/``attention92`` follow:
+
+    * ``mask_bias=False``: the mask head's last 1x1 convolution has no bias (``True`` adds one,
+      visattn's behaviour before it followed the prototxt);
+    * ``align_corners=True``: Caffe's ``Interp`` layer maps corner pixels onto corner pixels,
+      which is ``F.interpolate(..., align_corners=True)`` (``False`` gives the half-pixel
+      convention, visattn's earlier behaviour).
+
     Up-sampling always targets the actual size of the skip it is added to, so any input size
     works (odd sizes, and maps that max-pooling reduces to 1x1). The paper's 56/28/14-pixel
     stage modules use ``depth`` 3/2/1 (2/1/0 skip connections).
@@ -103,11 +116,10 @@ class ResidualAttention(nn.Module):
 
     Shapes: ``(N, C, H, W) -> (N, C, H, W)``.
 
-    Parameters: ``(2p + t + 2 * r * depth + depth - 1) * U + 2 * C * C + C + 4 * C``, with ``U``
-    the parameters of one unit ``PreActBottleneck(C, C)``:
+    Parameters: ``(2p + t + 2 * r * depth + depth - 1) * U + 2 * C * C + 4 * C`` (plus ``C``
+    with ``mask_bias=True``), with ``U`` the parameters of one unit ``PreActBottleneck(C, C)``:
     ``U = 2 * C + 2 * C * b + 4 * b + 9 * b * b``, ``b = C // 4``; the mask head has two BNs and
-    two 1x1 convolutions (the first without bias, the second, which feeds the activation, with).
-    Defaults (p=1, t=2, r=1, depth=1): ``6 * U + 2 * C * C + 5 * C``.
+    two 1x1 convolutions. Defaults (p=1, t=2, r=1, depth=1): ``6 * U + 2 * C * C + 4 * C``.
 
     Args:
         channels: input and output channels ``C`` (at least 4).
@@ -117,6 +129,8 @@ class ResidualAttention(nn.Module):
         depth: max-pool levels of the mask branch.
         learning: ``arl`` | ``nal``.
         mask: ``mixed`` | ``channel`` | ``spatial``.
+        mask_bias: bias on the mask head's last 1x1 convolution (``False``: the prototxt).
+        align_corners: bilinear up-sampling convention (``True``: the prototxt's ``Interp``).
     """
 
     def __init__(
@@ -128,6 +142,8 @@ class ResidualAttention(nn.Module):
         depth: int = 1,
         learning: str = "arl",
         mask: str = "mixed",
+        mask_bias: bool = False,
+        align_corners: bool = True,
     ) -> None:
         super().__init__()
         if channels < 4:
@@ -139,7 +155,11 @@ class ResidualAttention(nn.Module):
         check_positive_int("depth", depth)
         check_choice("learning", learning, LEARNINGS)
         check_choice("mask", mask, MASKS)
+        for option, value in (("mask_bias", mask_bias), ("align_corners", align_corners)):
+            if not isinstance(value, bool):
+                raise ValueError(f"option '{option}' must be a bool, got {value!r}")
         self.learning, self.mask = learning, mask
+        self.align_corners = align_corners
         self.pre = _units(channels, p)
         self.trunk = _units(channels, t)
         self.pool = nn.MaxPool2d(3, 2, 1)
@@ -152,7 +172,7 @@ class ResidualAttention(nn.Module):
             nn.Conv2d(channels, channels, 1, bias=False),
             nn.BatchNorm2d(channels),
             nn.ReLU(inplace=True),
-            nn.Conv2d(channels, channels, 1),
+            nn.Conv2d(channels, channels, 1, bias=mask_bias),
         )
         self.post = _units(channels, p)
 
@@ -168,8 +188,8 @@ class ResidualAttention(nn.Module):
         for level in range(len(self.up) - 1, 0, -1):
             m = self.up[level](m)
             skip = skips[level - 1]
-            m = _upsample(m, skip.shape[-2:]) + skip
-        m = _upsample(self.up[0](m), x.shape[-2:])
+            m = _upsample(m, skip.shape[-2:], self.align_corners) + skip
+        m = _upsample(self.up[0](m), x.shape[-2:], self.align_corners)
         return self.mask_head(m)
 
     def activate(self, s: torch.Tensor) -> torch.Tensor:

@@ -146,8 +146,10 @@ def resnet_imagenet(
     drop_rate: float = 0.0,
     drop_path_rate: float = 0.0,
     zero_init_residual: bool = False,
+    last_stride: int = 2,
 ) -> ResNet:
-    """ImageNet ResNet-18/34/50/101/152 with torchvision's parameter names and counts."""
+    """ImageNet ResNet-18/34/50/101/152 with torchvision's parameter names and counts;
+    ``last_stride=1`` keeps layer4 at layer3's resolution (14x14 at 224x224 input)."""
     if depth not in _IMAGENET_LAYOUTS:
         raise ValueError(
             f"ImageNet ResNet depth must be one of {sorted(_IMAGENET_LAYOUTS)}, got {depth}"
@@ -165,6 +167,7 @@ def resnet_imagenet(
         drop_rate=drop_rate,
         drop_path_rate=drop_path_rate,
         zero_init_residual=zero_init_residual,
+        strides=(1, 2, 2, last_stride),
     )
 
 
@@ -180,6 +183,8 @@ def attention_net(
     p: int = 1,
     t: int = 2,
     r: int = 1,
+    mask_bias: bool = False,
+    align_corners: bool = True,
     num_classes: int = 1000,
     in_chans: int = 3,
     drop_rate: float = 0.0,
@@ -194,6 +199,8 @@ def attention_net(
         p=p,
         t=t,
         r=r,
+        mask_bias=mask_bias,
+        align_corners=align_corners,
         num_classes=num_classes,
         in_chans=in_chans,
         drop_rate=drop_rate,
@@ -233,6 +240,7 @@ class ModelSpec:
     attention: tuple[Mapping[str, Any], ...] = ()
     dataset: str = "imagenet"  # "imagenet" | "cifar": default input, classes, normalisation
     paper: str = ""
+    defaults: Mapping[str, Any] = field(default_factory=dict)  # builder options, overridable
 
     @property
     def placeable(self) -> bool:
@@ -279,7 +287,13 @@ def _compose(name: str) -> ModelSpec | None:
             base = backbones[rest]
             paper = f"{block_info(block).paper} on {rest}"
             return ModelSpec(
-                name, base.builder, base.fixed, ({"name": block},), base.dataset, paper
+                name,
+                base.builder,
+                base.fixed,
+                ({"name": block},),
+                base.dataset,
+                paper,
+                base.defaults,
             )
     return None
 
@@ -367,7 +381,13 @@ def create_model(
             "'attention' placements; use a ResNet backbone (e.g. 'resnet56_cifar')"
         )
     model = spec.builder(
-        **{**spec.fixed, **kwargs, "num_classes": num_classes, "in_chans": in_chans}
+        **{
+            **spec.defaults,
+            **spec.fixed,
+            **kwargs,
+            "num_classes": num_classes,
+            "in_chans": in_chans,
+        }
     )
     model.attention_paths = apply_placements(model, placements, model_name=spec.name)
     model.model_name = spec.name
@@ -452,6 +472,23 @@ def register_timm_models() -> list[str]:
 
 # ----------------------------------------------------------------------------- the zoo
 
+ECA_NET50_KERNELS = (3, 5, 5, 7)
+
+
+def eca_placements(kernel_sizes: tuple[int, ...] | None = ECA_NET50_KERNELS) -> tuple[dict, ...]:
+    """ECA at the standard position of every block, with one kernel size per stage
+    (``kernel_sizes[i]`` for stage ``i + 1``); ``None`` uses the adaptive formula (Wang et al.,
+    CVPR 2020, Eq. 12), which gives 5, 5, 5, 7 on ResNet-50's 256..2048 channels. The default
+    3, 5, 5, 7 is the released ECA-Net50 checkpoint's. E.g.
+    ``create_model("resnet50", attention=eca_placements(None))``."""
+    if kernel_sizes is None:
+        return ({"name": "eca"},)
+    return tuple(
+        {"name": "eca", "args": {"kernel_size": k}, "stages": [i + 1]}
+        for i, k in enumerate(kernel_sizes)
+    )
+
+
 _CIFAR_PAPER = "He et al., CVPR 2016"
 _IMAGENET_PAPER = "He et al., CVPR 2016"
 _SE16 = {"name": "se", "args": {"reduction": 16}}
@@ -505,17 +542,35 @@ _PAPER_MODELS: list[tuple[str, str, tuple[dict[str, Any], ...], str]] = [
         ({"name": "bam", "position": "stage", "stages": [1, 2, 3]},),
         "Park et al., BMVC 2018",
     ),
-    ("eca_resnet50", "resnet50", ({"name": "eca"},), "Wang et al., CVPR 2020"),
+    # the released ECA-Net50 checkpoint: k = 3, 5, 5, 7 (the formula gives 5, 5, 5, 7)
+    ("eca_resnet50", "resnet50", eca_placements(ECA_NET50_KERNELS), "Wang et al., CVPR 2020"),
     ("gsop_resnet50", "resnet50", ({"name": "gsop", "blocks": "last"},), "Gao et al., CVPR 2019"),
+    # every official GCNet config: stage_with_gcb=(False, True, True, True)
     (
         "gc_resnet50",
         "resnet50",
-        ({"name": "gc", "args": {"reduction": 16}},),
+        ({"name": "gc", "args": {"reduction": 16}, "stages": [2, 3, 4]},),
         "Cao et al., ICCVW 2019",
     ),
 ]
+# named models whose official code sets builder options differently from the backbone's default
+# (the caller may still override them, e.g. gsop_resnet50 with last_stride=2)
+_PAPER_DEFAULTS: dict[str, dict[str, Any]] = {
+    # GSoP-Net1 (official code): layer4 keeps stride 1, 14x14 final map at 224x224 input
+    "gsop_resnet50": {"last_stride": 1},
+}
 for _name, _base, _placements, _paper in _PAPER_MODELS:
     _b = _MODELS[_base]
-    register_model(ModelSpec(_name, _b.builder, _b.fixed, _placements, _b.dataset, _paper))
+    register_model(
+        ModelSpec(
+            _name,
+            _b.builder,
+            _b.fixed,
+            _placements,
+            _b.dataset,
+            _paper,
+            _PAPER_DEFAULTS.get(_name, {}),
+        )
+    )
 
 register_timm_models()

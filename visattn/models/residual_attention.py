@@ -58,9 +58,13 @@ class ResidualAttentionNet(ClassifierHead, nn.Module):
             width changes).
         stem: ``"imagenet"`` (7x7/2 conv, BN, ReLU, 3x3/2 max-pool) or ``"cifar"`` (3x3 conv).
         stem_channels: output channels of the stem.
-        learning: ``"arl"`` attention residual learning (Eq. 5) or ``"nal"`` naive (Eq. 1).
-        mask: ``"mixed"``, ``"channel"`` or ``"spatial"`` attention (Eqs. 2-4).
+        learning: ``"arl"`` attention residual learning (Eq. 3) or ``"nal"`` naive (Eq. 1).
+        mask: ``"mixed"``, ``"channel"`` or ``"spatial"`` attention (Eqs. 4, 5, 6).
         p, t, r: the attention modules' hyper-parameters (1, 2, 1 in the paper).
+        mask_bias: bias on each mask head's last 1x1 convolution (``False``, the official
+            prototxt; ``True`` was visattn's earlier default).
+        align_corners: bilinear up-sampling convention of the mask branch (``True``, the
+            prototxt's ``Interp`` layer; ``False`` was visattn's earlier default).
         num_classes: classifier outputs.
         in_chans: input channels.
         drop_rate: dropout before the classifier.
@@ -82,6 +86,8 @@ class ResidualAttentionNet(ClassifierHead, nn.Module):
         p: int = 1,
         t: int = 2,
         r: int = 1,
+        mask_bias: bool = False,
+        align_corners: bool = True,
         num_classes: int = 1000,
         in_chans: int = 3,
         drop_rate: float = 0.0,
@@ -114,7 +120,17 @@ class ResidualAttentionNet(ClassifierHead, nn.Module):
         for i, (n, width, depth) in enumerate(zip(attention_modules, widths, mask_depths)):
             layers: list[nn.Module] = [PreActBottleneck(cin, width, stride=1 if i == 0 else 2)]
             layers += [
-                ResidualAttention(width, p=p, t=t, r=r, depth=depth, learning=learning, mask=mask)
+                ResidualAttention(
+                    width,
+                    p=p,
+                    t=t,
+                    r=r,
+                    depth=depth,
+                    learning=learning,
+                    mask=mask,
+                    mask_bias=mask_bias,
+                    align_corners=align_corners,
+                )
                 for _ in range(n)
             ]
             stages.append(nn.Sequential(*layers))

@@ -363,6 +363,8 @@ class ResNet(ClassifierHead, nn.Module):
         drop_rate: dropout before the classifier.
         drop_path_rate: stochastic depth, rising linearly to this rate over the blocks.
         zero_init_residual: zero the last norm (conv for pre-activation) of each residual branch.
+        strides: stride of the first block of each stage (default ``1, 2, 2, ...``); e.g.
+            ``(1, 2, 2, 1)`` keeps a 14x14 final map at 224x224 input (GSoP-Net1's layout).
 
     Shapes: ``(N, in_chans, H, W) -> (N, num_classes)``; any ``H, W`` the strides allow.
     """
@@ -381,8 +383,17 @@ class ResNet(ClassifierHead, nn.Module):
         drop_rate: float = 0.0,
         drop_path_rate: float = 0.0,
         zero_init_residual: bool = False,
+        strides: Sequence[int] | None = None,
     ) -> None:
         super().__init__()
+        if strides is None:
+            strides = (1,) + (2,) * (len(layers) - 1)
+        if len(strides) != len(layers) or any(
+            isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in strides
+        ):
+            raise ValueError(
+                f"strides must hold one positive int per stage ({len(layers)}), got {strides!r}"
+            )
         if stem not in ("imagenet", "cifar"):
             raise ValueError(f"stem must be 'imagenet' or 'cifar', got {stem!r}")
         if shortcut not in ("A", "B"):
@@ -415,7 +426,7 @@ class ResNet(ClassifierHead, nn.Module):
             blocks = []
             for j in range(n):
                 dp = drop_path_rate * index / max(total - 1, 1)
-                stride = 2 if (i > 0 and j == 0) else 1
+                stride = strides[i] if j == 0 else 1
                 blocks.append(block(cin, width, stride, shortcut=shortcut, drop_path=dp))
                 cin = width * block.expansion
                 index += 1
