@@ -425,7 +425,10 @@ def test_repeating_a_fixed_option_is_not_a_conflict():
 def test_every_model_is_a_timm_model():
     timm_names = set(timm.list_models("visattn_*"))
     assert {f"visattn_{n}" for n in visattn.list_models()} <= timm_names
-    assert "visattn_cbam_resnet18" in timm_names
+    # unlisted compositions: composed on demand by visattn, and through attention= in timm
+    assert "visattn_cbam_resnet18" not in timm_names
+    composed = timm.create_model("visattn_resnet18", attention={"name": "cbam"})
+    assert composed.attention_paths == visattn.create_model("cbam_resnet18").attention_paths
     m = timm.create_model("visattn_se_resnet56_cifar", num_classes=10)
     assert isinstance(m, ResNet) and m.attention_paths
     cfg = timm.data.resolve_data_config({}, model=m)
@@ -461,3 +464,73 @@ def test_timm_weights_load_and_give_timms_outputs(tmp_path):
     x = torch.randn(2, 3, 48, 48)
     with torch.no_grad():
         torch.testing.assert_close(ours(x), theirs(x))
+
+
+# ----------------------------------------------------------------------------- one home
+
+
+def test_list_models_and_timm_agree_at_import_without_lightning_and_without_fake_modules():
+    """One listing policy: timm registers exactly ``list_models()``; the entrypoints live in a
+    real module; models and the normalisation statistics import without lightning."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, timm, visattn\n"
+        "from visattn.constants import STATS\n"
+        "ours = {'visattn_' + n for n in visattn.list_models()}\n"
+        "theirs = set(timm.list_models('visattn_*'))\n"
+        "assert ours == theirs, sorted(ours ^ theirs)[:5]\n"
+        "from timm.models._registry import model_entrypoint\n"
+        "fn = model_entrypoint('visattn_se_resnet50')\n"
+        "mod = sys.modules[fn.__module__]\n"
+        "assert mod.__name__ == 'visattn.models.timm_entrypoints' and mod.__file__, mod\n"
+        "assert not any(m.split('.')[0] == 'lightning' for m in sys.modules)\n"
+        "print(len(ours))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert int(out.stdout) == len(visattn.list_models())
+
+
+def test_model_spec_takes_keyword_fields_and_an_explicit_placeable():
+    from visattn.models import ModelSpec
+    from visattn.models.builders import resnet_cifar
+
+    with pytest.raises(TypeError):
+        ModelSpec("x", resnet_cifar, True)  # positional fields are refused
+    with pytest.raises(TypeError):
+        ModelSpec(name="x", builder=resnet_cifar)  # placeable must be said
+    spec = ModelSpec(name="x", builder=resnet_cifar, placeable=True, dataset="cifar")
+    assert spec.num_classes == 10 and spec.input_size == (3, 32, 32)
+    assert not get_model_spec("attention56").placeable and get_model_spec("resnet50").placeable
+    with pytest.raises(ValueError, match="dataset"):
+        ModelSpec(name="x", builder=resnet_cifar, placeable=True, dataset="mnist")
+
+
+def test_one_home_for_normalisation_statistics_and_cifar100_models_get_cifar100_stats():
+    from visattn.constants import STATS
+    from visattn.data import STATS as DATA_STATS
+
+    assert DATA_STATS is STATS
+    c100 = visattn.create_model("resnet20_cifar", num_classes=100).pretrained_cfg
+    c10 = visattn.create_model("resnet20_cifar", num_classes=10).pretrained_cfg
+    assert (c100["mean"], c100["std"]) == STATS["cifar100"]
+    assert (c10["mean"], c10["std"]) == STATS["cifar10"]
+    t100 = timm.create_model("visattn_se_resnet20_cifar", num_classes=100)
+    assert timm.data.resolve_data_config({}, model=t100)["mean"] == STATS["cifar100"][0]
+    assert visattn.create_model("resnet18").pretrained_cfg["mean"] == STATS["imagenet"][0]
+
+
+def test_residual_attention_checkpoints_with_the_earlier_shortcut_keys_still_load(tmp_path):
+    """The pre-activation unit is shared with preresnet164 now; its projection is
+    ``downsample`` (was ``shortcut`` in Residual Attention Networks): the loader maps it."""
+    m = visattn.create_model("attention56_cifar", num_classes=10)
+    old = {k.replace(".downsample.", ".shortcut."): v for k, v in m.state_dict().items()}
+    assert any(".shortcut." in k for k in old)
+    torch.save(old, tmp_path / "old.pth")
+    m2 = visattn.create_model(
+        "attention56_cifar", num_classes=10, checkpoint_path=tmp_path / "old.pth"
+    )
+    for k, v in m.state_dict().items():
+        torch.testing.assert_close(m2.state_dict()[k], v)

@@ -9,7 +9,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import visattn
-from visattn.blocks.residual_attention import PreActBottleneck
+from visattn.blocks._units import PreActBottleneck
 
 
 def randomize_bn(module: nn.Module) -> nn.Module:
@@ -34,7 +34,7 @@ def unit_reference(u: PreActBottleneck, x: torch.Tensor, stride: int = 1) -> tor
     out = F.conv2d(pre, u.conv1.weight)
     out = F.conv2d(torch.relu(bn(u.bn2, out)), u.conv2.weight, stride=stride, padding=1)
     out = F.conv2d(torch.relu(bn(u.bn3, out)), u.conv3.weight)
-    short = x if u.shortcut is None else F.conv2d(pre, u.shortcut.weight, stride=stride)
+    short = x if u.downsample is None else F.conv2d(pre, u.downsample.weight, stride=stride)
     return out + short
 
 
@@ -43,8 +43,8 @@ def unit_reference(u: PreActBottleneck, x: torch.Tensor, stride: int = 1) -> tor
 
 @pytest.mark.parametrize(("cin", "cout", "stride"), [(16, 16, 1), (16, 32, 1), (32, 32, 2)])
 def test_preact_bottleneck_equals_bn_relu_conv_recomputation(cin: int, cout: int, stride: int):
-    u = randomize_bn(PreActBottleneck(cin, cout, stride))
-    assert (u.shortcut is None) == (cin == cout and stride == 1)
+    u = randomize_bn(PreActBottleneck(cin, cout // 4, stride, out_channels=cout))
+    assert (u.downsample is None) == (cin == cout and stride == 1)
     assert u.conv1.out_channels == u.conv2.out_channels == cout // 4
     x = torch.randn(2, cin, 9, 7)
     with torch.no_grad():
@@ -59,12 +59,23 @@ def test_preact_bottleneck_parameter_closed_form(cin: int, cout: int, stride: in
     want = 2 * cin + cin * b + 4 * b + 9 * b * b + b * cout
     if cin != cout or stride != 1:
         want += cin * cout
-    assert sum(p.numel() for p in PreActBottleneck(cin, cout, stride).parameters()) == want
+    unit = PreActBottleneck(cin, b, stride, out_channels=cout)
+    assert sum(p.numel() for p in unit.parameters()) == want
 
 
-def test_preact_bottleneck_refuses_fewer_than_four_output_channels() -> None:
-    with pytest.raises(ValueError, match="out_channels"):
-        PreActBottleneck(8, 3)
+def test_preact_bottleneck_refuses_an_empty_bottleneck() -> None:
+    with pytest.raises(ValueError, match="planes"):
+        PreActBottleneck(8, 0)
+
+
+def test_one_preact_bottleneck_serves_blocks_and_models() -> None:
+    """The Residual Attention module and ``preresnet164_cifar`` use the same class."""
+    from visattn.models import PreActBottleneck as ModelUnit
+
+    assert issubclass(ModelUnit, PreActBottleneck)
+    blk = visattn.create_block("residual_attention", 16)
+    assert all(type(m) is PreActBottleneck for m in blk.trunk)
+    assert ModelUnit.forward is PreActBottleneck.forward
 
 
 # --------------------------------------------------------------------------- the module
@@ -80,9 +91,7 @@ def mask_reference(
     """Bottom-up / top-down mask logits of Fig. 2-3, unrolled by hand for depth 1, 2 and 3."""
 
     def up(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-        return F.interpolate(
-            t, size=like.shape[-2:], mode="bilinear", align_corners=align_corners
-        )
+        return F.interpolate(t, size=like.shape[-2:], mode="bilinear", align_corners=align_corners)
 
     def pool(t: torch.Tensor) -> torch.Tensor:
         return F.max_pool2d(t, 3, 2, 1)

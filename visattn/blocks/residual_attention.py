@@ -7,64 +7,25 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ._units import PreActBottleneck
 from ._utils import check_choice, check_positive_int
 from .capture import record_attention
 from .registry import register_block
 
-__all__ = ["PreActBottleneck", "ResidualAttention"]
+__all__ = ["ResidualAttention"]
 
 LEARNINGS = ("arl", "nal")
 MASKS = ("mixed", "channel", "spatial")
 SPATIAL_NORM_EPS = 1e-5
 
 
-class PreActBottleneck(nn.Module):
-    """Pre-activation bottleneck residual unit (He et al., ECCV 2016), the unit of the Residual
-    Attention Network.
-
-    ``BN-ReLU-1x1(out/4)-BN-ReLU-3x3(out/4, stride)-BN-ReLU-1x1(out)`` plus the shortcut: the
-    identity, or a 1x1 projection (with ``stride``) of the pre-activated input when
-    ``in_channels != out_channels`` or ``stride != 1``. Convolutions have no bias.
-
-    Shapes: ``(N, Cin, H, W) -> (N, Cout, ceil(H / stride), ceil(W / stride))``.
-
-    Parameters (``b = out // 4``): ``2 * Cin + Cin * b + 4 * b + 9 * b * b + b * out``, plus
-    ``Cin * out`` with a projection.
-    """
-
-    def __init__(self, in_channels: int, out_channels: int, stride: int = 1) -> None:
-        super().__init__()
-        check_positive_int("in_channels", in_channels)
-        check_positive_int("stride", stride)
-        if isinstance(out_channels, bool) or not isinstance(out_channels, int) or out_channels < 4:
-            raise ValueError(
-                f"PreActBottleneck: out_channels must be an int >= 4 (bottleneck out/4), "
-                f"got {out_channels!r}"
-            )
-        mid = out_channels // 4
-        self.bn1 = nn.BatchNorm2d(in_channels)
-        self.conv1 = nn.Conv2d(in_channels, mid, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(mid)
-        self.conv2 = nn.Conv2d(mid, mid, 3, stride, 1, bias=False)
-        self.bn3 = nn.BatchNorm2d(mid)
-        self.conv3 = nn.Conv2d(mid, out_channels, 1, bias=False)
-        self.relu = nn.ReLU(inplace=True)
-        needs_proj = in_channels != out_channels or stride != 1
-        self.shortcut = (
-            nn.Conv2d(in_channels, out_channels, 1, stride, bias=False) if needs_proj else None
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        pre = self.relu(self.bn1(x))
-        shortcut = x if self.shortcut is None else self.shortcut(pre)
-        out = self.conv1(pre)
-        out = self.conv2(self.relu(self.bn2(out)))
-        out = self.conv3(self.relu(self.bn3(out)))
-        return out + shortcut
+def _unit(channels: int) -> PreActBottleneck:
+    """A pre-activation bottleneck ``C -> C`` with ``C // 4`` inner channels (the paper's unit)."""
+    return PreActBottleneck(channels, channels // 4, out_channels=channels)
 
 
 def _units(channels: int, n: int) -> nn.Sequential:
-    return nn.Sequential(*(PreActBottleneck(channels, channels) for _ in range(n)))
+    return nn.Sequential(*(_unit(channels) for _ in range(n)))
 
 
 def _upsample(
@@ -117,7 +78,8 @@ class ResidualAttention(nn.Module):
     Shapes: ``(N, C, H, W) -> (N, C, H, W)``.
 
     Parameters: ``(2p + t + 2 * r * depth + depth - 1) * U + 2 * C * C + 4 * C`` (plus ``C``
-    with ``mask_bias=True``), with ``U`` the parameters of one unit ``PreActBottleneck(C, C)``:
+    with ``mask_bias=True``), with ``U`` the parameters of one pre-activation unit ``C -> C``
+    (:mod:`visattn.blocks._units`):
     ``U = 2 * C + 2 * C * b + 4 * b + 9 * b * b``, ``b = C // 4``; the mask head has two BNs and
     two 1x1 convolutions. Defaults (p=1, t=2, r=1, depth=1): ``6 * U + 2 * C * C + 4 * C``.
 
@@ -164,7 +126,7 @@ class ResidualAttention(nn.Module):
         self.trunk = _units(channels, t)
         self.pool = nn.MaxPool2d(3, 2, 1)
         self.down = nn.ModuleList(_units(channels, r) for _ in range(depth))
-        self.skips = nn.ModuleList(PreActBottleneck(channels, channels) for _ in range(depth - 1))
+        self.skips = nn.ModuleList(_unit(channels) for _ in range(depth - 1))
         self.up = nn.ModuleList(_units(channels, r) for _ in range(depth))
         self.mask_head = nn.Sequential(
             nn.BatchNorm2d(channels),

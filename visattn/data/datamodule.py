@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from ..constants import STATS
 from .datasets import (
     CIFAR_SPECS,
     ArrayDataset,
@@ -25,14 +26,6 @@ from .transforms import AUGMENTS, DeviceAugment, build_transforms, seed_transfor
 __all__ = ["DATASETS", "STATS", "VisattnDataModule"]
 
 DATASETS = ("shapes", "cifar10", "cifar100", "imagefolder")
-
-#: per-channel (mean, std) of [0, 1] pixels used for normalisation.
-STATS: dict[str, tuple[tuple[float, float, float], tuple[float, float, float]]] = {
-    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
-    "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
-    "imagefolder": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),  # ImageNet
-    "shapes": ((0.245, 0.242, 0.239), (0.258, 0.250, 0.257)),  # measured on 2,000 images
-}
 
 _DEFAULT_AUGMENT = {
     "shapes": "flip",

@@ -1,8 +1,8 @@
 """Residual Attention Networks (Wang, Jiang, Qian, Yang, Li, Zhang, Wang, Tang; CVPR 2017,
 "Residual Attention Network for Image Classification").
 
-Built from the ``residual_attention`` block and its pre-activation unit
-(:mod:`visattn.blocks.residual_attention`).
+Built from the ``residual_attention`` block (:mod:`visattn.blocks.residual_attention`) and the
+pre-activation unit of :mod:`visattn.blocks._units` (shared with ``preresnet164_cifar``).
 
 ImageNet (Table 2 of the paper), 224x224 input::
 
@@ -39,10 +39,15 @@ from collections.abc import Sequence
 import torch
 import torch.nn as nn
 
-from ..blocks.residual_attention import PreActBottleneck, ResidualAttention
+from ..blocks._units import PreActBottleneck
+from ..blocks.residual_attention import ResidualAttention
 from .resnet import ClassifierHead
 
 __all__ = ["ResidualAttentionNet"]
+
+
+def _unit(cin: int, cout: int, stride: int = 1) -> PreActBottleneck:
+    return PreActBottleneck(cin, cout // 4, stride, out_channels=cout)
 
 
 class ResidualAttentionNet(ClassifierHead, nn.Module):
@@ -118,7 +123,7 @@ class ResidualAttentionNet(ClassifierHead, nn.Module):
         cin = stem_channels
         stages = []
         for i, (n, width, depth) in enumerate(zip(attention_modules, widths, mask_depths)):
-            layers: list[nn.Module] = [PreActBottleneck(cin, width, stride=1 if i == 0 else 2)]
+            layers: list[nn.Module] = [_unit(cin, width, 1 if i == 0 else 2)]
             layers += [
                 ResidualAttention(
                     width,
@@ -138,8 +143,8 @@ class ResidualAttentionNet(ClassifierHead, nn.Module):
         width = widths[-1]
         final: list[nn.Module] = []
         if width != cin:
-            final.append(PreActBottleneck(cin, width, stride=2))
-        final += [PreActBottleneck(width, width) for _ in range(final_units - len(final))]
+            final.append(_unit(cin, width, 2))
+        final += [_unit(width, width) for _ in range(final_units - len(final))]
         stages.append(nn.Sequential(*final))
         self.stages = nn.Sequential(*stages)
         self.num_features = width

@@ -26,6 +26,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 from timm.layers import DropPath
 
+from ..blocks._units import BLOCK_POSITIONS, ZeroPadShortcut
+from ..blocks._units import PreActBottleneck as _PreActUnit
+from ..blocks._units import conv1x1 as _conv1x1
+from ..blocks._units import conv3x3 as _conv3x3
+from ..blocks._units import make_shortcut as _shortcut
+
 __all__ = [
     "BLOCK_POSITIONS",
     "BasicBlock",
@@ -36,8 +42,6 @@ __all__ = [
     "SlottedBlock",
     "ZeroPadShortcut",
 ]
-
-BLOCK_POSITIONS = ("pre", "inner", "standard", "identity", "post")
 
 
 class SlottedBlock(nn.Module):
@@ -76,53 +80,6 @@ class SlottedBlock(nn.Module):
     def zero_init_last(self) -> None:
         """Zero the last layer of the residual branch, so the block starts as the identity."""
         raise NotImplementedError
-
-
-def _conv3x3(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
-    return nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-
-
-def _conv1x1(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
-    return nn.Conv2d(cin, cout, 1, stride, bias=False)
-
-
-class ZeroPadShortcut(nn.Module):
-    """Shortcut option A of He et al. (CVPR 2016): identity on the first ``in_channels``
-    channels, zeros for the extra ones, spatial subsampling by ``stride``. No parameters.
-
-    Shapes: ``(N, Cin, H, W) -> (N, Cout, ceil(H / stride), ceil(W / stride))``.
-    """
-
-    def __init__(self, in_channels: int, out_channels: int, stride: int = 1) -> None:
-        super().__init__()
-        if out_channels < in_channels:
-            raise ValueError(
-                f"shortcut A pads channels and cannot reduce {in_channels} to {out_channels}; "
-                "use shortcut='B'"
-            )
-        self.extra = out_channels - in_channels
-        self.stride = stride
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.stride > 1:
-            x = x[:, :, :: self.stride, :: self.stride]
-        return F.pad(x, (0, 0, 0, 0, 0, self.extra)) if self.extra else x
-
-    def extra_repr(self) -> str:
-        return f"extra_channels={self.extra}, stride={self.stride}"
-
-
-def _shortcut(
-    cin: int, cout: int, stride: int, kind: str, *, norm: bool = True
-) -> nn.Module | None:
-    if stride == 1 and cin == cout:
-        return None
-    if kind == "A":
-        return ZeroPadShortcut(cin, cout, stride)
-    if kind == "B":
-        conv = _conv1x1(cin, cout, stride)
-        return nn.Sequential(conv, nn.BatchNorm2d(cout)) if norm else conv
-    raise ValueError(f"shortcut must be 'A' (zero padding) or 'B' (1x1 projection), got {kind!r}")
 
 
 class BasicBlock(SlottedBlock):
@@ -220,58 +177,10 @@ class Bottleneck(SlottedBlock):
         nn.init.zeros_(self.bn3.weight)
 
 
-class PreActBottleneck(SlottedBlock):
-    """Pre-activation bottleneck (He et al., ECCV 2016, Fig. 1b / 4e):
-    ``BN-ReLU-1x1 - BN-ReLU-3x3(stride) - BN-ReLU-1x1`` plus the shortcut, which is the identity
-    or, when the shape changes, a 1x1 projection (option B, no BN) or zero padding (option A) of
-    the *pre-activated* input (as in the authors' code, the first BN-ReLU is shared).
-
-    Slots: ``pre`` sees ``relu(bn1(x))`` (the input of the first convolution); ``inner`` the
-    output of the 3x3 convolution (before ``bn3``, the next stage's pre-activation); ``standard``
-    the output of ``conv3``; there is no final activation, so ``post`` sees the block output.
-
-    Shapes: ``(N, in_channels, H, W) -> (N, 4 * planes, ceil(H / stride), ceil(W / stride))``.
-    """
-
-    expansion = 4
-
-    def __init__(
-        self,
-        in_channels: int,
-        planes: int,
-        stride: int = 1,
-        *,
-        shortcut: str = "B",
-        drop_path: float = 0.0,
-    ) -> None:
-        super().__init__()
-        out = planes * self.expansion
-        self.in_channels, self.mid_channels, self.out_channels = in_channels, planes, out
-        self.stride = stride
-        self.bn1 = nn.BatchNorm2d(in_channels)
-        self.conv1 = _conv1x1(in_channels, planes)
-        self.bn2 = nn.BatchNorm2d(planes)
-        self.conv2 = _conv3x3(planes, planes, stride)
-        self.bn3 = nn.BatchNorm2d(planes)
-        self.conv3 = _conv1x1(planes, out)
-        self.relu = nn.ReLU(inplace=True)
-        self.downsample = _shortcut(in_channels, out, stride, shortcut, norm=False)
-        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
-        self.init_slots()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        pre = self.relu(self.bn1(x))
-        shortcut = x if self.downsample is None else self.downsample(pre)
-        out = self.conv1(self.attn_pre(pre))
-        out = self.conv2(self.relu(self.bn2(out)))
-        out = self.attn_inner(out)
-        out = self.conv3(self.relu(self.bn3(out)))
-        out = self.drop_path(self.attn_standard(out))
-        out = out + self.attn_identity(shortcut)
-        return self.attn_post(out)
-
-    def zero_init_last(self) -> None:
-        nn.init.zeros_(self.conv3.weight)
+class PreActBottleneck(_PreActUnit, SlottedBlock):
+    """The pre-activation bottleneck of :mod:`visattn.blocks._units` (He et al., ECCV 2016;
+    one implementation, shared with the Residual Attention module) as a slotted block of a
+    :class:`ResNet`. See the unit for the layers, slots and shapes."""
 
 
 class ResNetStage(nn.Module):
@@ -335,6 +244,14 @@ class ClassifierHead:
 
     def get_classifier(self) -> nn.Module:
         return self.fc
+
+    def load_pretrained(self, path: str) -> None:
+        """timm's hook for ``pretrained=True`` with a local ``file``: load a visattn,
+        torchvision or timm state_dict with :func:`visattn.models.load_checkpoint` (attention
+        keys new; the classifier kept at its initialisation if ``num_classes`` differs)."""
+        from .checkpoint import load_checkpoint
+
+        load_checkpoint(self, path, classifier="if_matching")
 
     def reset_classifier(self, num_classes: int) -> None:
         """Replace the classifier by a freshly initialised one with ``num_classes`` outputs

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 import yaml
 from torchmetrics.classification import MulticlassAccuracy
 
-import visattn
+from ..models import create_model
 
 __all__ = ["ClassificationModule", "NonFiniteLossError", "lr_factor"]
 
@@ -144,7 +144,7 @@ class ClassificationModule(pl.LightningModule):
             raise ValueError(f"check_finite_every must be >= 1, got {check_finite_every}")
         attention = _coerce(attention)
         self.save_hyperparameters()
-        self.net = visattn.create_model(
+        self.net = create_model(
             model, num_classes=num_classes, attention=attention, **(model_kwargs or {})
         )
         if channels_last:
