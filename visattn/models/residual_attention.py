@@ -41,7 +41,7 @@ import torch.nn as nn
 
 from ..blocks._units import PreActBottleneck
 from ..blocks.residual_attention import ResidualAttention
-from .resnet import ClassifierHead
+from .features import TimmModelMixin
 
 __all__ = ["ResidualAttentionNet"]
 
@@ -50,7 +50,7 @@ def _unit(cin: int, cout: int, stride: int = 1) -> PreActBottleneck:
     return PreActBottleneck(cin, cout // 4, stride, out_channels=cout)
 
 
-class ResidualAttentionNet(ClassifierHead, nn.Module):
+class ResidualAttentionNet(TimmModelMixin, nn.Module):
     """A Residual Attention Network: stages of one transition unit followed by attention modules.
 
     Args:
@@ -75,6 +75,11 @@ class ResidualAttentionNet(ClassifierHead, nn.Module):
         drop_rate: dropout before the classifier.
 
     Shapes: ``(N, in_chans, H, W) -> (N, num_classes)`` for any ``H, W``.
+
+    timm's interface (:class:`visattn.models.features.TimmModelMixin`): ``feature_info`` has the
+    stem (after its ReLU, ``stem.2``; the CIFAR stem is a bare convolution, ``stem.0``) and the
+    output of every stage ``stages.0``.. (an attention stage ends with its attention modules;
+    the last, final stage's feature is after ``norm``/``act``).
     """
 
     def __init__(
@@ -121,6 +126,15 @@ class ResidualAttentionNet(ClassifierHead, nn.Module):
         else:
             self.stem = nn.Sequential(nn.Conv2d(in_chans, stem_channels, 3, 1, 1, bias=False))
         cin = stem_channels
+        reduction = 2 if stem == "imagenet" else 1
+        self.feature_info = [
+            {
+                "num_chs": stem_channels,
+                "reduction": reduction,
+                "module": "stem.2" if stem == "imagenet" else "stem.0",
+            }
+        ]
+        reduction *= 2 if stem == "imagenet" else 1  # the max-pool
         stages = []
         for i, (n, width, depth) in enumerate(zip(attention_modules, widths, mask_depths)):
             layers: list[nn.Module] = [_unit(cin, width, 1 if i == 0 else 2)]
@@ -139,6 +153,10 @@ class ResidualAttentionNet(ClassifierHead, nn.Module):
                 for _ in range(n)
             ]
             stages.append(nn.Sequential(*layers))
+            reduction *= 1 if i == 0 else 2
+            self.feature_info.append(
+                {"num_chs": width, "reduction": reduction, "module": f"stages.{i}"}
+            )
             cin = width
         width = widths[-1]
         final: list[nn.Module] = []
@@ -146,6 +164,8 @@ class ResidualAttentionNet(ClassifierHead, nn.Module):
             final.append(_unit(cin, width, 2))
         final += [_unit(width, width) for _ in range(final_units - len(final))]
         stages.append(nn.Sequential(*final))
+        reduction *= 2 if width != cin else 1
+        self.feature_info.append({"num_chs": width, "reduction": reduction, "module": "act"})
         self.stages = nn.Sequential(*stages)
         self.num_features = width
         self.norm = nn.BatchNorm2d(width)
@@ -156,6 +176,26 @@ class ResidualAttentionNet(ClassifierHead, nn.Module):
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
 
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """``(N, in_chans, H, W) -> (N, num_features, H', W')``."""
-        return self.act(self.norm(self.stages(self.stem(x))))
+    def forward_stem(self, x: torch.Tensor) -> torch.Tensor:
+        for m in self.stem:
+            if not isinstance(m, nn.MaxPool2d):
+                x = m(x)
+        return x
+
+    def forward_stem_pool(self, x: torch.Tensor) -> torch.Tensor:
+        for m in self.stem:
+            if isinstance(m, nn.MaxPool2d):
+                x = m(x)
+        return x
+
+    def feature_stages(self) -> list[nn.Module]:
+        return list(self.stages)
+
+    def forward_norm(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.norm(x))
+
+    def prune_stages(self, n: int) -> None:
+        self.stages = self.stages[:n]
+
+    def prune_norm(self) -> None:
+        self.norm, self.act = nn.Identity(), nn.Identity()

@@ -23,7 +23,6 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from timm.layers import DropPath
 
 from ..blocks._units import BLOCK_POSITIONS, ZeroPadShortcut
@@ -31,6 +30,7 @@ from ..blocks._units import PreActBottleneck as _PreActUnit
 from ..blocks._units import conv1x1 as _conv1x1
 from ..blocks._units import conv3x3 as _conv3x3
 from ..blocks._units import make_shortcut as _shortcut
+from .features import TimmModelMixin
 
 __all__ = [
     "BLOCK_POSITIONS",
@@ -228,39 +228,7 @@ class ResNetStage(nn.Module):
         return self.attn_stage(x)
 
 
-class ClassifierHead:
-    """timm's classifier interface for a network with ``avgpool``, ``fc``, ``num_features``,
-    ``num_classes``, ``drop_rate`` and ``forward_features``: global average pooling, dropout,
-    linear layer."""
-
-    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        x = torch.flatten(self.avgpool(x), 1)
-        if self.drop_rate:
-            x = F.dropout(x, p=self.drop_rate, training=self.training)
-        return x if pre_logits else self.fc(x)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forward_head(self.forward_features(x))
-
-    def get_classifier(self) -> nn.Module:
-        return self.fc
-
-    def load_pretrained(self, path: str) -> None:
-        """timm's hook for ``pretrained=True`` with a local ``file``: load a visattn,
-        torchvision or timm state_dict with :func:`visattn.models.load_checkpoint` (attention
-        keys new; the classifier kept at its initialisation if ``num_classes`` differs)."""
-        from .checkpoint import load_checkpoint
-
-        load_checkpoint(self, path, classifier="if_matching")
-
-    def reset_classifier(self, num_classes: int) -> None:
-        """Replace the classifier by a freshly initialised one with ``num_classes`` outputs
-        (``0`` gives an identity, as in timm)."""
-        self.num_classes = num_classes
-        self.fc = nn.Linear(self.num_features, num_classes) if num_classes > 0 else nn.Identity()
-
-
-class ResNet(ClassifierHead, nn.Module):
+class ResNet(TimmModelMixin, nn.Module):
     """A ResNet with attention slots.
 
     Module names follow torchvision: ``conv1``, ``bn1``, ``relu``, ``maxpool``, ``layer1`` ...,
@@ -284,6 +252,13 @@ class ResNet(ClassifierHead, nn.Module):
             ``(1, 2, 2, 1)`` keeps a 14x14 final map at 224x224 input (GSoP-Net1's layout).
 
     Shapes: ``(N, in_chans, H, W) -> (N, num_classes)``; any ``H, W`` the strides allow.
+
+    timm's interface (:class:`visattn.models.features.TimmModelMixin`): ``feature_info`` has the
+    stem (after its activation, timm's ``act1``; ``relu`` here, ``conv1`` for pre-activation
+    networks, whose stem is the bare convolution) and every stage ``layer1``.. (the last one
+    after ``bn_final``/``relu_final`` for pre-activation networks), with channels and total
+    stride; ``forward_intermediates``, ``set_grad_checkpointing`` (per stage),
+    ``reset_classifier``, ``forward_head(pre_logits=)``.
     """
 
     def __init__(
@@ -338,6 +313,16 @@ class ResNet(ClassifierHead, nn.Module):
         total = sum(layers)
         index = 0
         cin = stem_channels
+        reduction = 2 if stem == "imagenet" else 1
+        self.feature_info = [
+            {
+                "num_chs": stem_channels,
+                "reduction": reduction,
+                "module": "conv1" if preact else "relu",
+            }
+        ]
+        if stem == "imagenet":
+            reduction *= 2  # the max-pool
         self.stage_names: tuple[str, ...] = tuple(f"layer{i + 1}" for i in range(len(layers)))
         for i, (n, width) in enumerate(zip(layers, planes)):
             blocks = []
@@ -348,6 +333,9 @@ class ResNet(ClassifierHead, nn.Module):
                 cin = width * block.expansion
                 index += 1
             setattr(self, self.stage_names[i], ResNetStage(blocks))
+            reduction *= strides[i]
+            name = "relu_final" if (preact and i == len(layers) - 1) else self.stage_names[i]
+            self.feature_info.append({"num_chs": cin, "reduction": reduction, "module": name})
         self.num_features = cin
         self.bn_final = nn.BatchNorm2d(cin) if preact else nn.Identity()
         self.relu_final = nn.ReLU(inplace=True) if preact else nn.Identity()
@@ -371,9 +359,22 @@ class ResNet(ClassifierHead, nn.Module):
     def stages(self) -> list[ResNetStage]:
         return [getattr(self, n) for n in self.stage_names]
 
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """``(N, in_chans, H, W) -> (N, num_features, H', W')``."""
-        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
-        for stage in self.stages():
-            x = stage(x)
+    def forward_stem(self, x: torch.Tensor) -> torch.Tensor:
+        return self.relu(self.bn1(self.conv1(x)))
+
+    def forward_stem_pool(self, x: torch.Tensor) -> torch.Tensor:
+        return self.maxpool(x)
+
+    def feature_stages(self) -> list[nn.Module]:
+        return self.stages()
+
+    def forward_norm(self, x: torch.Tensor) -> torch.Tensor:
         return self.relu_final(self.bn_final(x))
+
+    def prune_stages(self, n: int) -> None:
+        for name in self.stage_names[n:]:
+            delattr(self, name)
+        self.stage_names = self.stage_names[:n]
+
+    def prune_norm(self) -> None:
+        self.bn_final, self.relu_final = nn.Identity(), nn.Identity()
