@@ -50,6 +50,7 @@ def test_timm_attributes_and_config_name_real_things(name):
     assert cfg["crop_pct"] == (1.0 if spec.dataset == "cifar" else 0.875)
     side = cfg["input_size"][1] // m.feature_info[-1]["reduction"]
     assert cfg["pool_size"] == (side, side)
+    assert len(m.feature_info) == spec.feature_levels
     # the same config through timm
     t = timm.create_model(f"visattn_{name}")
     for key in ("input_size", "pool_size", "crop_pct", "mean", "std", "first_conv", "classifier"):

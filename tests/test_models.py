@@ -196,6 +196,18 @@ def test_torchvision_weights_load_into_se_resnet50_with_a_report(torchvision_res
     torch.testing.assert_close(model.layer3[2].conv2.weight, tv.layer3[2].conv2.weight)
 
 
+def test_timm_pretrained_se_resnet50_from_a_local_torchvision_file(torchvision_resnet50_file):
+    """The call detection users write: timm's ``pretrained=True`` with a local file."""
+    tv, path = torchvision_resnet50_file
+    with pytest.warns(UserWarning, match="attention tensor"):
+        m = timm.create_model(
+            "visattn_se_resnet50", pretrained=True, pretrained_cfg_overlay={"file": str(path)}
+        )
+    assert len(m.checkpoint_report.new_keys) == 16 * 4  # two convs with bias per SE block
+    torch.testing.assert_close(m.layer4[2].conv3.weight, tv.layer4[2].conv3.weight)
+    torch.testing.assert_close(m.fc.weight, tv.fc.weight)
+
+
 def test_lightning_checkpoint_with_net_prefix_loads(tmp_path):
     src = visattn.create_model("resnet20_cifar", num_classes=10)
     ckpt = {

@@ -65,6 +65,17 @@ def test_features_only_follows_feature_info_and_equals_forward_intermediates(nam
         assert full.get_submodule(i["module"]) is not None  # module names are real
 
 
+@pytest.mark.parametrize(
+    "name", ["visattn_resnet20_cifar", "visattn_preresnet164_cifar", "visattn_attention56_cifar"]
+)
+def test_features_only_without_out_indices_returns_every_level(name):
+    m = timm.create_model(name, features_only=True).eval()
+    with torch.no_grad():
+        out = m(torch.randn(1, 3, 32, 32))
+    assert [o.shape[1] for o in out] == m.feature_info.channels()
+    assert len(out) == visattn.models.get_model_spec(name).feature_levels
+
+
 def test_forward_intermediates_takes_timms_index_forms():
     m = visattn.create_model("resnet20_cifar").eval()
     x = torch.randn(1, 3, 32, 32)

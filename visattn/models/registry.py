@@ -69,6 +69,8 @@ class ModelSpec:
         defaults: builder options the name sets, which a caller may override.
         attention: placements the name fixes (composed before the caller's).
         paper: short citation, and where the model departs from it, the provenance.
+        feature_levels: entries of the model's ``feature_info`` (stem + stages): timm's
+            ``features_only=True`` returns all of them unless ``out_indices`` says otherwise.
     """
 
     name: str
@@ -79,6 +81,7 @@ class ModelSpec:
     defaults: Mapping[str, Any] = field(default_factory=dict)
     attention: tuple[Mapping[str, Any], ...] = ()
     paper: str = ""
+    feature_levels: int = 5
 
     def __post_init__(self) -> None:
         if self.dataset not in DATASETS:
@@ -114,6 +117,7 @@ class ModelSpec:
             defaults=self.defaults,
             attention=({"name": block},),
             paper=f"{block_info(block).paper} on {self.name}",
+            feature_levels=self.feature_levels,
         )
 
 

@@ -59,7 +59,7 @@ def create_timm_model(name: str, pretrained: bool = False, **kwargs: Any) -> nn.
         pretrained,
         pretrained_cfg=cfg,
         pretrained_cfg_overlay={**ours, **overlay},
-        feature_cfg={"feature_cls": "getter"},
+        feature_cfg={"feature_cls": "getter", "out_indices": tuple(range(spec.feature_levels))},
         **kwargs,
     )
 

@@ -125,6 +125,8 @@ def _register_zoo() -> None:
                 dataset=dataset,
                 fixed=fixed,
                 paper=paper,
+                # stem + stages: CIFAR ResNets have 3 stages, the others 4
+                feature_levels=4 if (dataset == "cifar" and placeable) else 5,
             )
         )
     for name, base, placements, defaults, paper in _PAPER_MODELS:
@@ -139,6 +141,7 @@ def _register_zoo() -> None:
                 defaults=defaults,
                 attention=placements,
                 paper=paper,
+                feature_levels=b.feature_levels,
             )
         )
 
