@@ -142,7 +142,9 @@ def attention_net(
     drop_rate: float = 0.0,
 ) -> ResidualAttentionNet:
     """Residual Attention Network Attention-56/92 (Wang et al., CVPR 2017) for ``dataset``
-    ``"imagenet"`` (Table 2) or ``"cifar"`` (see :mod:`visattn.models.residual_attention`)."""
+    ``"imagenet"`` (Table 2) or ``"cifar"`` (see :mod:`visattn.models.residual_attention`).
+    ``mask_bias=False`` and ``align_corners=True`` follow the authors' Caffe prototxt (31,810,728
+    parameters for Attention-56); ``True``/``False`` give visattn's earlier mask head."""
     if depth not in RAN_MODULES:
         raise ValueError(f"Residual Attention Network depth must be 56 or 92, got {depth}")
     common = dict(

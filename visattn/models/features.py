@@ -87,8 +87,9 @@ class TimmModelMixin:
         return {"stem": r"^(conv1|bn1|stem)", "blocks": r"^(layer|stages\.)(\d+)"}
 
     def _run_stage(self, stage: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        if self.grad_checkpointing and not torch.jit.is_scripting() and torch.is_grad_enabled():
-            return checkpoint(stage, x, use_reentrant=False)
+        if not torch.jit.is_scripting():  # noqa: SIM102 (TorchScript skips this block whole)
+            if self.grad_checkpointing and torch.is_grad_enabled():
+                return checkpoint(stage, x, use_reentrant=False)
         return stage(x)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
