@@ -45,12 +45,14 @@ from _common import (
     print_header,
     write_csv,
 )
-from timm.layers.cbam import CbamModule, SpatialAttn
-from timm.layers.coord_attn import CoordAttn
-from timm.layers.eca import EcaModule
+from timm.layers.cbam import CbamModule, LightCbamModule, SpatialAttn
+from timm.layers.coord_attn import CoordAttn, EfficientLocalAttn, SimpleCoordAttn, StripAttn
+from timm.layers.eca import CecaModule, EcaModule
+from timm.layers.gather_excite import GatherExcite
 from timm.layers.global_context import GlobalContext
-from timm.layers.non_local_attn import NonLocalAttn
-from timm.layers.squeeze_excite import SEModule
+from timm.layers.mlp import ConvMlp
+from timm.layers.non_local_attn import BatNonLocalAttn, NonLocalAttn
+from timm.layers.squeeze_excite import EffectiveSEModule, SEModule
 
 import visattn
 from visattn.profile import count_macs, count_params
@@ -140,11 +142,61 @@ def _eca_twin(b: nn.Module, c: int) -> nn.Module:
     return EcaModule(None, kernel_size=conv.kernel_size[0], gate_layer=_gate(b))
 
 
+def _ecam_twin(b: nn.Module, c: int) -> nn.Module:
+    if b.mlp is None:
+        raise ValueError("timm's ecam is eca with mlp=True")
+    twin = EcaModule(c, use_mlp=True, rd_channels=b.mlp[0].out_channels, gate_layer=_gate(b))
+    if twin.conv2.kernel_size[0] != b.kernel_size:  # timm adapts k from C, floored at 3
+        raise ValueError(f"timm's kernel {twin.conv2.kernel_size[0]} != {b.kernel_size}")
+    return twin
+
+
+def _ceca_twin(b: nn.Module, c: int) -> nn.Module:
+    if not b.circular_pad:
+        raise ValueError("timm's ceca is eca with padding='circular'")
+    return CecaModule(None, kernel_size=b.kernel_size, gate_layer=_gate(b))
+
+
+def _ese_twin(b: nn.Module, c: int) -> nn.Module:
+    return EffectiveSEModule(c, gate_layer=_gate(b))
+
+
+def _ge_twin(b: nn.Module, c: int) -> nn.Module:
+    """timm's GatherExcite. timm 1.0.31's constructor fails whenever it builds the MLP or a
+    parametric gather (``*dd`` passes 'device'/'dtype' positionally), so it is built without
+    them and they are added exactly as the constructor would build them; timm's forward runs."""
+    if b.extent == 0 and b.gather is not None:
+        raise ValueError("timm's parametric global gather pads to 'same' size: not global")
+    twin = GatherExcite(c, extent=b.extent, use_mlp=False, gate_layer=_gate(b))
+    if b.mlp is not None:
+        twin.mlp = ConvMlp(c, b.mlp[0].out_channels, act_layer=_act(b))
+    if b.gather is not None:
+        twin.gather = nn.Sequential()
+        n = int(math.log2(b.extent))
+        for i in range(n):
+            twin.gather.add_module(f"conv{i + 1}", nn.Conv2d(c, c, 3, 2, 1, groups=c, bias=False))
+            twin.gather.add_module(f"norm{i + 1}", nn.BatchNorm2d(c))
+            if i != n - 1:
+                twin.gather.add_module(f"act{i + 1}", _act(b)(inplace=True))
+    return twin
+
+
+def _ge_pairs(b: nn.Module, t: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    # timm registers the gather added after construction behind its MLP
+    dst = t.state_dict(keep_vars=True)
+    keys = sorted(
+        (k for k, v in dst.items() if v.is_floating_point()),
+        key=lambda k: not k.startswith("gather"),
+    )
+    src = [v for v in b.state_dict(keep_vars=True).values() if v.is_floating_point()]
+    return list(zip(src, (dst[k] for k in keys)))
+
+
 def _cbam_twin(b: nn.Module, c: int) -> nn.Module:
     fc1, spatial = b.channel.fc1, b.spatial.conv
     if spatial.bias is not None:
         raise ValueError("timm's CBAM spatial conv is bias-free + BN: compare with use_bn=True")
-    return CbamModule(
+    return (LightCbamModule if b.channel.light else CbamModule)(
         c,
         rd_channels=fc1.out_channels,
         spatial_kernel_size=spatial.kernel_size[0],
@@ -162,16 +214,38 @@ def _spatial_twin(b: nn.Module, c: int) -> nn.Module:
 
 
 def _gc_twin(b: nn.Module, c: int) -> nn.Module:
+    first = b.fc1 if b.fc1 is not None else b.scale[0]
     twin = GlobalContext(
         c,
-        fuse_add=True,
-        fuse_scale=False,
-        rd_channels=b.fc1.out_channels,
+        use_attn=b.conv_attn is not None,
+        fuse_add=b.fc2 is not None,
+        fuse_scale=b.scale is not None,
+        rd_channels=first.out_channels,
         act_layer=_act(b),
+        gate_layer=_gate(b),
     )
     # GCNet's (and visattn's) nn.LayerNorm([C', 1, 1]) has eps 1e-5, timm's LayerNorm2d 1e-6
-    twin.mlp_add.norm.eps = b.norm.eps
+    for mlp in (twin.mlp_add, twin.mlp_scale):
+        if mlp is not None:
+            mlp.norm.eps = 1e-5
     return twin
+
+
+def _gc_pairs(b: nn.Module, t: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """timm holds the scale MLP after the add MLP; visattn's add transform comes first too, but
+    its scale transform is registered last: pair by role."""
+    src = b.state_dict(keep_vars=True)
+    dst = t.state_dict(keep_vars=True)
+    pairs = [(src[k], dst[k]) for k in ("conv_attn.weight", "conv_attn.bias") if k in src]
+    for prefix, names in (
+        ("mlp_add.", ("fc1", "norm", "fc2")),
+        ("mlp_scale.", ("scale.0", "scale.1", "scale.3")),
+    ):
+        for theirs, ours in zip(("fc1", "norm", "fc2"), names):
+            for p in ("weight", "bias"):
+                if f"{prefix}{theirs}.{p}" in dst:
+                    pairs.append((src[f"{ours}.{p}"], dst[f"{prefix}{theirs}.{p}"]))
+    return pairs
 
 
 def _coord_twin(b: nn.Module, c: int) -> nn.Module:
@@ -191,6 +265,49 @@ def _coord_pairs(b: nn.Module, t: nn.Module) -> list[tuple[torch.Tensor, torch.T
     dst = t.state_dict(keep_vars=True)
     pairs = [(v, dst[k]) for k, v in b.state_dict(keep_vars=True).items()]
     return [*pairs, (torch.zeros_like(dst["conv1.bias"]), dst["conv1.bias"])]
+
+
+def _scoord_twin(b: nn.Module, c: int) -> nn.Module:
+    if not b.simple:
+        raise ValueError("timm's scoord is coord with simple=True")
+    return SimpleCoordAttn(
+        c, rd_channels=b.conv1.out_channels, act_layer=_act(b), gate_layer=_gate(b)
+    )
+
+
+def _ela_twin(b: nn.Module, c: int) -> nn.Module:
+    if b.shared or b.norm_h.num_groups != 1:
+        raise ValueError("timm's ela: one conv and norm per strip (shared=False), num_groups=1")
+    return EfficientLocalAttn(
+        c, kernel_size=b.conv_h.kernel_size[0], act_layer=_act(b), gate_layer=_gate(b)
+    )
+
+
+def _ela_pairs(b: nn.Module, t: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    src, dst = b.state_dict(keep_vars=True), t.state_dict(keep_vars=True)
+    return [(src[k], v) for k, v in dst.items()]  # same names, another registration order
+
+
+def _strip_twin(b: nn.Module, c: int) -> nn.Module:
+    conv = b.conv_h if isinstance(b.conv_h, nn.Conv2d) else None
+    return StripAttn(
+        c,
+        use_conv=conv is not None,
+        kernel_size=conv.kernel_size[0] if conv is not None else 3,
+        bias=conv is not None and conv.bias is not None,
+        gate_layer=_gate(b),
+    )
+
+
+def _bat_twin(b: nn.Module, c: int) -> nn.Module:
+    return BatNonLocalAttn(
+        c,
+        block_size=b.ba.block_size,
+        groups=b.ba.groups,
+        rd_channels=b.inner_channels,
+        drop_rate=b.dropout.p,
+        act_layer=_act(b),
+    )
 
 
 def _nonlocal_twin(b: nn.Module, c: int) -> nn.Module:
@@ -224,13 +341,20 @@ class Twin:
 
     ``options``: visattn options for the comparison (where the defaults follow the paper and timm
     follows the official code, e.g. CBAM's BN); ``pairs``: (visattn tensor, timm tensor) to copy
-    for the equivalence check (default: all floating tensors of both state dicts, in order).
+    for the equivalence check (default: all floating tensors of both state dicts, in order);
+    ``block``: the visattn block (default: the twin's key, which is otherwise timm's type name,
+    e.g. ``ecam`` for eca with ``mlp=True``); ``multiple``: timm only takes inputs whose H and W
+    are multiples of it (other shapes are timed without the twin); ``check_size``: the H, W of
+    the equivalence check.
     """
 
     build: Callable[[nn.Module, int], nn.Module]
     note: str = ""
     pairs: Callable[[nn.Module, nn.Module], list[tuple[torch.Tensor, torch.Tensor]]] | None = None
     options: dict = field(default_factory=dict)
+    block: str | None = None
+    multiple: int = 1
+    check_size: tuple[int, int] = (12, 10)
 
 
 TWINS: dict[str, Twin] = {
@@ -248,7 +372,68 @@ TWINS: dict[str, Twin] = {
         "visattn use_bn=True (official code; default is the paper's conv with bias, no BN)",
         options={"use_bn": True},
     ),
-    "gc": Twin(_gc_twin, "timm GlobalContext(fuse_add=True, fuse_scale=False), LayerNorm eps 1e-5"),
+    "ecam": Twin(
+        _ecam_twin,
+        "timm's ecam: eca with mlp=True (timm experiment)",
+        block="eca",
+        options={"mlp": True},
+    ),
+    "ceca": Twin(
+        _ceca_twin,
+        "timm's ceca: eca with circular padding",
+        block="eca",
+        options={"padding": "circular"},
+    ),
+    "ese": Twin(
+        _ese_twin,
+        "visattn gate_layer='hard_sigmoid' (official code; default: sigmoid)",
+        options={"gate_layer": "hard_sigmoid"},
+    ),
+    "ge": Twin(
+        _ge_twin,
+        "GE-theta-plus, extent 8; timm 1.0.31's constructor fails with an MLP or a parametric "
+        "gather: those layers added as it would build them",
+        _ge_pairs,
+    ),
+    "gc": Twin(
+        _gc_twin,
+        "timm's gc (its default): fusion='scale', LayerNorm eps 1e-5",
+        _gc_pairs,
+        options={"fusion": "scale"},
+    ),
+    "gca": Twin(
+        _gc_twin,
+        "timm's gca = visattn's default: GlobalContext(fuse_add=True, fuse_scale=False), "
+        "LayerNorm eps 1e-5",
+        _gc_pairs,
+        block="gc",
+    ),
+    "lcbam": Twin(
+        _cbam_twin,
+        "timm's lcbam: cbam with light=True, use_bn=True",
+        block="cbam",
+        options={"light": True, "use_bn": True},
+    ),
+    "scoord": Twin(
+        _scoord_twin,
+        "timm's scoord: coord with simple=True, act_layer='silu'",
+        block="coord",
+        options={"simple": True, "act_layer": "silu"},
+    ),
+    "ela": Twin(
+        _ela_twin,
+        "timm's ela: shared=False, num_groups=1, act_layer='silu' (paper: shared conv/GN, 16 "
+        "groups, no act)",
+        _ela_pairs,
+        options={"shared": False, "num_groups": 1, "act_layer": "silu"},
+    ),
+    "strip": Twin(_strip_twin),
+    "bat": Twin(
+        _bat_twin,
+        "timm needs H, W multiples of s=7 (visattn pads); both without dropout",
+        multiple=7,
+        check_size=(14, 21),
+    ),
     "coord": Twin(
         _coord_twin,
         "timm's conv before BN has a bias (zeroed for the check): +mip parameters",
@@ -303,7 +488,7 @@ def check_twin(block: nn.Module, twin: nn.Module, spec: Twin, channels: int) -> 
     with torch.no_grad():
         for src, dst in pairs:
             dst.copy_(src.reshape(dst.shape))
-    x = torch.randn(4, channels, 12, 10, generator=gen)
+    x = torch.randn(4, channels, *spec.check_size, generator=gen)
     worst = 0.0
     with torch.no_grad():
         for train in (True, False):
@@ -428,14 +613,29 @@ def measure(
     return out
 
 
+def twins_of(name: str) -> list[str]:
+    """The TWINS keys whose visattn block is ``name``."""
+    return [k for k, spec in TWINS.items() if (spec.block or k) == name]
+
+
 def bench_block(
-    name: str, shape: tuple[int, ...], args: argparse.Namespace, device, dtype
+    name: str,
+    shape: tuple[int, ...],
+    args: argparse.Namespace,
+    device,
+    dtype,
+    twin_key: str | None = None,
 ) -> list[dict]:
     c = shape[1]
-    spec, check, note = TWINS.get(name), "", ""
+    spec, check, note = TWINS.get(twin_key or name), "", ""
+    if spec is not None and (spec.block or twin_key or name) != name:
+        raise ValueError(f"twin {twin_key!r} is not a twin of block {name!r}")
     options = spec.options if spec is not None else {}
     block = visattn.create_block(name, c, **options).to(device, dtype)
     modules = {"visattn": block}
+    if spec is not None and any(s % spec.multiple for s in shape[2:]):
+        note = f"no twin at this shape: timm needs H, W multiples of {spec.multiple}"
+        spec = None
     if spec is not None:
         twin = spec.build(block, c).to(device, dtype)
         check = check_twin(block, twin, spec, c)
@@ -448,8 +648,8 @@ def bench_block(
         row["options"] = ",".join(f"{k}={v}" for k, v in options.items())
         if impl == "visattn" and "timm" in res:
             row["ratio_vs_timm"] = r["fwdbwd_ms"] / res["timm"]["fwdbwd_ms"]
-        if impl == "timm":
-            row.update(check=check, note=note)
+        if impl == "timm" or (note and "timm" not in res):
+            row.update(check=check, note=(f"timm '{twin_key}': " if twin_key else "") + note)
         rows.append(row)
     return rows
 
@@ -579,9 +779,9 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict] = []
     errors: list[str] = []
     for name in names:
-        for shape in shapes:
+        for twin_key, shape in [(k, s) for k in (twins_of(name) or [None]) for s in shapes]:
             try:
-                rows += bench_block(name, shape, args, device, dtype)
+                rows += bench_block(name, shape, args, device, dtype, twin_key)
             except Exception as e:  # one broken block must not hide the others' numbers
                 errors.append(f"{name} {_shape_str(shape)}: {type(e).__name__}: {e}")
                 rows.append(
@@ -608,8 +808,16 @@ def main(argv: list[str] | None = None) -> int:
         print("\n## visattn / timm (fwd+bwd), goal <= 1.05\n")
         for r in twinned:
             verdict = "ok" if r["ratio_vs_timm"] <= GOAL_RATIO else "MISSES GOAL"
-            print(f"- {r['block']} {r['shape']}: {r['ratio_vs_timm']:.3f} {verdict}")
-        notes = {r["block"]: (r["check"], r["note"]) for r in rows if r["impl"] == "timm"}
+            label = f"{r['block']} [{r['options']}]" if r["options"] else r["block"]
+            print(f"- {label} {r['shape']}: {r['ratio_vs_timm']:.3f} {verdict}")
+        notes = {
+            (f"{r['block']} [{r['options']}]" if r["options"] else r["block"]): (
+                r["check"],
+                r["note"],
+            )
+            for r in rows
+            if r["impl"] == "timm"
+        }
         print("\ntwins:")
         for b, (chk, nt) in notes.items():
             print(f"- {b}: {chk}" + (f"; {nt}" if nt else ""))

@@ -24,6 +24,7 @@ import visattn.ablate.runner as runner_mod
 from visattn.ablate import load_sweep, overrides_to_args, run_sweep
 from visattn.ablate.__main__ import main as ablate_main
 from visattn.ablate.results import atomic_write_text
+from visattn.models.placement import placements_to_config
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 REPO = Path(__file__).resolve().parents[1]
@@ -300,7 +301,8 @@ def test_every_shipped_variant_builds_through_the_cli(
         variant = next(v for v in sweep.variants if v.name == run.variant)
         expected = variant.overrides.get("model.attention", "unset")
         if expected != "unset":
-            assert built.model.hparams.attention == expected, run.key
+            got = placements_to_config(built.model.hparams.attention)
+            assert got == placements_to_config(expected), run.key
 
 
 # --------------------------------------------------------------------------- runner (fake training)

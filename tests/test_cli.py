@@ -12,6 +12,7 @@ import pytest
 import yaml
 from test_data import write_tiny_cifar, write_tiny_imagefolder
 
+from visattn.models.placement import Placement
 from visattn.training import run
 from visattn.training.cli import VisattnCLI, expand_config_args
 
@@ -144,7 +145,7 @@ def test_attention_name_override_from_the_command_line() -> None:
     cfg = parsed(
         ["--config", str(REPO / "configs/quickstart.yaml"), "--model.attention.name", "se"]
     )
-    assert cfg.model.attention == {"name": "se"}
+    assert Placement(**cfg.model.attention.as_dict()) == Placement("se")
 
 
 def test_base_pieces_are_expanded_in_order(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import timm
 import torch
 import torch.nn as nn
 import torchvision
+from placement_helpers import as_if_trained, registered_conv_block
 
 import visattn
 from visattn.blocks import is_block
@@ -69,7 +70,7 @@ def test_inject_adds_the_same_blocks_as_create_model(library, depth, placement):
 def test_injected_identity_blocks_leave_outputs_and_weights_unchanged(library, depth):
     """GC starts as the identity (zero-initialised last conv), so a model with GC injected at
     every position must compute exactly what the original did, with the original tensors."""
-    original = dict(FOREIGN)[library](f"resnet{depth}").eval()
+    original = as_if_trained(dict(FOREIGN)[library](f"resnet{depth}")).eval()
     model = copy.deepcopy(original)
     conv = model.layer2[0].conv2.weight
     placement = [
@@ -207,3 +208,82 @@ def test_inject_rejects_unsupported_residual_blocks():
         "residual block",
     ):
         visattn.inject(model, {"name": "se", "stages": [1]})
+
+
+# ------------------------------------------------------------------ position conv
+
+
+@pytest.fixture
+def conv_block():
+    with registered_conv_block() as name:
+        yield name
+
+
+@pytest.mark.parametrize(
+    ("library", "depth", "conv"),
+    [
+        ("torchvision", 50, "conv2"),
+        ("timm", 50, "conv2"),
+        ("torchvision", 18, "conv1"),
+        ("timm", 18, "conv1"),
+    ],
+)
+def test_inject_conv_replaces_the_middle_conv_and_keeps_its_norm(conv_block, library, depth, conv):
+    """The block takes the conv's channels and stride; given the conv's weights (and no gate) it
+    is that conv, so the network computes what the original did."""
+    original = as_if_trained(dict(FOREIGN)[library](f"resnet{depth}")).eval()
+    model = copy.deepcopy(original)
+    norm = model.layer2[0].get_submodule(conv.replace("conv", "bn"))
+    paths = visattn.inject(
+        model,
+        {"name": conv_block, "position": "conv", "args": {"gate": False}, "stages": [2, 3]},
+    )
+    blocks = (2, 2) if depth == 18 else (4, 6)
+    assert paths == [f"layer{s}.{j}.{conv}" for s, n in zip((2, 3), blocks) for j in range(n)]
+    for p in paths:
+        old, new = original.get_submodule(p), model.get_submodule(p)
+        assert (new.in_channels, new.out_channels, new.stride) == (
+            old.in_channels,
+            old.out_channels,
+            old.stride[0],
+        )
+        new.conv.weight.data.copy_(old.weight)
+    assert model.layer2[0].get_submodule(conv.replace("conv", "bn")) is norm
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), original(x), rtol=0, atol=0)
+    with torch.no_grad():  # with its gate (sigmoid(0) = 1/2) the block changes the network
+        model.layer2[0].get_submodule(conv).scale = nn.Parameter(torch.zeros(1, 1, 1))
+    assert not torch.allclose(model(x), original(x))
+
+
+def test_inject_conv_rejects_blocks_that_cannot_replace_a_conv(conv_block):
+    model = _torchvision("resnet18")
+    before = [(p, type(m)) for p, m in model.named_modules()]
+    with pytest.raises(ValueError, match=r"block 'cbam' cannot replace a conv.*'_test_conv'"):
+        visattn.inject(model, {"name": "cbam", "position": "conv"})
+    assert [(p, type(m)) for p, m in model.named_modules()] == before
+
+
+def test_inject_conv_into_an_anti_aliased_timm_resnet_keeps_its_pooling(conv_block):
+    """timm's anti-aliased blocks put the stride in ``aa`` after a stride-1 conv: the block
+    takes stride 1 and ``aa`` still downsamples."""
+    original = as_if_trained(timm.create_model("resnetaa34d", pretrained=False)).eval()
+    model = copy.deepcopy(original)
+    aa = model.layer2[0].aa
+    (path,) = visattn.inject(
+        model,
+        {
+            "name": conv_block,
+            "position": "conv",
+            "args": {"gate": False},
+            "stages": [2],
+            "blocks": [0],
+        },
+    )
+    block = model.get_submodule(path)
+    assert path == "layer2.0.conv1" and block.stride == 1 and model.layer2[0].aa is aa
+    block.conv.weight.data.copy_(original.get_submodule(path).weight)
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), original(x), rtol=0, atol=0)

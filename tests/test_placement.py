@@ -3,13 +3,19 @@ what each position computes, and the errors."""
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn as nn
+import yaml
+from placement_helpers import as_if_trained, registered_conv_block
 
 import visattn
 from visattn.blocks import is_block
 from visattn.models import normalize_placements
+from visattn.models.placement import Placement
 
 BLOCK_POSITIONS = ["pre", "inner", "standard", "identity", "post"]
 
@@ -18,35 +24,74 @@ BLOCK_POSITIONS = ["pre", "inner", "standard", "identity", "post"]
 
 
 def test_normalize_fills_api_defaults():
-    assert normalize_placements({"name": "se"}) == [
-        {"name": "se", "args": {}, "stages": "all", "blocks": "all", "position": "standard"}
-    ]
+    (p,) = normalize_placements({"name": "se"})
+    assert isinstance(p, Placement)
+    assert p.to_dict() == {
+        "name": "se",
+        "args": {},
+        "stages": "all",
+        "blocks": "all",
+        "position": "standard",
+        "init": "default",
+    }
 
 
 def test_normalize_accepts_lists_ints_and_none():
     out = normalize_placements(
         [
             {"name": "se", "stages": 2, "blocks": -1},
-            {"name": "bam", "position": "stage", "stages": [3, 1]},
+            {"name": "bam", "position": "stage", "stages": [3, 1], "init": "identity"},
         ]
     )
-    assert out[0]["stages"] == [2] and out[0]["blocks"] == [-1]
-    assert out[1] == {
+    assert out[0].stages == (2,) and out[0].blocks == (-1,)
+    assert out[1].to_dict() == {
         "name": "bam",
         "args": {},
         "stages": [1, 3],
         "blocks": None,
         "position": "stage",
+        "init": "identity",
     }
     assert normalize_placements(None) == []
-    assert normalize_placements({"name": "se", "args": None})[0]["args"] == {}
+    assert normalize_placements({"name": "se", "args": None})[0].args == {}
 
 
-def test_normalize_is_idempotent():
+def test_normalize_passes_placements_through_unchanged():
     once = normalize_placements(
         [{"name": "eca", "blocks": "last"}, {"name": "bam", "position": "stage"}]
     )
-    assert normalize_placements(once) == once
+    again = normalize_placements(once)
+    assert again == once and all(a is b for a, b in zip(again, once))
+    assert normalize_placements(once[0]) == [once[0]]
+
+
+def test_placement_round_trips_through_a_plain_dict_and_yaml():
+    p = Placement("cbam", args={"reduction": 8}, stages=[4, 2], blocks=[0, -1], position="pre")
+    d = p.to_dict()
+    assert d["stages"] == [2, 4] and d["blocks"] == [0, -1]
+    assert Placement.from_config(d) == p
+    assert Placement.from_config(yaml.safe_load(yaml.safe_dump(d))) == p
+    assert Placement(**d) == p
+
+
+def test_placement_is_frozen_and_validated_when_built_directly():
+    p = Placement("se")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.name = "eca"
+    with pytest.raises(ValueError, match=r"attention placement \('se'\): unknown position 'side'"):
+        Placement("se", position="side")
+    with pytest.raises(ValueError, match=r"'init' must be one of \['default', 'identity'\]"):
+        Placement("se", init="zero")
+    with pytest.raises(ValueError, match="'init' is a placement key, not a block option"):
+        Placement("se", args={"init": "identity"})
+
+
+def test_create_model_accepts_placement_objects_and_mappings_alike():
+    a = visattn.create_model("resnet20_cifar", num_classes=10, attention=Placement("se", stages=2))
+    b = visattn.create_model(
+        "resnet20_cifar", num_classes=10, attention={"name": "se", "stages": 2}
+    )
+    assert a.attention_paths == b.attention_paths == [f"layer2.{j}.attn_standard" for j in range(3)]
 
 
 @pytest.mark.parametrize(
@@ -59,7 +104,7 @@ def test_normalize_is_idempotent():
         (
             {"name": "se", "position": "after"},
             r"unknown position 'after'.*valid positions: \['standard', 'pre', 'post', 'identity', "
-            r"'inner', 'stage'\]",
+            r"'inner', 'stage', 'conv'\]",
         ),
         (
             {"name": "bam", "position": "stage", "blocks": "all"},
@@ -73,7 +118,8 @@ def test_normalize_is_idempotent():
         ({"name": "se", "args": [16]}, "'args' must be a mapping"),
         ({"args": {}}, "'name' .* is required"),
         ("se", "must be a placement mapping, a list of them, or None"),
-        (["se"], "placement #0 must be a mapping"),
+        (["se"], "placement #0: must be a mapping"),
+        ([{"name": "se"}, {"name": "se", "blocks": "x"}], r"placement #1 \('se'\): 'blocks'"),
     ],
 )
 def test_normalize_rejects_malformed_placements(placement, message):
@@ -156,7 +202,7 @@ def test_placement_fills_exactly_the_predicted_slots(model, attention, paths):
     placed = sorted(p for p, mod in m.named_modules() if is_block(mod))
     assert placed == sorted(paths)
     for p in paths:
-        assert m.get_submodule(p).block_name in {a["name"] for a in normalize_placements(attention)}
+        assert m.get_submodule(p).block_name in {a.name for a in normalize_placements(attention)}
 
 
 @pytest.mark.parametrize(
@@ -394,3 +440,152 @@ def test_filled_slot_cannot_be_filled_again():
         ValueError, match=r"slot layer1\.0\.attn_standard already holds a SqueezeExcite"
     ):
         visattn.inject(m, {"name": "eca"})
+
+
+# ------------------------------------------------------------------ position conv
+
+
+@pytest.fixture
+def conv_block():
+    with registered_conv_block() as name:
+        yield name
+
+
+@pytest.mark.parametrize(
+    ("model", "path", "shape"),
+    [
+        # (path replaced, (in, out, stride)): stage 2 block 0 strides and changes the width
+        ("resnet50", "layer2.0.conv2", (128, 128, 2)),
+        ("resnet18", "layer2.0.conv1", (64, 128, 2)),
+        ("resnet20_cifar", "layer2.0.conv1", (16, 32, 2)),
+        ("preresnet164_cifar", "layer2.0.conv2", (32, 32, 2)),
+    ],
+)
+def test_conv_position_replaces_the_middle_conv_keeping_channels_and_stride(
+    conv_block, model, path, shape
+):
+    plain = visattn.create_model(model, num_classes=10)
+    m = visattn.create_model(
+        model,
+        num_classes=10,
+        attention={"name": conv_block, "position": "conv", "stages": [2], "blocks": [0]},
+    )
+    assert m.attention_paths == [path]
+    old, new = plain.get_submodule(path), m.get_submodule(path)
+    assert isinstance(old, nn.Conv2d) and new.block_name == conv_block
+    assert (new.in_channels, new.out_channels, new.stride) == shape
+    assert (old.in_channels, old.out_channels, old.stride[0]) == shape
+    # the conv's own weight is gone, the block's weights sit under the conv's name
+    keys = set(m.state_dict())
+    assert f"{path}.weight" not in keys and f"{path}.conv.weight" in keys
+    assert m(torch.randn(2, 3, 32, 32)).shape == (2, 10)
+
+
+def test_conv_position_computes_the_conv_it_replaces_when_given_its_weights(conv_block):
+    """With the conv's weights and no gate, the block is that conv: the network is unchanged,
+    so the block sits exactly where the conv was, with the norm after it kept."""
+    plain = as_if_trained(visattn.create_model("resnet50", num_classes=10)).eval()
+    m = visattn.create_model(
+        "resnet50",
+        num_classes=10,
+        attention=[
+            {"name": conv_block, "position": "conv", "args": {"gate": False}, "stages": [1, 2]},
+            {"name": conv_block, "position": "conv", "args": {"gate": False}, "stages": [4]},
+        ],
+    ).eval()
+    state = plain.state_dict()
+    state.update({f"{p}.conv.weight": state.pop(f"{p}.weight") for p in m.attention_paths})
+    m.load_state_dict(state)
+    assert isinstance(m.layer2[0].bn2, nn.BatchNorm2d)
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(m(x), plain(x), rtol=0, atol=0)
+
+
+def test_conv_and_inner_positions_fill_one_block_together(conv_block):
+    m = visattn.create_model(
+        "resnet18",
+        num_classes=10,
+        attention=[
+            {"name": conv_block, "position": "conv", "stages": [3]},
+            {"name": "se", "position": "inner", "stages": [3]},
+        ],
+    )
+    assert m.attention_paths == [
+        "layer3.0.conv1",
+        "layer3.1.conv1",
+        "layer3.0.attn_inner",
+        "layer3.1.attn_inner",
+    ]
+    m(torch.randn(2, 3, 32, 32)).sum().backward()
+
+
+@pytest.mark.parametrize(
+    ("attention", "message"),
+    [
+        (
+            {"name": "se", "position": "conv"},
+            r"placement #0 \('se'\): block 'se' cannot replace a conv \(position 'conv'\); blocks "
+            r"that can: '_test_conv'",
+        ),
+        (
+            {"name": "_test_conv", "position": "conv", "args": {"stride": 2}},
+            "position 'conv' takes 'stride' from the conv it replaces; remove it from 'args'",
+        ),
+        (
+            {"name": "_test_conv", "position": "conv", "init": "identity"},
+            "init 'identity' does not apply to position 'conv'",
+        ),
+        (
+            [
+                {"name": "_test_conv", "position": "conv", "stages": [1]},
+                {"name": "_test_conv", "position": "conv", "blocks": "first"},
+            ],
+            r"placements #0 \('_test_conv'\) and #1 \('_test_conv'\) both target layer1.0.conv1",
+        ),
+    ],
+)
+def test_conv_position_errors_name_the_problem(conv_block, attention, message):
+    with pytest.raises(ValueError, match=message):
+        visattn.create_model("resnet18", num_classes=10, attention=attention)
+
+
+def test_conv_position_without_conv_blocks_says_none_is_registered():
+    if any(visattn.block_info(n).replaces_conv for n in visattn.list_blocks()):
+        pytest.skip("a conv-replacing block is registered")
+    with pytest.raises(ValueError, match="blocks that can: none is registered"):
+        normalize_placements({"name": "se", "position": "conv"})
+
+
+def test_replaced_conv_cannot_be_replaced_again(conv_block):
+    m = visattn.create_model(
+        "resnet18", num_classes=10, attention={"name": conv_block, "position": "conv"}
+    )
+    with pytest.raises(ValueError, match=r"slot layer1\.0\.conv1 already holds a TestConvBlock"):
+        visattn.inject(m, {"name": conv_block, "position": "conv", "stages": [1]})
+
+
+# ----------------------------------------------------------------------------- the CLI
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_cli_types_model_attention_as_placements():
+    """LightningCLI parses ``model.attention`` as ``Placement | list[Placement] | None``:
+    command-line strings become typed values, and a bad placement fails at parse time."""
+    cli = pytest.importorskip("visattn.training.cli")
+
+    def build(*args):
+        quick = ["--config", str(REPO / "configs/quickstart.yaml"), *args]
+        return cli.VisattnCLI(args=quick, run=False, parser_kwargs={"exit_on_error": False})
+
+    built = build("--model.attention.name=se", "--model.attention.args.reduction=4")
+    hp = built.model.hparams.attention  # what the CLI parsed: a plain mapping, values typed
+    assert Placement.from_config(hp) == Placement("se", args={"reduction": 4})
+    assert built.model.net.layer1[0].attn_standard.fc1.out_channels == 16 // 4
+    built = build(
+        '--model.attention=[{"name": "se", "stages": 2}, {"name": "bam", "position": "stage"}]'
+    )
+    assert [p["name"] for p in built.model.hparams.attention] == ["se", "bam"]
+    with pytest.raises(Exception, match="unknown position 'sideways'"):
+        build("--model.attention.name=se", "--model.attention.position=sideways")

@@ -187,15 +187,7 @@ def test_timm_pretrained_with_a_local_file_loads_and_reports_attention_keys(
     torch.testing.assert_close(ten.layer4[1].bn2.weight, tv.layer4[1].bn2.weight)
 
 
-def _has_init() -> bool:
-    from visattn.models.placement import PLACEMENT_KEYS
-
-    return "init" in PLACEMENT_KEYS
-
-
 def test_identity_insertion_composes_with_the_local_pretrained_file(torchvision_resnet18_file):
-    if not _has_init():
-        pytest.skip("placements have no 'init' key on this branch")
     tv, path = torchvision_resnet18_file
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -2,17 +2,35 @@
 one place that says which modules make up the zoo."""
 
 from . import (
+    a2,  # noqa: F401
     bam,  # noqa: F401
+    bat,  # noqa: F401
     cbam,  # noqa: F401
+    cc,  # noqa: F401
     coord,  # noqa: F401
+    danet,  # noqa: F401
     eca,  # noqa: F401
+    ela,  # noqa: F401
+    ema,  # noqa: F401
+    ese,  # noqa: F401
+    external,  # noqa: F401
+    fca,  # noqa: F401
     gc,  # noqa: F401
+    gct,  # noqa: F401
+    ge,  # noqa: F401
     gsop,  # noqa: F401
     non_local,  # noqa: F401
+    psa,  # noqa: F401
     residual_attention,  # noqa: F401
     scse,  # noqa: F401
     se,  # noqa: F401
+    sge,  # noqa: F401
+    shuffle,  # noqa: F401
+    simam,  # noqa: F401
     spatial,  # noqa: F401
+    srm,  # noqa: F401
+    strip,  # noqa: F401
+    triplet,  # noqa: F401
 )
 from .capture import capture_attention, record_attention
 from .registry import (

@@ -80,11 +80,21 @@ class BAM(nn.Module):
             ]
         layers += [nn.Conv2d(hidden, 1, 1, bias=False), nn.BatchNorm2d(1)]
         self.spatial = nn.Sequential(*layers)
+        self.attn_scale: nn.Parameter | None = None  # set by init_identity
+
+    def init_identity(self) -> None:
+        """native: learnable scale gamma = 0 on the attention term, F' = F + gamma * F * M(F).
+
+        BAM's own ``(1 + M) F`` cannot be ``F`` with a sigmoid ``M``, so the scale is added.
+        """
+        self.attn_scale = nn.Parameter(torch.zeros(1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         mc = self.channel(x.mean((2, 3), keepdim=True))  # (N, C, 1, 1)
         ms = self.spatial(x)  # (N, 1, H, W)
         m = torch.sigmoid(mc + ms if self.combine == "sum" else mc * ms)
+        if self.attn_scale is not None:
+            m = m * self.attn_scale
         record_attention(self, m)
         return torch.addcmul(x, x, m)  # F + F * M(F)
 

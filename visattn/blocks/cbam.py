@@ -10,6 +10,7 @@ import torch.nn as nn
 
 from ._utils import check_choice, get_layer, reduced_channels
 from .capture import is_capturing, record_attention
+from .identity import ScaledSigmoid
 from .registry import register_block
 from .spatial import SpatialGate
 
@@ -23,7 +24,8 @@ class ChannelGate(nn.Module):
     ``M_c(F) = sigmoid(sum_p MLP(Pool_p(F)))`` over the pooling types ``p`` (average and max in the
     paper) with ONE shared MLP ``W1 ReLU(W0 .)``, ``W0: C -> C/r``, ``W1: C/r -> C`` (1x1 convs
     with bias, like the official code's ``nn.Linear``). The pooled vectors go through the MLP as
-    one batch.
+    one batch. ``light=True`` (timm's ``LightChannelAttn``) averages the two pooled vectors,
+    ``0.5 (AvgPool + MaxPool)``, before ONE pass through the MLP.
     """
 
     def __init__(
@@ -33,16 +35,27 @@ class ChannelGate(nn.Module):
         pool_types: tuple[str, ...] = _POOLS,
         act_layer: str | type[nn.Module] = "relu",
         gate_layer: str | type[nn.Module] = "sigmoid",
+        light: bool = False,
     ) -> None:
         super().__init__()
         hidden = reduced_channels(channels, reduction)
         self.pool_types = tuple(pool_types)
+        self.light = bool(light)
         self.fc1 = nn.Conv2d(channels, hidden, 1)
         self.act = get_layer(act_layer, "act_layer")()
         self.fc2 = nn.Conv2d(hidden, channels, 1)
         self.gate = get_layer(gate_layer, "gate_layer")()
 
+    def init_identity(self) -> None:
+        """Zero the MLP's last layer; gate 2*sigmoid, so ``M_c = 1``."""
+        nn.init.zeros_(self.fc2.weight)
+        nn.init.zeros_(self.fc2.bias)
+        self.gate = ScaledSigmoid(2.0)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.light:
+            z = 0.5 * x.mean((2, 3), keepdim=True) + 0.5 * x.amax((2, 3), keepdim=True)
+            return self.gate(self.fc2(self.act(self.fc1(z))))
         pools = [
             x.mean((2, 3), keepdim=True) if p == "avg" else x.amax((2, 3), keepdim=True)
             for p in self.pool_types
@@ -85,8 +98,14 @@ class CBAM(nn.Module):
     ``M_c * M_s`` broadcast to ``(N, C, H, W)`` (so ``F'' = map * F`` exactly, whatever the order);
     it is only computed while ``capture_attention`` is active.
 
+    ``light=True`` is timm's ``lcbam`` (``LightCbamModule``): the channel gate averages its two
+    pooled vectors before one MLP pass, and the spatial gate convolves ONE map, the average of the
+    channel mean and max (``k x k`` conv ``1 -> 1``). timm also fixes the light channel gate to a
+    sigmoid whatever ``gate_layer``; here ``gate_layer`` applies to both.
+
     Parameters (default options, ``C_r = C // 16``, ``k = 7``): ``2 C C_r + C_r + C + 2 k^2 + 1``
-    (MLP ``C C_r + C_r + C_r C + C``; spatial conv ``2 k^2 + 1``).
+    (MLP ``C C_r + C_r + C_r C + C``; spatial conv ``2 k^2 + 1``); ``light=True``:
+    ``2 C C_r + C_r + C + k^2 + 1``.
 
     Args:
         channels: input channels ``C``.
@@ -97,6 +116,7 @@ class CBAM(nn.Module):
         use_bn: official-code BN in the spatial gate (see ``spatial``).
         act_layer: MLP activation (name or class), ReLU in the paper.
         gate_layer: gate of both maps (name or class), sigmoid in the paper.
+        light: timm's light CBAM (``lcbam``), see above.
     """
 
     def __init__(
@@ -109,14 +129,21 @@ class CBAM(nn.Module):
         use_bn: bool = False,
         act_layer: str | type[nn.Module] = "relu",
         gate_layer: str | type[nn.Module] = "sigmoid",
+        light: bool = False,
     ) -> None:
         super().__init__()
         check_choice("order", order, _ORDERS)
+        pool_types = _check_pool_types(pool_types)
+        if light and pool_types != _POOLS:
+            raise ValueError("option 'pool_types' does not apply with light=True (avg and max)")
         self.order = order
-        self.channel = ChannelGate(
-            channels, reduction, _check_pool_types(pool_types), act_layer, gate_layer
-        )
-        self.spatial = SpatialGate(kernel_size, use_bn=use_bn, gate_layer=gate_layer)
+        self.channel = ChannelGate(channels, reduction, pool_types, act_layer, gate_layer, light)
+        self.spatial = SpatialGate(kernel_size, use_bn=use_bn, gate_layer=gate_layer, light=light)
+
+    def init_identity(self) -> None:
+        """native: channel MLP last conv and spatial conv (or BN) zero, both gates 2*sigmoid."""
+        self.channel.init_identity()
+        self.spatial.init_identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.order == "parallel":

@@ -8,6 +8,7 @@ import torch.nn as nn
 
 from ._utils import get_layer, reduced_channels
 from .capture import is_capturing, record_attention
+from .identity import ScaledSigmoid
 from .registry import register_block
 
 
@@ -30,11 +31,17 @@ class CoordinateAttention(nn.Module):
     ``F_h``, ``F_w`` have a bias; ``F1`` has none (the BN after it makes it redundant; the official
     code keeps one).
 
+    ``simple=True`` is timm's ``scoord`` (``SimpleCoordAttn``): no BN (``F1`` then has a bias)
+    and the two directions are added before ONE gate, ``y = x * sigmoid(F_h(f^h) + F_w(f^w))``
+    (timm's defaults there are ``act_layer="silu"`` and ``mip = make_divisible(C / 6, 8)``;
+    pass ``act_layer``/``reduction`` to match).
+
     Shapes: ``(N, C, H, W) -> (N, C, H, W)``; attention map ``g^h * g^w`` ``(N, C, H, W)`` (only
-    computed while ``capture_attention`` is active).
+    computed while ``capture_attention`` is active; with ``simple=True`` the single gate).
 
     Parameters (default options, ``mip = max(8, C // 32)``): ``3 C mip + 2 mip + 2 C``
-    (``F1`` ``C mip``, BN ``2 mip``, ``F_h``/``F_w`` ``2 (mip C + C)``).
+    (``F1`` ``C mip``, BN ``2 mip``, ``F_h``/``F_w`` ``2 (mip C + C)``); ``simple=True``:
+    ``3 C mip + mip + 2 C``.
 
     Args:
         channels: input channels ``C``.
@@ -42,6 +49,7 @@ class CoordinateAttention(nn.Module):
         min_channels: lower bound of ``mip`` (8 in the official code).
         act_layer: activation ``delta`` (name or class), h-swish in the paper.
         gate_layer: gate (name or class), sigmoid in the paper.
+        simple: timm's simplified coordinate attention (``scoord``), see above.
     """
 
     def __init__(
@@ -51,17 +59,26 @@ class CoordinateAttention(nn.Module):
         min_channels: int = 8,
         act_layer: str | type[nn.Module] = "hard_swish",
         gate_layer: str | type[nn.Module] = "sigmoid",
+        simple: bool = False,
     ) -> None:
         super().__init__()
         mip = reduced_channels(channels, reduction, min_channels=min_channels)
         gate = get_layer(gate_layer, "gate_layer")
-        self.conv1 = nn.Conv2d(channels, mip, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(mip)
+        self.simple = bool(simple)
+        self.conv1 = nn.Conv2d(channels, mip, 1, bias=self.simple)
+        self.bn1 = nn.Identity() if self.simple else nn.BatchNorm2d(mip)
         self.act = get_layer(act_layer, "act_layer")()
         self.conv_h = nn.Conv2d(mip, channels, 1)
         self.conv_w = nn.Conv2d(mip, channels, 1)
         self.gate_h = gate()
-        self.gate_w = gate()
+        self.gate_w = gate()  # unused with simple=True: gate_h gates the sum
+
+    def init_identity(self) -> None:
+        """native: F_h and F_w zero, gates 2*sigmoid (ScaledSigmoid), so g^h = g^w = 1."""
+        for conv in (self.conv_h, self.conv_w):
+            nn.init.zeros_(conv.weight)
+            nn.init.zeros_(conv.bias)
+        self.gate_h, self.gate_w = ScaledSigmoid(2.0), ScaledSigmoid(2.0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h, w = x.shape[2:]
@@ -69,6 +86,11 @@ class CoordinateAttention(nn.Module):
         z_w = x.mean(2, keepdim=True).transpose(2, 3)  # (N, C, W, 1)
         f = self.act(self.bn1(self.conv1(torch.cat([z_h, z_w], dim=2))))
         f_h, f_w = torch.split(f, [h, w], dim=2)
+        if self.simple:
+            g = self.gate_h(self.conv_h(f_h) + self.conv_w(f_w).transpose(2, 3))
+            if not torch.jit.is_scripting():
+                record_attention(self, g)
+            return x * g
         g_h = self.gate_h(self.conv_h(f_h))  # (N, C, H, 1)
         g_w = self.gate_w(self.conv_w(f_w.transpose(2, 3)))  # (N, C, 1, W)
         if is_capturing(self):  # the (N, C, H, W) map costs a full pass: only build it when asked

@@ -8,6 +8,7 @@ import torch.nn as nn
 
 from ._utils import check_positive_int, get_layer
 from .capture import record_attention
+from .identity import ScaledSigmoid
 from .registry import register_block
 
 
@@ -78,6 +79,12 @@ class GlobalSecondOrderPooling(nn.Module):
         self.row_conv = nn.Conv2d(rd, 4 * rd, kernel_size=(rd, 1), groups=rd)
         self.fc = nn.Conv2d(4 * rd, channels, 1)
         self.gate = get_layer(gate_layer, "gate_layer")()
+
+    def init_identity(self) -> None:
+        """native: excitation conv (4C' -> C) zero, gate 2*sigmoid (ScaledSigmoid), so s = 1."""
+        nn.init.zeros_(self.fc.weight)
+        nn.init.zeros_(self.fc.bias)
+        self.gate = ScaledSigmoid(2.0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         z = self.act(self.bn(self.reduce(x)))

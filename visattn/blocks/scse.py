@@ -10,6 +10,7 @@ import torch.nn as nn
 
 from ._utils import check_choice, get_layer, reduced_channels
 from .capture import is_capturing, record_attention
+from .identity import ScaledSigmoid
 from .registry import register_block
 
 
@@ -62,6 +63,18 @@ class ConcurrentSqueezeExcite(nn.Module):
         self.channel_gate = gate()
         self.conv_sq = nn.Conv2d(channels, 1, 1)
         self.spatial_gate = gate()
+
+    def init_identity(self) -> None:
+        """native: cSE's last conv and sSE's conv zero; gates sigmoid (add) or 2*sigmoid (max).
+
+        With ``combine="add"`` the two halves give ``s = q = 1/2``, ``s + q = 1``; with ``"max"``
+        both gates are 2*sigmoid, ``s = q = 1``.
+        """
+        for conv in (self.fc2, self.conv_sq):
+            nn.init.zeros_(conv.weight)
+            nn.init.zeros_(conv.bias)
+        if self.combine == "max":
+            self.channel_gate, self.spatial_gate = ScaledSigmoid(2.0), ScaledSigmoid(2.0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         s = self.channel_gate(self.fc2(self.act(self.fc1(x.mean((2, 3), keepdim=True)))))

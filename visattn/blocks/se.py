@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from ._utils import check_choice, get_layer, reduced_channels
 from .capture import record_attention
+from .identity import ScaledSigmoid
 from .registry import register_block
 
 
@@ -51,6 +52,12 @@ class SqueezeExcite(nn.Module):
         self.act = get_layer(act_layer, "act_layer")()
         self.fc2 = nn.Conv2d(hidden, channels, 1)
         self.gate = get_layer(gate_layer, "gate_layer")()
+
+    def init_identity(self) -> None:
+        """native: last FC W2 zero, gate 2*sigmoid (ScaledSigmoid), so s = 1."""
+        nn.init.zeros_(self.fc2.weight)
+        nn.init.zeros_(self.fc2.bias)
+        self.gate = ScaledSigmoid(2.0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         z = x.mean((2, 3), keepdim=True) if self.pool == "avg" else F.adaptive_max_pool2d(x, 1)

@@ -8,6 +8,7 @@ import torch.nn as nn
 
 from ._utils import check_positive_int, get_layer
 from .capture import record_attention
+from .identity import ScaledSigmoid
 from .registry import register_block
 
 
@@ -18,7 +19,8 @@ class SpatialGate(nn.Module):
     maps are concatenated (mean first, as in the paper) and convolved by one ``k x k`` conv
     ``2 -> 1`` with ``k // 2`` zero padding. ``use_bn=True`` gives the official code's variant
     (conv without bias, then ``BatchNorm2d(1)``); the default is the paper's conv (with bias) and
-    sigmoid.
+    sigmoid. ``light=True`` is timm's ``LightSpatialAttn``: the two maps are averaged into one,
+    ``0.5 (AvgPool_c + MaxPool_c)``, and the conv is ``1 -> 1``.
     Not registered: :class:`SpatialAttention` and CBAM use it.
     """
 
@@ -27,15 +29,29 @@ class SpatialGate(nn.Module):
         kernel_size: int = 7,
         use_bn: bool = False,
         gate_layer: str | type[nn.Module] = "sigmoid",
+        light: bool = False,
     ) -> None:
         super().__init__()
         check_positive_int("kernel_size", kernel_size, odd=True)
-        self.conv = nn.Conv2d(2, 1, kernel_size, padding=kernel_size // 2, bias=not use_bn)
+        self.light = bool(light)
+        c_in = 1 if light else 2
+        self.conv = nn.Conv2d(c_in, 1, kernel_size, padding=kernel_size // 2, bias=not use_bn)
         self.bn = nn.BatchNorm2d(1) if use_bn else nn.Identity()
         self.gate = get_layer(gate_layer, "gate_layer")()
 
+    def init_identity(self) -> None:
+        """Zero the map's last layer (the BN with ``use_bn``, else the conv); gate 2*sigmoid."""
+        last = self.bn if isinstance(self.bn, nn.BatchNorm2d) else self.conv
+        nn.init.zeros_(last.weight)
+        if last.bias is not None:
+            nn.init.zeros_(last.bias)
+        self.gate = ScaledSigmoid(2.0)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        pooled = torch.cat([x.mean(dim=1, keepdim=True), x.amax(dim=1, keepdim=True)], dim=1)
+        if self.light:
+            pooled = 0.5 * x.mean(dim=1, keepdim=True) + 0.5 * x.amax(dim=1, keepdim=True)
+        else:
+            pooled = torch.cat([x.mean(dim=1, keepdim=True), x.amax(dim=1, keepdim=True)], dim=1)
         return self.gate(self.bn(self.conv(pooled)))
 
 
@@ -73,6 +89,10 @@ class SpatialAttention(nn.Module):
     ) -> None:
         super().__init__()
         self.spatial = SpatialGate(kernel_size, use_bn=use_bn, gate_layer=gate_layer)
+
+    def init_identity(self) -> None:
+        """native: the conv (its BN with use_bn=True) zero, gate 2*sigmoid, so M_s = 1."""
+        self.spatial.init_identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         s = self.spatial(x)

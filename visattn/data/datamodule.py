@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from ..constants import STATS
 from .datasets import (
@@ -34,6 +35,34 @@ _DEFAULT_AUGMENT = {
     "imagefolder": "imagenet",
 }
 _DEFAULT_SIZE = {"shapes": 32, "cifar10": 32, "cifar100": 32, "imagefolder": 224}
+
+
+class EpochSampler(Sampler[int]):
+    """A random order that depends only on the run's seed and the epoch.
+
+    Lightning calls ``set_epoch`` before every training epoch (as for ``DistributedSampler``),
+    which also reseeds the rest of the train pipeline through ``on_epoch``. So every random
+    choice of an epoch's data (order, augmentations, worker seeds) is a function of
+    ``(seed, epoch)``, and a run resumed at an epoch boundary sees exactly the data of the
+    uninterrupted run.
+    """
+
+    def __init__(self, n: int, seed: int, on_epoch: Callable[[int], None] | None = None) -> None:
+        self.n, self.seed, self.on_epoch = n, int(seed), on_epoch
+        self.set_epoch(0)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+        self.epoch_seed = (self.seed * 1_000_003 + self.epoch * 7_919) % 2**62
+        if self.on_epoch is not None:
+            self.on_epoch(self.epoch_seed)
+
+    def __iter__(self) -> Iterator[int]:
+        g = torch.Generator().manual_seed(self.epoch_seed)
+        yield from torch.randperm(self.n, generator=g).tolist()
+
+    def __len__(self) -> int:
+        return self.n
 
 
 class VisattnDataModule(pl.LightningDataModule):
@@ -272,26 +301,36 @@ class VisattnDataModule(pl.LightningDataModule):
         h = self.hparams
         workers = h.num_workers
         pin = torch.cuda.is_available() if h.pin_memory is None else h.pin_memory
-        if train:
-            # the main-process copy of the pipeline (num_workers=0) follows the torch seed too
-            seed_transform(getattr(ds, "transform", None), int(torch.randint(2**31, ()).item()))
         return DataLoader(
             ds,
             batch_size=h.batch_size,
-            shuffle=train,
+            sampler=self._train_sampler if train else None,
             num_workers=workers,
             pin_memory=pin,
             drop_last=train and h.drop_last,
             worker_init_fn=seed_worker,
-            persistent_workers=workers > 0,
+            generator=self._train_gen if train else None,
+            # workers start anew each epoch, seeded from the loader's generator (set per epoch)
+            persistent_workers=workers > 0 and not train,
             multiprocessing_context="fork" if workers > 0 and os.name == "posix" else None,
         )
 
+    def _seed_epoch(self, seed: int) -> None:
+        """Seed the rest of the train pipeline for one epoch (called by the sampler's
+        ``set_epoch``): the loader's generator (it seeds the workers), the main-process copy of
+        the augmentation (``num_workers=0``) and the device augmentation."""
+        self._train_gen.manual_seed(seed)
+        ds = self.train_dataset
+        if ds is not None and self.hparams.num_workers == 0:
+            seed_transform(getattr(ds, "transform", None), seed)
+        self._device_seed, self._device_gen = seed, None
+
     def train_dataloader(self) -> DataLoader:
-        if self.device_aug is not None:
-            seed = int(torch.randint(2**31, ()).item())
-            self._device_gen = torch.Generator().manual_seed(seed)
-            self._device_seed = seed
+        self._train_gen = torch.Generator()
+        # the run's seed (seed_everything), read when the loader is built
+        self._train_sampler = EpochSampler(
+            len(self.train_dataset), torch.initial_seed(), on_epoch=self._seed_epoch
+        )
         return self._loader(self.train_dataset, True)
 
     def val_dataloader(self) -> DataLoader:

@@ -139,7 +139,7 @@ def create_model(
             f"create_model({spec.name!r}): give checkpoint_path (a whole model) or "
             "pretrained_backbone (backbone weights), not both"
         )
-    placements = list(spec.attention) + normalize_placements(attention)
+    placements = normalize_placements(list(spec.attention)) + normalize_placements(attention)
     if placements and not spec.placeable:
         raise ValueError(
             f"create_model({spec.name!r}): a Residual Attention Network has no ResNet slots for "

@@ -1,6 +1,6 @@
 """Place attention blocks into an existing torchvision or timm ResNet, in place.
 
-``inject(model, placement)`` realises the positions of ``shared/API.md`` on
+``inject(model, placement)`` realises the placement positions (README, "Models and placement") on
 ``torchvision.models.ResNet`` and ``timm.models.ResNet`` instances with the same mechanism as
 visattn's own ResNets (:mod:`visattn.models.placement`): each residual block that receives a
 block is *replaced* by a slotted block that takes over the original's layers under their original
@@ -8,9 +8,12 @@ names (so parameter names do not change and pretrained weights still load), and 
 receives a ``stage`` block becomes a :class:`~visattn.models.resnet.ResNetStage` holding the
 original blocks as ``"0"``, ``"1"``, .... Blocks that receive nothing are left as they are.
 
-Added module paths (returned, in placement order): ``layer{i}.{j}.attn_{position}`` and
-``layer{i}.attn_stage``, the same paths ``create_model`` gives on visattn's ResNets. With no
-attention placed, an adapted block computes exactly what the original did.
+Added module paths (returned, in placement order): ``layer{i}.{j}.attn_{position}``,
+``layer{i}.attn_stage`` and, for position ``conv``, the replaced conv's own path
+(``layer{i}.{j}.conv2`` in a Bottleneck, ``layer{i}.{j}.conv1`` in a BasicBlock): the same paths
+``create_model`` gives on visattn's ResNets. With no attention placed, an adapted block computes
+exactly what the original did; with ``init: identity`` the network still does, so pretrained
+weights keep their accuracy at insertion.
 
 Supported blocks: ``torchvision.models.resnet.BasicBlock`` / ``Bottleneck`` (adopted into
 visattn's :class:`~visattn.models.resnet.BasicBlock` / ``Bottleneck``, same forward) and
@@ -79,8 +82,10 @@ class TimmBasicBlock(SlottedBlock):
     """timm's ``BasicBlock`` with attention slots (built by adopting a timm block's layers).
 
     ``inner`` is after ``aa(act1(drop_block(bn1(conv1(x)))))``; ``standard`` after timm's own
-    ``se`` (if any), before drop-path.
+    ``se`` (if any), before drop-path; position ``conv`` replaces ``conv1`` (``bn1`` stays).
     """
+
+    conv_slot = "conv1"
 
     @classmethod
     def adopt(cls, block: nn.Module) -> TimmBasicBlock:
@@ -107,8 +112,11 @@ class TimmBottleneck(SlottedBlock):
     """timm's ``Bottleneck`` with attention slots (built by adopting a timm block's layers).
 
     ``inner`` is after ``aa(act2(drop_block(bn2(conv2(.)))))``; ``standard`` after timm's own
-    ``se`` (if any), before drop-path.
+    ``se`` (if any), before drop-path; position ``conv`` replaces ``conv2`` (``bn2`` stays; with
+    anti-aliasing timm's ``conv2`` has stride 1 and ``aa`` downsamples, so the block does too).
     """
+
+    conv_slot = "conv2"
 
     @classmethod
     def adopt(cls, block: nn.Module) -> TimmBottleneck:
@@ -146,7 +154,9 @@ def inject(model: nn.Module, placement: Any) -> list[str]:
 
     Args:
         model: a ``torchvision.models.ResNet``, a ``timm.models.ResNet`` (or a visattn ResNet).
-        placement: one placement mapping or a list of them (keys of ``shared/API.md``).
+        placement: one placement (a mapping with the keys of
+            :data:`~visattn.models.placement.PLACEMENT_KEYS`, or a
+            :class:`~visattn.models.placement.Placement`) or a list of them.
 
     Returns:
         The added module paths in placement order, e.g. ``["layer1.0.attn_standard", ...,

@@ -57,11 +57,17 @@ class SlottedBlock(nn.Module):
     * ``attn_identity``: on the shortcut's output (after a projection or padding, if any),
       in parallel with the residual branch;
     * ``attn_post``: on the sum, before the block's final activation (if any).
+
+    Placement position ``conv`` replaces the residual branch's middle convolution, the attribute
+    named by :attr:`conv_slot` (``conv2``, the 3x3 of a bottleneck; ``conv1``, the first 3x3 of a
+    basic block), by a conv-replacing block with the same input and output channels and stride;
+    the forward calls whatever module that attribute holds.
     """
 
     in_channels: int
     mid_channels: int
     out_channels: int
+    conv_slot: str = "conv2"
 
     def init_slots(self) -> None:
         for position in BLOCK_POSITIONS:
@@ -73,9 +79,13 @@ class SlottedBlock(nn.Module):
             return self.in_channels
         if position == "inner":
             return self.mid_channels
+        if position == "conv":
+            return getattr(self, self.conv_slot).in_channels
         if position in BLOCK_POSITIONS:
             return self.out_channels
-        raise ValueError(f"unknown block position {position!r}; valid: {list(BLOCK_POSITIONS)}")
+        raise ValueError(
+            f"unknown block position {position!r}; valid: {[*BLOCK_POSITIONS, 'conv']}"
+        )
 
     def zero_init_last(self) -> None:
         """Zero the last layer of the residual branch, so the block starts as the identity."""
@@ -85,11 +95,12 @@ class SlottedBlock(nn.Module):
 class BasicBlock(SlottedBlock):
     """Two 3x3 convolutions (He et al., CVPR 2016, Fig. 2 left); torchvision's parameter names.
 
-    ``inner`` is after ``relu(bn1(conv1(x)))``. Shapes:
+    ``inner`` is after ``relu(bn1(conv1(x)))``; position ``conv`` replaces ``conv1``. Shapes:
     ``(N, in_channels, H, W) -> (N, planes, ceil(H / stride), ceil(W / stride))``.
     """
 
     expansion = 1
+    conv_slot = "conv1"
 
     def __init__(
         self,
@@ -131,7 +142,8 @@ class Bottleneck(SlottedBlock):
     """1x1-3x3-1x1 bottleneck (He et al., CVPR 2016, Fig. 5 right), stride on the 3x3 as in
     torchvision ("ResNet v1.5"); torchvision's parameter names.
 
-    ``inner`` is after ``relu(bn2(conv2(.)))``, on ``planes`` channels. Shapes:
+    ``inner`` is after ``relu(bn2(conv2(.)))``, on ``planes`` channels; position ``conv``
+    replaces ``conv2`` (the 3x3, which carries the stride). Shapes:
     ``(N, in_channels, H, W) -> (N, 4 * planes, ceil(H / stride), ceil(W / stride))``.
     """
 
@@ -180,7 +192,8 @@ class Bottleneck(SlottedBlock):
 class PreActBottleneck(_PreActUnit, SlottedBlock):
     """The pre-activation bottleneck of :mod:`visattn.blocks._units` (He et al., ECCV 2016;
     one implementation, shared with the Residual Attention module) as a slotted block of a
-    :class:`ResNet`. See the unit for the layers, slots and shapes."""
+    :class:`ResNet`. See the unit for the layers, slots and shapes; position ``conv`` replaces
+    ``conv2`` (the 3x3)."""
 
 
 class ResNetStage(nn.Module):

@@ -17,7 +17,7 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from ..profile import count_macs, count_params
 
-__all__ = ["EpochMetricsCSV", "RunSummary", "read_metrics_csv"]
+__all__ = ["BestAndLastCheckpoint", "EpochMetricsCSV", "RunSummary", "read_metrics_csv"]
 
 #: columns always present in metrics.csv, in this order (others are appended sorted).
 COLUMNS = ("epoch", "step", "lr", "train/loss", "train/acc", "val/loss", "val/acc", "val/acc5")
@@ -54,23 +54,40 @@ class EpochMetricsCSV(Callback):
     epoch means of ``train/*`` and the ``val/*`` metrics of that epoch (empty if validation did
     not run). No timing columns, so a seeded CPU run is reproducible file for file.
 
-    The file is rewritten atomically (temporary file + ``os.replace``) after every epoch. When a
-    run resumes (``--ckpt_path``), rows of epochs before the restored epoch are kept and later
-    ones dropped, so the file stays one continuous row per epoch.
+    The file is rewritten atomically (temporary file + ``os.replace``) after every epoch. The
+    rows also travel in every checkpoint, so when a run resumes (``--ckpt_path``) the file is
+    rebuilt from the checkpoint's history: rows of epochs before the restored epoch come from
+    the checkpoint (a damaged or edited file on disk cannot leak into the summary), later ones
+    are dropped, and the file stays one continuous row per epoch.
     """
 
     def __init__(self, filename: str = "metrics.csv") -> None:
         self.filename = filename
         self.rows: list[dict[str, Any]] = []
         self.path: Path | None = None
+        self._restored: list[dict[str, Any]] | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rows": [dict(r) for r in self.rows]}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._restored = [dict(r) for r in state_dict.get("rows", [])]
+        self.rows = list(self._restored)
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self.path = Path(trainer.log_dir or trainer.default_root_dir) / self.filename
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         log_dir = trainer.log_dir or trainer.default_root_dir
         self.path = Path(log_dir) / self.filename
-        self.rows = []
-        if self.path.is_file():
-            start = trainer.current_epoch
+        start = trainer.current_epoch
+        if self._restored is not None:
+            self.rows = [r for r in self._restored if r["epoch"] < start]
+            self._write()
+        elif self.path.is_file() and start > 0:
             self.rows = [r for r in read_metrics_csv(self.path) if r["epoch"] < start]
+        else:
+            self.rows = []
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking or self.path is None:
@@ -101,6 +118,33 @@ class EpochMetricsCSV(Callback):
             writer.writerow({k: ("" if r.get(k) is None else _fmt(r[k])) for k in columns})
         self.path.parent.mkdir(parents=True, exist_ok=True)
         _write_atomic(self.path, buf.getvalue())
+
+
+class BestAndLastCheckpoint(ModelCheckpoint):
+    """``ModelCheckpoint`` whose ``last.ckpt`` really is the last epoch's.
+
+    Lightning (2.6) writes ``last.ckpt`` only in a step where a top-k checkpoint was also
+    saved, so after an epoch that did not improve the monitored metric, ``last.ckpt`` is older
+    than the run, and ``--ckpt_path last`` silently re-trains epochs. This subclass writes it at
+    every save point. visattn runs save at the end of the training epoch (after that epoch's
+    validation and its ``metrics.csv`` row), so the checkpoint holds the epoch's whole history.
+    """
+
+    def _always_last(self, trainer: pl.Trainer) -> None:
+        if self.save_last and self._last_global_step_saved != trainer.global_step:
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_train_epoch_end(trainer, pl_module)
+        skip = self._should_skip_saving_checkpoint(trainer)
+        if not skip and self._should_save_on_train_epoch_end(trainer):
+            self._always_last(trainer)
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_validation_end(trainer, pl_module)
+        skip = self._should_skip_saving_checkpoint(trainer)
+        if not skip and not self._should_save_on_train_epoch_end(trainer):
+            self._always_last(trainer)
 
 
 def _fmt(value: Any) -> str:
@@ -148,11 +192,11 @@ class RunSummary(Callback):
             if isinstance(trainer.checkpoint_callback, ModelCheckpoint)
             else None
         )
-        rows = metrics_cb.rows if metrics_cb is not None else []
+        rows = metrics_cb.rows if metrics_cb is not None and stage == "fit" else []
         vals = [(r["val/acc"], r["epoch"]) for r in rows if r.get("val/acc") is not None]
         best = max(vals, key=lambda v: v[0]) if vals else None
         test_acc = trainer.callback_metrics.get("test/acc") if stage == "test" else None
-        metrics_csv = metrics_cb.path if metrics_cb is not None and metrics_cb.path else None
+        metrics_csv = metrics_cb.path if metrics_cb is not None else None
         self.summary = {
             "log_dir": str(trainer.log_dir),
             "metrics_csv": str(metrics_csv)
@@ -168,6 +212,7 @@ class RunSummary(Callback):
             "best_ckpt": (ckpt.best_model_path or None) if ckpt else None,
             "last_ckpt": (ckpt.last_model_path or None) if ckpt else None,
             "epochs": len(rows) if stage == "fit" else 0,
+            "memory_format": getattr(pl_module, "memory_format", "NCHW"),
         }
         self._print(stage, shape)
 
@@ -186,7 +231,7 @@ class RunSummary(Callback):
         print(
             f"visattn {stage}: {head} | params {_human(s['params'])} ({s['params']:,}) | "
             f"MACs {_human(s['macs'])} per image at {'x'.join(map(str, shape))} | "
-            f"wall {s['wall_s']:.1f} s | log_dir {s['log_dir']}",
+            f"{s['memory_format']} | wall {s['wall_s']:.1f} s | log_dir {s['log_dir']}",
             flush=True,
         )
 

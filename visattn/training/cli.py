@@ -31,7 +31,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from ..data.datamodule import VisattnDataModule
-from .callbacks import EpochMetricsCSV, RunSummary
+from .callbacks import BestAndLastCheckpoint, EpochMetricsCSV, RunSummary
 from .module import ClassificationModule
 
 __all__ = ["VisattnCLI", "cli_main", "run"]
@@ -111,12 +111,14 @@ class VisattnCLI(LightningCLI):
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.link_arguments("data.num_classes", "model.num_classes", apply_on="instantiate")
-        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.add_lightning_class_args(BestAndLastCheckpoint, "checkpoint")
         parser.set_defaults(
             {
                 "checkpoint.monitor": "val/acc",
                 "checkpoint.mode": "max",
                 "checkpoint.save_last": True,
+                # after the epoch's validation and metrics.csv row: the checkpoint holds both
+                "checkpoint.save_on_train_epoch_end": True,
                 "checkpoint.filename": "best-epoch{epoch:03d}",
                 "checkpoint.auto_insert_metric_name": False,
             }
@@ -129,16 +131,20 @@ class VisattnCLI(LightningCLI):
             return  # a user-chosen logger: Lightning's own behaviour
         save_dir = Path(trainer.get("default_root_dir") or ".")
         version = None
-        if cfg.get("ckpt_path") == "last" and self.subcommand == "fit":
+        if cfg.get("ckpt_path") == "last":
+            # resolved here for fit and test alike: Lightning's own "last" looks only at this
+            # (new) trainer's checkpoints and, finding none, would test an untrained network
             last = _find_last(save_dir, "lightning_logs")
             if last is None:
                 raise FileNotFoundError(
                     f"--ckpt_path last: no checkpoint found under {save_dir / 'lightning_logs'}"
                     "/version_*/checkpoints/last.ckpt; pass the --trainer.default_root_dir of the "
-                    "run to resume, or a checkpoint path, or drop --ckpt_path to start afresh"
+                    "run, or a checkpoint path"
+                    + (", or drop --ckpt_path to start afresh" if self.subcommand == "fit" else "")
                 )
-            version, path = last
-            cfg.ckpt_path = str(path)
+            if self.subcommand == "fit":
+                version = last[0]  # resume into the same version: its metrics.csv continues
+            cfg.ckpt_path = str(last[1])
         trainer.logger = Namespace(
             class_path=_TB,
             init_args=Namespace(save_dir=str(save_dir), name="lightning_logs", version=version),

@@ -3,20 +3,45 @@
 from __future__ import annotations
 
 import math
+import random
 from typing import Any
 
 import lightning.pytorch as pl
+import numpy as np
 import torch
 import torch.nn.functional as F
-import yaml
 from torchmetrics.classification import MulticlassAccuracy
 
+from ..blocks.identity import IdentityAtInit
+from ..blocks.registry import is_block
 from ..models import create_model
+from ..models.placement import Placement, placements_to_config
 
 __all__ = ["ClassificationModule", "NonFiniteLossError", "lr_factor"]
 
 OPTIMIZERS = ("sgd", "adamw")
 SCHEDULES = ("multistep", "cosine", "constant")
+#: the parameter groups of ``lr_mult`` (see :func:`split_parameters`)
+PARAM_KINDS = ("backbone", "attention", "head")
+
+
+def split_parameters(net: torch.nn.Module) -> dict[str, list[tuple[str, torch.nn.Parameter]]]:
+    """Named parameters of ``net`` by kind: ``attention`` (inside a registered attention block
+    or its identity-init wrapper), ``head`` (the classifier, ``net.get_classifier()``) and
+    ``backbone`` (everything else). Every parameter appears exactly once."""
+    head = net.get_classifier() if hasattr(net, "get_classifier") else None
+    head_ids = {id(p) for p in head.parameters()} if isinstance(head, torch.nn.Module) else set()
+    attn_ids = {
+        id(p)
+        for m in net.modules()
+        if is_block(m) or isinstance(m, IdentityAtInit)
+        for p in m.parameters()
+    }
+    out: dict[str, list[tuple[str, torch.nn.Parameter]]] = {k: [] for k in PARAM_KINDS}
+    for name, p in net.named_parameters():
+        kind = "head" if id(p) in head_ids else "attention" if id(p) in attn_ids else "backbone"
+        out[kind].append((name, p))
+    return out
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -54,19 +79,6 @@ def lr_factor(
     return 1.0
 
 
-def _coerce(value: Any) -> Any:
-    """CLI overrides such as ``--model.attention.args.reduction 8`` arrive as strings inside a
-    dict; read such leaves as YAML scalars (``"8"`` -> 8, ``"true"`` -> True)."""
-    if isinstance(value, dict):
-        return {k: _coerce(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_coerce(v) for v in value]
-    if isinstance(value, str):
-        parsed = yaml.safe_load(value) if value else value
-        return parsed if isinstance(parsed, (int, float, bool)) or parsed is None else value
-    return value
-
-
 class ClassificationModule(pl.LightningModule):
     """Image classification with a ``visattn.create_model`` network in ``self.net``.
 
@@ -84,9 +96,13 @@ class ClassificationModule(pl.LightningModule):
     Args:
         model: a name from ``visattn.list_models()``.
         num_classes: output classes (linked from ``data.num_classes`` by the CLI).
-        attention: a placement or list of placements (see API.md), or None.
-        model_kwargs: extra keyword arguments for ``visattn.create_model``.
-        channels_last: run the network in channels-last memory format.
+        attention: a placement (:class:`~visattn.models.placement.Placement` or the same
+            mapping) or a list of them, or None; LightningCLI parses it as one of these types.
+        model_kwargs: extra keyword arguments for ``visattn.create_model`` (e.g.
+            ``checkpoint_path`` to start from trained weights).
+        channels_last: run the network in channels-last memory format. ``None`` (default)
+            picks it automatically: channels-last for the convolutional backbones (every visattn
+            model), where it is faster on CPU and CUDA; pass ``false`` to keep NCHW.
         compile: wrap the network's forward in ``torch.compile`` (``self.net`` stays the plain
             module, so checkpoints hold ``net.*`` keys).
         optimizer: ``"sgd"`` or ``"adamw"``.
@@ -94,6 +110,11 @@ class ClassificationModule(pl.LightningModule):
             SGD, betas for AdamW).
         no_weight_decay_norm_bias: no weight decay for 1-d parameters (norm scales/shifts,
             biases).
+        lr_mult: learning-rate multipliers by parameter kind, ``{"backbone": .., "attention":
+            .., "head": ..}`` (missing kinds: 1.0), for fine-tuning a trained network with new
+            attention blocks: e.g. ``{"backbone": 0.1}``.
+        freeze_backbone_epochs: keep the backbone fixed (no gradient, its norm layers in eval
+            mode, so their running statistics stay) for this many epochs, then release it.
         schedule: ``"multistep"``, ``"cosine"`` or ``"constant"``.
         milestones, gamma: multi-step epochs and factor.
         warmup_epochs, warmup_start: linear warm-up length (epochs, may be fractional) and
@@ -110,9 +131,9 @@ class ClassificationModule(pl.LightningModule):
         self,
         model: str = "resnet20_cifar",
         num_classes: int = 10,
-        attention: dict | list | None = None,
+        attention: Placement | list[Placement] | None = None,
         model_kwargs: dict | None = None,
-        channels_last: bool = False,
+        channels_last: bool | None = None,
         compile: bool = False,
         optimizer: str = "sgd",
         lr: float = 0.1,
@@ -121,6 +142,8 @@ class ClassificationModule(pl.LightningModule):
         weight_decay: float = 1e-4,
         betas: tuple[float, float] = (0.9, 0.999),
         no_weight_decay_norm_bias: bool = False,
+        lr_mult: dict[str, float] | None = None,
+        freeze_backbone_epochs: int = 0,
         schedule: str = "multistep",
         milestones: list[int] | None = None,
         gamma: float = 0.1,
@@ -142,12 +165,22 @@ class ClassificationModule(pl.LightningModule):
             raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
         if check_finite_every < 1:
             raise ValueError(f"check_finite_every must be >= 1, got {check_finite_every}")
-        attention = _coerce(attention)
+        unknown = set(lr_mult or {}) - set(PARAM_KINDS)
+        if unknown:
+            raise ValueError(
+                f"lr_mult: unknown parameter kind(s) {sorted(unknown)}; use {list(PARAM_KINDS)}"
+            )
+        if any(not isinstance(v, (int, float)) or v < 0 for v in (lr_mult or {}).values()):
+            raise ValueError(f"lr_mult values must be non-negative numbers, got {lr_mult}")
+        if freeze_backbone_epochs < 0:
+            raise ValueError(f"freeze_backbone_epochs must be >= 0, got {freeze_backbone_epochs}")
+        attention = placements_to_config(attention)  # plain mappings in the hyperparameters
         self.save_hyperparameters()
         self.net = create_model(
             model, num_classes=num_classes, attention=attention, **(model_kwargs or {})
         )
-        if channels_last:
+        self.channels_last = True if channels_last is None else bool(channels_last)
+        if self.channels_last:
             self.net = self.net.to(memory_format=torch.channels_last)
         # kept out of the module tree so state_dict holds only ``net.*``
         self.__dict__["_forward_net"] = torch.compile(self.net) if compile else self.net
@@ -158,9 +191,16 @@ class ClassificationModule(pl.LightningModule):
         self.test_acc = MulticlassAccuracy(num_classes, top_k=1, average="micro")
         self.test_acc5 = MulticlassAccuracy(num_classes, top_k=k, average="micro")
         self._bad_step: torch.Tensor | None = None
+        self._val_bad = torch.zeros((), dtype=torch.bool)
+        self._rng_to_restore: dict[str, Any] | None = None
+
+    @property
+    def memory_format(self) -> str:
+        """``"channels_last"`` or ``"NCHW"``: the format the network runs in."""
+        return "channels_last" if self.channels_last else "NCHW"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.hparams.channels_last:
+        if self.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         return self._forward_net(x)
 
@@ -209,9 +249,54 @@ class ClassificationModule(pl.LightningModule):
         logits = self(x)
         self.val_acc(logits, y)
         self.val_acc5(logits, y)
-        self.log("val/loss", self._loss(logits, y), on_epoch=True, sync_dist=True)
+        loss = self._loss(logits, y)
+        if self._val_bad.device != loss.device:
+            self._val_bad = self._val_bad.to(loss.device)
+        self._val_bad |= ~torch.isfinite(loss.detach())
+        self.log("val/loss", loss, on_epoch=True, sync_dist=True)
         self.log("val/acc", self.val_acc, on_epoch=True, prog_bar=True)
         self.log("val/acc5", self.val_acc5, on_epoch=True)
+
+    def on_validation_epoch_end(self) -> None:
+        """Stop a diverging run at the first validation with a non-finite loss, before any
+        checkpoint of that epoch is written (so no NaN network is ever saved as best)."""
+        bad = bool(self._val_bad.item())
+        self._val_bad = torch.zeros((), dtype=torch.bool, device=self._val_bad.device)
+        if bad:
+            raise NonFiniteLossError(
+                f"validation loss became non-finite (nan/inf) at epoch {self.current_epoch} "
+                "while the training loss was finite: the run diverged (running statistics or "
+                "weights overflowed). Try a lower learning rate (--model.lr), gradient clipping "
+                "(--trainer.gradient_clip_val 1.0), or full precision (--trainer.precision "
+                "32-true)."
+            )
+
+    # ---- exact resume ------------------------------------------------------------------------
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Random states at the save, restored at the next epoch start on resume, so that a run
+        resumed at an epoch boundary draws the same shuffles and augmentations as the
+        uninterrupted run (Lightning restores none of them)."""
+        kind, keys, pos, has_gauss, gauss = np.random.get_state()
+        version, internal, gauss_next = random.getstate()
+        # tensors and plain numbers only: Lightning loads checkpoints with weights_only=True
+        checkpoint["visattn_rng"] = {
+            "torch": torch.get_rng_state(),
+            "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss],
+            "python": [version, torch.tensor(internal, dtype=torch.int64), gauss_next],
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self._rng_to_restore = checkpoint.get("visattn_rng")
+
+    def _restore_rng(self) -> None:
+        state, self._rng_to_restore = self._rng_to_restore, None
+        if state:
+            torch.set_rng_state(state["torch"])
+            kind, keys, pos, has_gauss, gauss = state["numpy"]
+            np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+            version, internal, gauss_next = state["python"]
+            random.setstate((version, tuple(int(v) for v in internal.tolist()), gauss_next))
 
     def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         x, y = batch
@@ -227,21 +312,63 @@ class ClassificationModule(pl.LightningModule):
         return self(x).softmax(-1)
 
     def on_train_epoch_start(self) -> None:
-        self.log("lr", self.trainer.optimizers[0].param_groups[0]["lr"], on_epoch=True)
+        # after the resumed run's sanity check, which draws from the global generator
+        self._restore_rng()
+        self._set_backbone_frozen(self.current_epoch < self.hparams.freeze_backbone_epochs)
+        group = self.trainer.optimizers[0].param_groups[0]  # the base lr: undo the group's mult
+        base = group["lr"] / group["lr_mult"] if group.get("lr_mult") else group["lr"]
+        self.log("lr", base, on_epoch=True)
+
+    def _set_backbone_frozen(self, frozen: bool) -> None:
+        """Freeze (or release) the backbone: no gradients, and its norm layers in eval mode so
+        their running statistics do not move either. Parameters with no gradient are skipped
+        by the optimizer, so neither momentum nor weight decay touches them."""
+        if frozen == getattr(self, "_backbone_frozen", False):
+            return
+        for _, p in split_parameters(self.net)["backbone"]:
+            p.requires_grad_(not frozen)
+        self._backbone_frozen = frozen
+        self.train(self.training)
+
+    def train(self, mode: bool = True) -> ClassificationModule:
+        super().train(mode)
+        if mode and getattr(self, "_backbone_frozen", False):
+            attn = [m for m in self.net.modules() if is_block(m) or isinstance(m, IdentityAtInit)]
+            inside_attn = {id(s) for m in attn for s in m.modules()}
+            for m in self.net.modules():
+                if isinstance(m, torch.nn.modules.batchnorm._NormBase) and id(m) not in inside_attn:
+                    m.eval()
+        return self
 
     # ---- optimisation ------------------------------------------------------------------------
 
     def _param_groups(self) -> list[dict[str, Any]]:
+        """One group per (kind, decay) pair that has parameters: kinds from
+        :func:`split_parameters` with their ``lr_mult``; no weight decay on 1-d parameters
+        (norms, biases) when ``no_weight_decay_norm_bias``. Each group carries ``name`` and
+        ``lr_mult``."""
         h = self.hparams
-        params = [p for p in self.net.parameters() if p.requires_grad]
-        if not h.no_weight_decay_norm_bias:
-            return [{"params": params, "weight_decay": h.weight_decay}]
-        decay = [p for p in params if p.ndim > 1]
-        no_decay = [p for p in params if p.ndim <= 1]
-        return [
-            {"params": decay, "weight_decay": h.weight_decay},
-            {"params": no_decay, "weight_decay": 0.0},
-        ]
+        mult = {k: 1.0 for k in PARAM_KINDS} | dict(h.lr_mult or {})
+        groups = []
+        for kind, named in split_parameters(self.net).items():
+            params = [p for _, p in named]
+            if h.no_weight_decay_norm_bias:
+                parts = [("decay", [p for p in params if p.ndim > 1], h.weight_decay)]
+                parts.append(("no_decay", [p for p in params if p.ndim <= 1], 0.0))
+            else:
+                parts = [("decay", params, h.weight_decay)]
+            for tag, ps, wd in parts:
+                if ps:
+                    groups.append(
+                        {
+                            "params": ps,
+                            "weight_decay": wd,
+                            "lr": h.lr * mult[kind],
+                            "lr_mult": mult[kind],
+                            "name": f"{kind}/{tag}",
+                        }
+                    )
+        return groups
 
     def configure_optimizers(self) -> dict[str, Any]:
         h = self.hparams

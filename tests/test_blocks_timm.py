@@ -1,0 +1,300 @@
+"""Every timm attention type that visattn covers computes the same function as timm's module.
+
+For each twin the visattn block is built with the options that match timm's type, its weights are
+randomised (so zero-initialised layers cannot make different functions look equal) and copied
+into timm's module, and both are run on the same input in train and then eval mode (fp32).
+timm's modules come from ``timm.layers.create_attn.get_attn`` (the type names timm uses).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn as nn
+from timm.layers.create_attn import get_attn
+from timm.layers.mlp import ConvMlp
+
+import visattn
+
+C = 64
+TOL = dict(rtol=1e-5, atol=1e-5)
+
+
+@torch.no_grad()
+def randomize(m: nn.Module, seed: int = 0) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    for name, t in m.state_dict(keep_vars=True).items():
+        if not t.is_floating_point():
+            continue
+        if name.endswith("running_var") or t.dim() <= 1:
+            t.copy_(torch.rand(t.shape, generator=gen) + 0.5)
+        else:
+            t.copy_(torch.randn(t.shape, generator=gen) / math.sqrt(t[0].numel()))
+
+
+def floats(m: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in m.state_dict(keep_vars=True).items() if v.is_floating_point()}
+
+
+@torch.no_grad()
+def copy_weights(
+    src: nn.Module, dst: nn.Module, names: dict[str, str] | None = None, zero: tuple[str, ...] = ()
+) -> None:
+    """Copy every floating tensor of src into dst: in order, or by ``names`` {dst: src}; the dst
+    tensors in ``zero`` (ones visattn does not have, e.g. a conv bias before BN) are zeroed."""
+    s = floats(src)
+    d = {k: v for k, v in floats(dst).items() if k not in zero}
+    pairs = [(names[k], k) for k in d] if names else list(zip(s, d))
+    assert len(pairs) == len(d) and sorted(ks for ks, _ in pairs) == sorted(s), (list(s), list(d))
+    for ks, kd in pairs:
+        assert s[ks].numel() == d[kd].numel(), (ks, kd, s[ks].shape, d[kd].shape)
+        d[kd].copy_(s[ks].reshape(d[kd].shape))
+    for k in zero:
+        floats(dst)[k].zero_()
+
+
+def assert_same_function(
+    ours: nn.Module,
+    theirs: nn.Module,
+    names: dict[str, str] | None = None,
+    zero: tuple[str, ...] = (),
+    size: tuple[int, int] = (14, 14),
+    seed_each_call: bool = False,
+) -> None:
+    randomize(ours)
+    copy_weights(ours, theirs, names, zero)
+    x = torch.randn(3, C, *size, generator=torch.Generator().manual_seed(1))
+    for train in (True, False):
+        ours.train(train)
+        theirs.train(train)
+        with torch.no_grad():
+            if seed_each_call:  # dropout: the same mask for both
+                torch.manual_seed(2)
+            y_ours = ours(x)
+            if seed_each_call:
+                torch.manual_seed(2)
+            y_theirs = theirs(x)
+        assert (y_ours - x).abs().max() > 1e-3, "the twin check needs a block that changes x"
+        torch.testing.assert_close(y_ours, y_theirs, **TOL, msg=f"train={train}")
+
+
+def block(name: str, **kw) -> nn.Module:
+    return visattn.create_block(name, C, **kw)
+
+
+# --------------------------------------------------------------------------- channel
+
+
+def test_se_equals_timm_se() -> None:
+    ours = block("se", reduction=16)
+    assert_same_function(ours, get_attn("se")(C, rd_channels=ours.fc1.out_channels))
+
+
+def test_eca_equals_timm_eca() -> None:
+    ours = block("eca", kernel_size=5)  # timm raises the adaptive kernel to >= 3: give it
+    assert_same_function(ours, get_attn("eca")(None, kernel_size=5))
+
+
+def test_eca_adaptive_kernel_agrees_with_timm_where_timm_does_not_raise_it() -> None:
+    for c in (64, 256, 1024):
+        t = get_attn("eca")(c)
+        assert visattn.create_block("eca", c).kernel_size == t.conv.kernel_size[0]
+
+
+def test_ecam_is_eca_with_mlp() -> None:
+    ours = block("eca", mlp=True)
+    theirs = get_attn("ecam")(C)
+    assert ours.kernel_size == theirs.conv2.kernel_size[0] == 3
+    assert_same_function(ours, theirs)
+
+
+def test_ceca_is_eca_with_circular_padding() -> None:
+    ours = block("eca", padding="circular", kernel_size=3)
+    theirs = get_attn("ceca")(C)
+    assert_same_function(ours, theirs)
+    # and circular padding really differs from zero padding at the ends of the channel axis
+    zero = block("eca", kernel_size=3)
+    zero.load_state_dict(ours.state_dict())
+    x = torch.randn(2, C, 5, 5)
+    with torch.no_grad():
+        d = (zero.eval()(x) - ours.eval()(x)).abs().amax(dim=(0, 2, 3))
+    assert d[0] > 0 and d[-1] > 0 and d[1:-1].max() == 0
+
+
+def test_ese_equals_timm_ese_with_hard_sigmoid() -> None:
+    assert_same_function(block("ese", gate_layer="hard_sigmoid"), get_attn("ese")(C))
+
+
+def _timm_ge(extent: int, mlp: bool = False, param_gather: bool = False) -> nn.Module:
+    """timm's GatherExcite. In timm 1.0.31 its constructor fails when it builds the MLP or a
+    parametric gather (it passes ``*dd``, the keys 'device' and 'dtype', as positional
+    arguments); those parts are built here exactly as that constructor would, then timm's own
+    ``forward`` runs."""
+    m = get_attn("ge")(C, extent=extent, use_mlp=False)
+    if mlp:
+        m.mlp = ConvMlp(C, C // 16, act_layer=nn.ReLU)
+    if param_gather:
+        m.gather = nn.Sequential()
+        n = int(math.log2(extent))
+        for i in range(n):
+            m.gather.add_module(f"conv{i + 1}", nn.Conv2d(C, C, 3, 2, 1, groups=C, bias=False))
+            m.gather.add_module(f"norm{i + 1}", nn.BatchNorm2d(C))
+            if i != n - 1:
+                m.gather.add_module(f"act{i + 1}", nn.ReLU(inplace=True))
+    return m
+
+
+def test_timm_gather_excite_constructor_still_fails_with_an_mlp() -> None:
+    """The reason _timm_ge builds parts by hand; when timm fixes it, this test says so."""
+    with pytest.raises(TypeError):
+        get_attn("ge")(C)
+
+
+@pytest.mark.parametrize("extent", ["global", 2, 4, 8])
+def test_ge_theta_minus_equals_timm_parameter_free_gather(extent) -> None:
+    ours = block("ge", variant="minus", extent=extent, mlp=True)  # timm's ge: + MLP
+    theirs = _timm_ge(0 if extent == "global" else extent, mlp=True)
+    assert_same_function(ours, theirs, size=(15, 13))
+    # without MLP: the paper's parameter-free GE-theta-minus
+    ours = block("ge", variant="minus", extent=extent)
+    theirs = _timm_ge(0 if extent == "global" else extent)
+    x = torch.randn(2, C, 15, 13)
+    torch.testing.assert_close(ours(x), theirs(x), **TOL)
+
+
+@pytest.mark.parametrize("extent", [2, 8])
+@pytest.mark.parametrize("variant", ["theta", "plus"])
+def test_ge_parametric_gather_equals_timm_extra_params(variant: str, extent: int) -> None:
+    ours = block("ge", variant=variant, extent=extent)
+    theirs = _timm_ge(extent, mlp=variant == "plus", param_gather=True)
+    # timm registers its gather after its MLP: pair gather with gather, MLP with MLP
+    dst = sorted(floats(theirs), key=lambda k: not k.startswith("gather"))
+    assert_same_function(ours, theirs, dict(zip(dst, floats(ours))), size=(16, 12))
+
+
+def test_gca_is_gc_with_addition_fusion_the_default() -> None:
+    ours = block("gc", reduction=8)  # timm's rd_ratio 1/8
+    theirs = get_attn("gca")(C)
+    theirs.mlp_add.norm.eps = ours.norm.eps  # GCNet's LayerNorm eps 1e-5, timm's 1e-6
+    assert_same_function(ours, theirs)
+
+
+def test_gc_timm_default_is_scale_fusion() -> None:
+    ours = block("gc", reduction=8, fusion="scale")
+    theirs = get_attn("gc")(C)
+    theirs.mlp_scale.norm.eps = ours.scale[1].eps
+    assert_same_function(ours, theirs)
+
+
+def test_gc_both_fusions_and_average_pooling_equal_timm() -> None:
+    ours = block("gc", reduction=8, fusion="both", pool="avg")
+    theirs = get_attn("gc")(C, use_attn=False, fuse_add=True, fuse_scale=True)
+    theirs.mlp_add.norm.eps = theirs.mlp_scale.norm.eps = 1e-5
+    names = {
+        **{f"mlp_add.{k}": v for k, v in _gc_names("").items()},
+        **{f"mlp_scale.{k}": v for k, v in _gc_names("scale.").items()},
+    }
+    assert_same_function(ours, theirs, names)
+
+
+def _gc_names(prefix: str) -> dict[str, str]:
+    if prefix:  # the scale transform is an nn.Sequential
+        src = ["0.weight", "0.bias", "1.weight", "1.bias", "3.weight", "3.bias"]
+        src = [prefix + s for s in src]
+    else:
+        src = ["fc1.weight", "fc1.bias", "norm.weight", "norm.bias", "fc2.weight", "fc2.bias"]
+    dst = ["fc1.weight", "fc1.bias", "norm.weight", "norm.bias", "fc2.weight", "fc2.bias"]
+    return dict(zip(dst, src))
+
+
+# --------------------------------------------------------------------------- spatial / hybrid
+
+
+def test_spatial_with_bn_equals_timm_spatial_attn() -> None:
+    from timm.layers.cbam import SpatialAttn
+
+    assert_same_function(block("spatial", use_bn=True), SpatialAttn(7))
+
+
+def test_cbam_with_bn_equals_timm_cbam() -> None:
+    ours = block("cbam", use_bn=True)
+    theirs = get_attn("cbam")(C, rd_channels=ours.channel.fc1.out_channels, mlp_bias=True)
+    assert_same_function(ours, theirs)
+
+
+def test_lcbam_is_light_cbam() -> None:
+    ours = block("cbam", use_bn=True, light=True)
+    theirs = get_attn("lcbam")(C, rd_channels=ours.channel.fc1.out_channels, mlp_bias=True)
+    assert_same_function(ours, theirs)
+
+
+def test_coord_equals_timm_coord() -> None:
+    ours = block("coord")
+    theirs = get_attn("coord")(C, rd_channels=ours.conv1.out_channels, bias=True)
+    # timm's conv before BN has a bias (zeroed); visattn's has none
+    names = {k: k for k in floats(theirs) if k != "conv1.bias"}
+    assert_same_function(ours, theirs, names, zero=("conv1.bias",), size=(14, 11))
+
+
+def test_scoord_is_simple_coord() -> None:
+    ours = block("coord", simple=True, act_layer="silu")
+    theirs = get_attn("scoord")(C, rd_channels=ours.conv1.out_channels)
+    assert_same_function(ours, theirs, size=(14, 11))
+
+
+def test_ela_with_timm_options_equals_timm_ela() -> None:
+    ours = block("ela", shared=False, num_groups=1, act_layer="silu")
+    theirs = get_attn("ela")(C)
+    names = {k: k for k in floats(theirs)}  # same names, registered in another order
+    assert_same_function(ours, theirs, names, size=(14, 11))
+
+
+def test_strip_equals_timm_strip() -> None:
+    assert_same_function(block("strip"), get_attn("strip")(C), size=(14, 11))
+
+
+# --------------------------------------------------------------------------- non-local
+
+
+def test_nonlocal_equals_timm_nl() -> None:
+    """timm's NonLocalAttn scales scores by C**-0.5: visattn's dot score with temperature
+    sqrt(C) is the same. timm's W_z conv has a bias, zeroed here (BN follows it)."""
+    ours = block("nonlocal", inner_channels=8, score="dot", temperature=math.sqrt(C))
+    theirs = get_attn("nl")(C, rd_channels=8)
+    names = {
+        "t.weight": "theta.weight",
+        "t.bias": "theta.bias",
+        "p.weight": "phi.weight",
+        "p.bias": "phi.bias",
+        "g.weight": "g.weight",
+        "g.bias": "g.bias",
+        "z.weight": "w_z.weight",
+        **{f"norm.{k}": f"norm.{k}" for k in ("weight", "bias", "running_mean", "running_var")},
+    }
+    assert_same_function(ours, theirs, names, zero=("z.bias",), size=(9, 7))
+
+
+@pytest.mark.parametrize("size", [(14, 14), (7, 21)])
+def test_bat_equals_timm_bat_with_its_dropout(size) -> None:
+    ours = block("bat", drop_rate=0.2)
+    theirs = get_attn("bat")(C, rd_channels=ours.inner_channels)
+    assert_same_function(ours, theirs, size=size, seed_each_call=True)
+
+
+# --------------------------------------------------------------------------- coverage
+
+
+def test_every_timm_attention_type_is_known_to_timm_and_covered() -> None:
+    """The 16 lightweight types and nl/bat are twinned above; timm's conv-replacing types (sk,
+    splat, lambda, bottleneck, halo) are blocks of their own, tested with those blocks."""
+    twinned = {"se", "ese", "eca", "ecam", "ceca", "ge", "gc", "gca", "cbam", "lcbam", "coord"}
+    twinned |= {"scoord", "ela", "strip", "nl", "bat"}
+    conv_types = {"sk", "splat", "lambda", "bottleneck", "halo"}
+    for t in twinned | conv_types:
+        assert get_attn(t) is not None
+    assert len(twinned | conv_types) == 21
+    tests = {n for n in globals() if n.startswith("test_")}
+    for t in twinned - {"nl"}:
+        assert any(f"_{t}_" in n or n.endswith(f"_{t}") for n in tests), t

@@ -1,0 +1,168 @@
+"""Non-local block with bilinear attentional transforms (Chi, Yuan, Yu, Tang; CVPR 2020, "Non-Local
+Neural Networks With Grouped Bilinear Attentional Transforms")."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ._utils import check_positive_int, get_layer, reduced_channels
+from .capture import is_capturing, record_attention
+from .registry import register_block
+
+
+def _conv_bn_act(c_in: int, c_out: int, act: type[nn.Module]) -> nn.Sequential:
+    """1x1 conv without bias (the BN after it makes one redundant), BN, activation."""
+    return nn.Sequential(nn.Conv2d(c_in, c_out, 1, bias=False), nn.BatchNorm2d(c_out), act())
+
+
+class BilinearAttnTransform(nn.Module):
+    """The grouped bilinear attentional transform ``Y = P X Q`` (the paper's grouped BA transform),
+    ``(N, C', H, W) -> (N, C', H, W)``; not registered, :class:`BatNonLocal` uses it.
+
+    From a 1x1 conv ``C' -> G`` (+ BN, activation) ``A``:
+
+    * ``P = sigmoid(conv_p(MaxPool_{s x 1}(A)))``, ``Q = sigmoid(conv_q(MaxPool_{1 x s}(A)))``:
+      each group ``g`` gets an ``s x s`` row transform and an ``s x s`` column transform (convs
+      ``G -> s^2 G`` with kernels ``(s, 1)`` and ``(1, s)``, with bias);
+    * ``P`` is normalised so each row sums to 1, ``Q`` so each column sums to 1;
+    * block-level transform: ``H`` is split into ``s`` blocks of ``t = H / s`` rows, and output
+      row ``i t + a`` is ``sum_j P_ij x_{j t + a}`` (``P kron I_t``); columns likewise with
+      ``Q kron I_u``; the channels of group ``g`` share its ``P`` and ``Q``;
+    * then a 1x1 conv ``C' -> C'`` (+ BN, activation).
+
+    Sizes that are not multiples of ``s`` (the paper's and timm's code require them) are
+    zero-padded at the bottom/right for the transform and cropped after it.
+    """
+
+    def __init__(self, channels: int, block_size: int, groups: int, act: type[nn.Module]) -> None:
+        super().__init__()
+        s = block_size
+        self.block_size, self.groups = s, groups
+        self.conv1 = _conv_bn_act(channels, groups, act)
+        self.conv_p = nn.Conv2d(groups, s * s * groups, (s, 1))
+        self.conv_q = nn.Conv2d(groups, s * s * groups, (1, s))
+        self.conv2 = _conv_bn_act(channels, channels, act)
+
+    def transforms(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``P`` (rows sum to 1) and ``Q`` (columns sum to 1), each ``(N, G, s, s)``."""
+        n, s, g = x.shape[0], self.block_size, self.groups
+        a = self.conv1(x)
+        p = self.conv_p(F.adaptive_max_pool2d(a, (s, 1))).view(n, g, s, s).sigmoid()
+        q = self.conv_q(F.adaptive_max_pool2d(a, (1, s))).view(n, g, s, s).sigmoid()
+        return p / p.sum(dim=3, keepdim=True), q / q.sum(dim=2, keepdim=True)
+
+    def apply_transforms(self, x: torch.Tensor, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        """``(P kron I_t) X (Q kron I_u)`` per group, without building the ``H x H`` matrices."""
+        n, c, h, w = x.shape
+        s, g = self.block_size, self.groups
+        hp, wp = -(-h // s) * s, -(-w // s) * s
+        if hp != h or wp != w:
+            x = F.pad(x, (0, wp - w, 0, hp - h))
+        y = torch.einsum("ngij,ngcjtw->ngcitw", p, x.reshape(n, g, c // g, s, hp // s, wp))
+        y = torch.einsum("ngchju,ngjk->ngchku", y.reshape(n, g, c // g, hp, s, wp // s), q)
+        return y.reshape(n, c, hp, wp)[:, :, :h, :w]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        p, q = self.transforms(x)
+        return self.conv2(self.apply_transforms(x, p, q))
+
+
+@register_block("bat", family="spatial", paper="Chi et al., CVPR 2020")
+class BatNonLocal(nn.Module):
+    """BAT block: a non-local block whose attention is a grouped bilinear transform ``P X Q``.
+
+    ``z = x + drop(phi_2(BAT(phi_1(x))))`` (the paper's non-local block with its BA
+    transform): ``phi_1`` a 1x1 conv ``C -> C' = C / r`` with BN and ReLU, ``BAT`` the grouped
+    bilinear attentional transform (:class:`BilinearAttnTransform`, ``s x s`` block-level
+    transforms per group of ``C' / G`` channels, ``s = 7``, ``G = 2``), ``phi_2`` a 1x1 conv
+    ``C' -> C`` with BN and ReLU. Instead of an ``HW x HW`` affinity, each position mixes with the
+    same offset in the other ``s`` row blocks and ``s`` column blocks, so the cost is
+    ``O(s C' HW)`` rather than ``O(C' (HW)^2)``.
+
+    Paper vs official code (``BA-Transform/BAT-Image-Classification``; timm's
+    ``BatNonLocalAttn``): both put ``Dropout2d(0.2)`` on the branch (``drop_rate=0.2``; 0 here by
+    default) and require ``H`` and ``W`` to be multiples of ``s``; here other sizes are padded
+    (see :class:`BilinearAttnTransform`). timm computes ``P X Q`` with explicit ``H x H`` and
+    ``W x W`` Kronecker matrices; here they are never built. timm's channel count is
+    ``make_divisible(C / 4, 8)``; here ``C // r``.
+
+    Shapes: ``(N, C, H, W) -> (N, C, H, W)``. The attention map recorded is the weight each
+    input position *receives*, ``(N, 1, H, W)``: the column sums of ``P kron I`` times the row
+    sums of ``Q kron I``, averaged over groups and normalised to sum to 1 per image (only
+    computed while ``capture_attention`` is active).
+
+    Parameters (default options, ``C' = C // 4``, ``G = 2``, ``s = 7``):
+    ``2 C C' + C'^2 + C' G + 4 C' + 2 G + 2 s^3 G^2 + 2 s^2 G + 2 C``
+    (``phi_1`` ``C C' + 2 C'``; BAT: ``C' G + 2 G``, ``conv_p``/``conv_q``
+    ``2 (s^3 G^2 + s^2 G)``, ``C'^2 + 2 C'``; ``phi_2`` ``C' C + 2 C``).
+
+    Args:
+        channels: input channels ``C``.
+        reduction: ``C' = C // reduction`` (4, timm's rd_ratio 0.25).
+        block_size: ``s``, the size of the block-level transforms (7, official code and timm).
+        groups: ``G``, the number of transform groups (must divide ``C'``; 2).
+        drop_rate: ``Dropout2d`` on the branch (0.2 in the official code and timm).
+        act_layer: activation after each BN (name or class), ReLU.
+    """
+
+    def __init__(
+        self,
+        channels: int,
+        reduction: float = 4,
+        block_size: int = 7,
+        groups: int = 2,
+        drop_rate: float = 0.0,
+        act_layer: str | type[nn.Module] = "relu",
+    ) -> None:
+        super().__init__()
+        check_positive_int("block_size", block_size)
+        check_positive_int("groups", groups)
+        if (
+            isinstance(drop_rate, bool)
+            or not isinstance(drop_rate, (int, float))
+            or not (0 <= drop_rate < 1)
+        ):
+            raise ValueError(f"option 'drop_rate' must be in [0, 1), got {drop_rate!r}")
+        inner = reduced_channels(channels, reduction)
+        if inner % groups:
+            raise ValueError(
+                f"option 'groups'={groups} must divide the inner channels C // reduction = {inner}"
+            )
+        act = get_layer(act_layer, "act_layer")
+        self.inner_channels = inner
+        self.conv1 = _conv_bn_act(channels, inner, act)
+        self.ba = BilinearAttnTransform(inner, block_size, groups, act)
+        self.conv2 = _conv_bn_act(inner, channels, act)
+        self.dropout = nn.Dropout2d(drop_rate)
+        self.branch_scale: nn.Parameter | None = None  # set by init_identity
+
+    def init_identity(self) -> None:
+        """native: learnable scale gamma = 0 on the branch, z = x + gamma * branch.
+
+        The branch ends in BN + ReLU, so zeroing its BN would leave it without gradient.
+        """
+        self.branch_scale = nn.Parameter(torch.zeros(1))
+
+    def _received(self, p: torch.Tensor, q: torch.Tensor, h: int, w: int) -> torch.Tensor:
+        s = self.ba.block_size
+        t, u = -(-h // s), -(-w // s)
+        rows = p.sum(dim=2).repeat_interleave(t, dim=2)[..., :h]  # (N, G, H)
+        cols = q.sum(dim=3).repeat_interleave(u, dim=2)[..., :w]  # (N, G, W)
+        r = (rows.unsqueeze(3) * cols.unsqueeze(2)).mean(dim=1, keepdim=True)
+        return r / r.sum(dim=(2, 3), keepdim=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xl = self.conv1(x)
+        p, q = self.ba.transforms(xl)
+        y = self.dropout(self.conv2(self.ba.conv2(self.ba.apply_transforms(xl, p, q))))
+        if not torch.jit.is_scripting():  # noqa: SIM102 (scripting skips the inner test)
+            if is_capturing(self):  # the summary costs extra passes: only when asked
+                record_attention(self, self._received(p, q, x.shape[2], x.shape[3]))
+        if self.branch_scale is not None:
+            y = y * self.branch_scale
+        return x + y
+
+    def extra_repr(self) -> str:
+        return f"inner_channels={self.inner_channels}"
