@@ -223,7 +223,9 @@ def test_list_blocks_is_sorted_and_filters_by_family() -> None:
 def test_block_info_describes_the_block(name: str) -> None:
     info = visattn.block_info(name)
     assert info.name == name and info.family in registry.FAMILIES
-    assert isinstance(info.paper, str) and "et al." in info.paper
+    # "Hu et al., CVPR 2018"; a paper by one or two authors names them ("Bello, ICLR 2021")
+    assert isinstance(info.paper, str)
+    assert re.match(r"[A-Z][\w-]+( et al\.| & [A-Z][\w-]+)?, ", info.paper), info.paper
     assert isinstance(info.cls, type) and issubclass(info.cls, nn.Module)
     params = list(inspect.signature(info.cls.__init__).parameters.values())
     assert params[1].name == "channels"

@@ -8,11 +8,16 @@ from . import (
     eca,  # noqa: F401
     gc,  # noqa: F401
     gsop,  # noqa: F401
+    halo,  # noqa: F401
+    lambda_layer,  # noqa: F401
+    mhsa,  # noqa: F401
     non_local,  # noqa: F401
     residual_attention,  # noqa: F401
     scse,  # noqa: F401
     se,  # noqa: F401
+    sk,  # noqa: F401
     spatial,  # noqa: F401
+    splat,  # noqa: F401
 )
 from .capture import capture_attention, record_attention
 from .registry import (
