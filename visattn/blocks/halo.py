@@ -150,9 +150,7 @@ class HaloAttention(nn.Module):
             y = F.avg_pool2d(y, self.pool_stride, self.pool_stride, ceil_mode=True)
         return y
 
-    def _received(
-        self, a: torch.Tensor, n: int, h: int, w: int, hq: int, wq: int
-    ) -> torch.Tensor:
+    def _received(self, a: torch.Tensor, n: int, h: int, w: int, hq: int, wq: int) -> torch.Tensor:
         """``(N, 1, H, W)``: weights summed over the real queries (padding excluded) and the
         heads, folded back from the windows onto the map, divided by (queries x heads)."""
         b, halo, win = self.block_size, self.halo_size, self.win_size

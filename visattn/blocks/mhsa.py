@@ -23,7 +23,8 @@ def relative_index(
 
     Query ``i`` sits at ``query_step * i``, key ``j`` at ``j - shift``; their offset
     ``j - shift - query_step * i`` is clipped to ``[-(table - 1), table - 1]`` (an offset beyond
-    the table shares its last entry, as in Shaw et al., NAACL 2018) and shifted to ``[0, 2 table - 2]``.
+    the table shares its last entry, as in Shaw et al., NAACL 2018) and shifted to
+    ``[0, 2 table - 2]``.
     """
     i = torch.arange(n_query, device=device)[:, None] * query_step
     j = torch.arange(n_key, device=device)[None, :] - shift
@@ -58,9 +59,7 @@ def _pair(v: int | tuple[int, int] | list[int], option: str) -> tuple[int, int]:
     return pair  # type: ignore[return-value]
 
 
-@register_block(
-    "mhsa", family="spatial", paper="Srinivas et al., CVPR 2021", replaces_conv=True
-)
+@register_block("mhsa", family="spatial", paper="Srinivas et al., CVPR 2021", replaces_conv=True)
 class BottleneckMHSA(nn.Module):
     """BoTNet's all-to-all multi-head self-attention with 2-D relative position logits.
 

@@ -96,8 +96,7 @@ class SelectiveKernel(nn.Module):
         if split_input:
             if channels % paths:
                 raise ValueError(
-                    f"option 'split_input' needs channels={channels} divisible by the "
-                    f"{paths} paths"
+                    f"option 'split_input' needs channels={channels} divisible by the {paths} paths"
                 )
             path_in = channels // paths
         if path_in % groups or out % groups:

@@ -13,9 +13,7 @@ from .registry import register_block
 __all__ = ["SplitAttention"]
 
 
-@register_block(
-    "splat", family="channel", paper="Zhang et al., ResNeSt 2020", replaces_conv=True
-)
+@register_block("splat", family="channel", paper="Zhang et al., ResNeSt 2020", replaces_conv=True)
 class SplitAttention(nn.Module):
     """Split-attention conv: ``R`` splits per cardinal group, mixed by an r-softmax.
 
