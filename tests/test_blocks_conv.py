@@ -580,3 +580,81 @@ def test_block_info_says_it_replaces_a_conv(name: str) -> None:
     assert {"out_channels", "stride"} <= set(info.defaults)
     with pytest.raises(ValueError, match="init='identity'"):
         visattn.create_block(name, 32, out_channels=64, init="identity")
+
+
+# ------------------------------------------------------------- named models (specs as data)
+# Which residual blocks get which block at position ``conv``: (stage, block index) -> options.
+# The placement itself belongs to the model factory; here the convs of a torchvision ResNet are
+# swapped by hand, only to check that the specs reach the published parameter counts.
+
+
+def _swap_convs(model: nn.Module, name: str, spec) -> nn.Module:
+    """Replace the middle conv (Bottleneck conv2 / BasicBlock conv1) of the blocks ``spec``
+    selects with ``name``, keeping channels and stride; blocks whose output is already
+    normalised and activated (sk, splat) take the following BN's place."""
+    for stage in (1, 2, 3, 4):
+        for i, blk in enumerate(getattr(model, f"layer{stage}")):
+            options = spec(stage, i)
+            if options is None:
+                continue
+            attr, bn = ("conv2", "bn2") if hasattr(blk, "conv3") else ("conv1", "bn1")
+            conv = getattr(blk, attr)
+            new = visattn.create_block(
+                name,
+                conv.in_channels,
+                out_channels=conv.out_channels,
+                stride=conv.stride[0],
+                **options,
+            )
+            setattr(blk, attr, new)
+            if getattr(new, "includes_norm_act", False):
+                setattr(blk, bn, nn.Identity())
+    return model
+
+
+def _count(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def _sk_timm(stage: int, i: int) -> dict:
+    # timm's skresnet18/34: rd_ratio 1/8, rd_divisor 16, split_input=True
+    return {"reduction": 8, "min_rd_channels": 16, "split_input": True}
+
+
+@pytest.mark.parametrize(
+    ("arch", "timm_name"), [("resnet18", "skresnet18"), ("resnet34", "skresnet34")]
+)
+def test_sk_resnet_spec_matches_timm_parameter_count(arch: str, timm_name: str) -> None:
+    import timm
+    import torchvision
+
+    model = _swap_convs(getattr(torchvision.models, arch)(), "sk", _sk_timm)
+    assert _count(model) == _count(timm.create_model(timm_name))  # 11,958,056 / 22,282,376
+    with torch.no_grad():
+        assert model.eval()(torch.randn(1, 3, 64, 64)).shape == (1, 1000)
+
+
+def _bot50(stage: int, i: int) -> dict | None:
+    # BoT50: MHSA (4 heads) in the three c5 blocks; at 224x224 the first sees 14x14, then 7x7
+    return {"heads": 4, "feat_size": 14 if i == 0 else 7} if stage == 4 else None
+
+
+def _lambda50(stage: int, i: int) -> dict:
+    # LambdaResNet-50 (paper Table 3): every 3x3 conv, |k|=16, |h|=4, |u|=1, scope 23
+    return {"heads": 4, "dim_k": 16, "r": 23}
+
+
+@pytest.mark.parametrize(
+    ("name", "spec", "published"),
+    [("mhsa", _bot50, 20.8e6), ("lambda", _lambda50, 15.0e6)],
+    ids=["botnet50", "lambda_resnet50"],
+)
+def test_bottleneck_specs_match_the_papers_parameter_counts(name, spec, published) -> None:
+    import torchvision
+
+    model = _swap_convs(torchvision.models.resnet50(), name, spec)
+    # the papers give three digits: LambdaResNet-50 measures 15.00M (15.0M), BoT50 20.85M
+    # (20.8M published: a match if the paper truncates, 0.05M over if it rounds)
+    assert abs(_count(model) - published) < 0.06e6, _count(model)
+    with torch.no_grad():
+        assert model.eval()(torch.randn(1, 3, 64, 64)).shape == (1, 1000)
