@@ -138,12 +138,10 @@ class HaloAttention(nn.Module):
         rel = relative_logits(q, self.rel_h, self.rel_w, idx, idx)  # (B', bq^2, win^2)
         rel = rel * self.scale if self.scale_pos else rel
         q = q.reshape(-1, bq * bq, d)
+        a = torch.softmax((q @ k.transpose(1, 2)) * self.scale + rel, dim=-1)
         if not torch.jit.is_scripting() and is_capturing(self):
-            a = torch.softmax((q @ k.transpose(1, 2)) * self.scale + rel, dim=-1)
             record_attention(self, self._received(a, n, h, w, hq, wq))
-            y = a @ v
-        else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=rel, scale=self.scale)
+        y = a @ v
         y = y.reshape(n, heads, nh, nw, bq, bq, dv).permute(0, 1, 6, 2, 4, 3, 5)
         y = y.reshape(n, self.out_channels, nh * bq, nw * bq)[..., :hq, :wq]
         if self.pool_stride > 1:

@@ -147,12 +147,10 @@ class BottleneckMHSA(nn.Module):
         idx_w = relative_index(w, w, self.feat_size[1], device=x.device)
         rel = relative_logits(q.reshape(-1, h, w, d), self.rel_h, self.rel_w, idx_h, idx_w)
         rel = rel * self.scale if self.scale_pos else rel
+        a = torch.softmax((q @ k.transpose(1, 2)) * self.scale + rel, dim=-1)
         if not torch.jit.is_scripting() and is_capturing(self):
-            a = torch.softmax((q @ k.transpose(1, 2)) * self.scale + rel, dim=-1)
             record_attention(self, a.view(n, heads * h * w, h, w).mean(1, keepdim=True))
-            y = a @ v
-        else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=rel, scale=self.scale)
+        y = a @ v
         y = y.transpose(1, 2).reshape(n, self.out_channels, h, w)
         if self.stride > 1:
             y = F.avg_pool2d(y, 2, 2, ceil_mode=True)
