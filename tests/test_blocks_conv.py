@@ -231,6 +231,27 @@ def test_halo_default_block_equals_timm_on_multiples_of_the_block() -> None:
     _assert_twins(block, twin, _x(2, 64, 16, 8))
 
 
+@pytest.mark.parametrize("name", CONV_BLOCKS)
+@pytest.mark.parametrize("size", ((8, 8), (14, 14)), ids=("8x8", "14x14"))
+def test_benchmark_twins_compute_the_same_function(name: str, size) -> None:
+    """The twins of ``benchmarks/bench_blocks.py`` (options sized to the benchmark shape)."""
+    import importlib
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[1] / "benchmarks"
+    sys.path.insert(0, str(bench))
+    try:
+        bench_blocks = importlib.import_module("bench_blocks")
+    finally:
+        sys.path.remove(str(bench))
+    spec = bench_blocks.CONV_TWINS[name]
+    options = {**spec.options, **(spec.sized((2, 32, *size)) if spec.sized else {})}
+    block = visattn.create_block(name, 32, **options)
+    check = bench_blocks.check_twin(block, spec.build(block, 32), spec, 32, size)
+    assert check.startswith("same"), check
+
+
 # ------------------------------------------------------------------------- papers: equations
 
 
