@@ -83,7 +83,9 @@ class LambdaLayer(nn.Module):
         self.qkv = nn.Conv2d(channels, dim_k * heads + dim_k + self.dim_v, 1, bias=qkv_bias)
         self.norm_q = nn.BatchNorm2d(dim_k * heads)
         self.norm_v = nn.BatchNorm2d(self.dim_v)
-        # E: |k| filters of r x r over one value channel at a time
+        # E: |k| filters of r x r, applied to each value channel alike: a 3-D conv over
+        # (H, W, |v|) with kernel (r, r, 1). The weight is kept 4-D, (|k|, 1, r, r), so that
+        # the block converts to channels_last like any conv (5-D weights cannot).
         self.pos_conv = nn.Conv2d(1, dim_k, r, padding=r // 2, bias=pos_bias)
         self.reset_parameters()
 
@@ -107,8 +109,14 @@ class LambdaLayer(nn.Module):
             record_attention(self, k.mean(1).view(n, 1, h, w))
         content = torch.einsum("nkm,nvm->nkv", k, v.reshape(n, dv, m))
         y = torch.einsum("nhkm,nkv->nhvm", q, content)
-        position = self.pos_conv(v.reshape(n * dv, 1, h, w)).view(n, dv, dk, m)
-        y = y + torch.einsum("nhkm,nvkm->nhvm", q, position)
+        pc, r = self.pos_conv, self.r
+        position = F.conv3d(  # (N, |k|, H, W, |v|); faster than a 2-D conv over N |v| maps
+            v.unsqueeze(1).permute(0, 1, 3, 4, 2),
+            pc.weight.unsqueeze(-1),
+            pc.bias,
+            padding=(r // 2, r // 2, 0),
+        )
+        y = y + torch.einsum("nhkm,nkmv->nhvm", q, position.reshape(n, dk, m, dv))
         y = y.reshape(n, self.out_channels, h, w)
         if self.stride > 1:
             y = F.avg_pool2d(y, self.stride, self.stride, ceil_mode=True)
