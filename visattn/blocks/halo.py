@@ -135,10 +135,9 @@ class HaloAttention(nn.Module):
         k, v = kv.reshape(-1, win * win, d + dv).split([d, dv], dim=-1)
         step = s if self.rel_pos == "image" else 1
         idx = relative_index(bq, win, win, query_step=step, shift=0, device=x.device)
-        rel = relative_logits(q, self.rel_h, self.rel_w, idx, idx)  # (B', bq^2, win^2)
-        rel = rel * self.scale if self.scale_pos else rel
-        q = q.reshape(-1, bq * bq, d)
-        a = torch.softmax((q @ k.transpose(1, 2)) * self.scale + rel, dim=-1)
+        qs = q * self.scale  # scaling q costs bq^2*d per block, scaling the logits bq^2*win^2
+        rel = relative_logits(qs if self.scale_pos else q, self.rel_h, self.rel_w, idx, idx)
+        a = torch.softmax(torch.baddbmm(rel, qs.reshape(-1, bq * bq, d), k.transpose(1, 2)), -1)
         if not torch.jit.is_scripting() and is_capturing(self):
             record_attention(self, self._received(a, n, h, w, hq, wq))
         y = a @ v

@@ -145,9 +145,11 @@ class BottleneckMHSA(nn.Module):
         v = v.reshape(n * heads, dv, h * w).transpose(1, 2)
         idx_h = relative_index(h, h, self.feat_size[0], device=x.device)
         idx_w = relative_index(w, w, self.feat_size[1], device=x.device)
-        rel = relative_logits(q.reshape(-1, h, w, d), self.rel_h, self.rel_w, idx_h, idx_w)
-        rel = rel * self.scale if self.scale_pos else rel
-        a = torch.softmax((q @ k.transpose(1, 2)) * self.scale + rel, dim=-1)
+        qs = q * self.scale  # scaling q costs HW*d, scaling the logits (HW)^2
+        rel = relative_logits(
+            (qs if self.scale_pos else q).reshape(-1, h, w, d), self.rel_h, self.rel_w, idx_h, idx_w
+        )
+        a = torch.softmax(torch.baddbmm(rel, qs, k.transpose(1, 2)), dim=-1)
         if not torch.jit.is_scripting() and is_capturing(self):
             record_attention(self, a.view(n, heads * h * w, h, w).mean(1, keepdim=True))
         y = a @ v
