@@ -22,8 +22,8 @@ from visattn.data import (
     make_shapes,
     seed_worker,
 )
-from visattn.data import datasets as ds_mod
-from visattn.data.datasets import COLORS
+from visattn.data import cifar as ds_mod
+from visattn.data.shapes import COLORS
 
 SHARED_CIFAR = Path(__file__).resolve().parents[2] / "shared" / "data"
 
