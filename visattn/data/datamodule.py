@@ -177,7 +177,9 @@ class VisattnDataModule(pl.LightningDataModule):
                 )
         if dataset == "imagefolder" and root is None:
             raise ValueError("dataset 'imagefolder' needs --data.root PATH (with train/ and val/)")
-        self.save_hyperparameters()
+        # num_classes is checked below and reaches the model by the link; kept out of hparams,
+        # where Lightning would find it disagreeing (None) with the module's
+        self.save_hyperparameters(ignore=["num_classes"])
         self.augment = augment
         self.image_size = size
         self.mean, self.std = STATS[dataset]
