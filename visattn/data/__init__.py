@@ -1,10 +1,15 @@
 """Data: one module per source (``cifar``, ``imagefolder``, ``shapes``; ``arrays`` holds
 in-memory images), albumentations pipelines (``transforms``) and the ``VisattnDataModule`` used
-by ``train_cls.py`` (``datamodule``)."""
+by ``train_cls.py`` (``datamodule``).
+
+The datasets need no optional dependency; ``VisattnDataModule`` and the transforms need the
+``train`` extra (Lightning, albumentations) and are imported when first used."""
+
+import importlib
+from typing import Any
 
 from .arrays import ArrayDataset
 from .cifar import CIFAR_SPECS, DatasetIntegrityError, load_cifar, locate_cifar
-from .datamodule import DATASETS, STATS, VisattnDataModule
 from .imagefolder import (
     BadImageError,
     ImageFolderDataset,
@@ -13,7 +18,16 @@ from .imagefolder import (
     verify_images,
 )
 from .shapes import COLORS, SHAPES, make_shapes, shapes_classes
-from .transforms import DeviceAugment, build_transforms, seed_worker
+
+#: names that need the ``train`` extra, and their modules (loaded on first use)
+_LAZY = {
+    "DATASETS": "datamodule",
+    "STATS": "datamodule",
+    "VisattnDataModule": "datamodule",
+    "DeviceAugment": "transforms",
+    "build_transforms": "transforms",
+    "seed_worker": "transforms",
+}
 
 __all__ = [
     "CIFAR_SPECS",
@@ -37,3 +51,9 @@ __all__ = [
     "shapes_classes",
     "verify_images",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

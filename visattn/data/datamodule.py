@@ -8,10 +8,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import lightning.pytorch as pl
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
+
+from .._extras import missing_extra
+
+try:
+    import lightning.pytorch as pl
+except ImportError as _err:
+    raise missing_extra(_err, "train", "visattn.data.VisattnDataModule") from _err
 
 from .arrays import ArrayDataset
 from .cifar import CIFAR_SPECS, load_cifar, locate_cifar

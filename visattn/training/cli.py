@@ -58,7 +58,11 @@ def _expand_config(path: str, seen: tuple[str, ...] = ()) -> list[str]:
     key = str(file.resolve())
     if key in seen:
         raise ValueError(f"config {path}: _base_ cycle through {' -> '.join(seen)}")
-    content = yaml.safe_load(file.read_text()) or {}
+    try:
+        with open(file) as f:  # a file object: YAML's error marks then name the file
+            content = yaml.safe_load(f) or {}
+    except yaml.YAMLError as e:
+        raise ValueError(f"config {path}: not valid YAML: {e}") from e
     if not isinstance(content, dict) or "_base_" not in content:
         return [path]
     bases = content.pop("_base_")
