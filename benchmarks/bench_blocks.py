@@ -586,7 +586,11 @@ def _pairs_by_order(b: nn.Module, t: nn.Module) -> list[tuple[torch.Tensor, torc
 
 
 def check_twin(
-    block: nn.Module, twin: nn.Module, spec: Twin, channels: int, size: tuple[int, ...] | None = None
+    block: nn.Module,
+    twin: nn.Module,
+    spec: Twin,
+    channels: int,
+    size: tuple[int, ...] | None = None,
 ) -> str:
     """``same (max|d|=...)`` if the twin computes the block's function, else what differs."""
     b, t = copy.deepcopy(block).float().cpu(), copy.deepcopy(twin).float().cpu()

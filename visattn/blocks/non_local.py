@@ -25,8 +25,8 @@ COSINE_TEMPERATURE = 0.1
 
 def _split_heads(t: torch.Tensor, heads: int) -> torch.Tensor:
     """``(N, h*d, H, W) -> (N, h, H*W, d)``."""
-    n, c = t.shape[:2]
-    return t.reshape(n, heads, c // heads, -1).transpose(-1, -2)
+    n, c, h, w = t.shape
+    return t.reshape(n, heads, c // heads, h * w).transpose(-1, -2)  # no -1: N may be 0
 
 
 def window_mask(
