@@ -143,3 +143,9 @@ def test_training_without_the_extra_names_it() -> None:
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.count("ok:") == 4
+
+
+@pytest.mark.parametrize("bad", (-1, 2.5, True))
+def test_create_model_refuses_an_impossible_num_classes(bad) -> None:
+    with pytest.raises(ValueError, match=r"num_classes must be an int >= 0"):
+        visattn.create_model("resnet20_cifar", num_classes=bad)

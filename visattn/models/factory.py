@@ -146,6 +146,11 @@ def create_model(
             "'attention' placements; use a ResNet backbone (e.g. 'resnet56_cifar')"
         )
     num_classes = spec.num_classes if num_classes is None else num_classes
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 0:
+        raise ValueError(
+            f"create_model({spec.name!r}): num_classes must be an int >= 0 (0 = no classifier), "
+            f"got {num_classes!r}"
+        )
     built = {**spec.defaults, **spec.fixed, **kwargs}
     model = spec.builder(**built, num_classes=num_classes, in_chans=in_chans)
     model.attention_paths = apply_placements(model, placements, model_name=spec.name)
