@@ -1,8 +1,8 @@
 """Pictures of what attention blocks look at, from a checkpoint or a network in memory.
 
 ``python -m visattn.visualize --ckpt PATH --out DIR`` (or :func:`visualize`) loads a training
-checkpoint (``ClassificationModule.load_from_checkpoint`` and the data module rebuilt from the
-``datamodule_hyper_parameters`` saved in it), runs a few validation images through the network
+checkpoint (:func:`visattn.utils.load_run`: the network and the data module rebuilt from the
+hyper-parameters saved in it), runs a few validation images through the network
 inside :func:`visattn.capture_attention` and writes one PNG per image, a grid of panels:
 
 * the image (with the target's box when the data set has ``boxes``, and label / prediction),
@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from matplotlib.patches import Rectangle
 
 from .blocks import capture_attention
+from .utils import load_run
 
 __all__ = [
     "MAX_COLS",
@@ -260,14 +261,8 @@ def visualize(
     Returns:
         The PNG paths, one per image.
     """
-    from .data.datamodule import VisattnDataModule
-    from .training.module import ClassificationModule
-
-    module = ClassificationModule.load_from_checkpoint(ckpt_path, map_location="cpu")
-    net = module.net.to(device).eval()
-    dm = VisattnDataModule.load_from_checkpoint(
-        ckpt_path, map_location="cpu", **{"num_workers": 0, **dict(data_overrides or {})}
-    )
+    loaded = load_run(ckpt_path, data_overrides=data_overrides, device=device)
+    net, dm = loaded.net, loaded.datamodule
     dm.setup("validate")
     val = dm.val_dataset
     if indices is None:

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import csv
 import io
 import math
 from collections import defaultdict
@@ -23,10 +22,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
+from ..utils import atomic_write_bytes, read_metric_curve
 from .report import summarize
-from .results import atomic_write_bytes
 
-__all__ = ["read_val_curve", "write_plots"]
+__all__ = ["write_plots"]
 
 
 def _save(fig: plt.Figure, path: Path) -> None:
@@ -34,21 +33,6 @@ def _save(fig: plt.Figure, path: Path) -> None:
     fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
     atomic_write_bytes(path, buf.getvalue())
-
-
-def read_val_curve(metrics_csv: str | Path, key: str = "val/acc") -> dict[int, float]:
-    """``{epoch: value}`` of ``key`` from a Lightning ``metrics.csv`` (the last non-empty value
-    logged in each epoch). Missing file or column: an empty dict."""
-    path = Path(metrics_csv)
-    if not path.is_file():
-        return {}
-    curve: dict[int, float] = {}
-    with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            v, e = row.get(key, ""), row.get("epoch", "")
-            if v not in ("", None) and e not in ("", None):
-                curve[int(float(e))] = float(v)
-    return curve
 
 
 def _scatter(
@@ -107,7 +91,7 @@ def _curves(rows: Sequence[dict[str, Any]], root: Path, path: Path) -> None:
         if r["variant"] not in order:
             order.append(r["variant"])
         if r["status"] == "ok" and r.get("metrics_csv"):
-            curve = read_val_curve(root / r["metrics_csv"])
+            curve = read_metric_curve(root / r["metrics_csv"])
             if curve:
                 per_variant[r["variant"]].append(curve)
     fig, ax = plt.subplots(figsize=(6.4, 4.8))

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .results import MeanStd, atomic_write_text, mean_std, read_results, welch_ci
+from ..utils import atomic_write_text
+from .results import MeanStd, mean_std, read_results, welch_ci
 
 __all__ = ["PLOT_FILES", "VariantSummary", "render_report", "summarize", "write_report"]
 

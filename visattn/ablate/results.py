@@ -27,15 +27,15 @@ from __future__ import annotations
 import csv
 import io
 import math
-import os
 import statistics
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from scipy import stats as _stats
+
+from ..utils import atomic_write_bytes, atomic_write_text
 
 __all__ = [
     "NUMERIC_COLUMNS",
@@ -96,28 +96,6 @@ NUMERIC_COLUMNS = frozenset(
     }
 )
 _INT_COLUMNS = frozenset({"seed", "params", "macs", "throughput_batch", "epochs", "loc/blocks"})
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see either the old or the new file, never a
-    partial one: a temporary file in the same folder, flushed and fsynced, then ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """:func:`atomic_write_bytes` for UTF-8 text."""
-    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def _cell(value: Any) -> str:

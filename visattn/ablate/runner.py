@@ -34,9 +34,10 @@ import torch
 
 from ..localization import score_model
 from ..profile import measure_latency
+from ..utils import atomic_write_text, load_run
 from .plots import write_plots
 from .report import write_report
-from .results import atomic_write_text, write_results
+from .results import write_results
 from .sweep import Run, Sweep, load_sweep
 
 __all__ = ["MARKER", "evaluate_run", "run_sweep"]
@@ -79,8 +80,8 @@ def _default_train_fn() -> TrainFn:
 def evaluate_run(summary: dict[str, Any], sweep: Sweep) -> dict[str, Any]:
     """Columns measured on the trained network of one run (``summary`` from ``cli.run``).
 
-    Loads the best (else the last) checkpoint with ``ClassificationModule.load_from_checkpoint``
-    and its data module from the hyper-parameters saved in it, then measures latency at batch 1
+    Loads the best (else the last) checkpoint with :func:`visattn.utils.load_run` (network and
+    data module rebuilt from the hyper-parameters saved in it), then measures latency at batch 1
     and at ``sweep.profile["batch"]`` (``visattn.profile.measure_latency``, eval mode, the
     validation images' size) and, when the validation set has ``boxes``, the localization
     scores (``visattn.localization.score_model``).
@@ -88,19 +89,14 @@ def evaluate_run(summary: dict[str, Any], sweep: Sweep) -> dict[str, Any]:
     Raises:
         RuntimeError: the run saved no checkpoint.
     """
-    from ..data.datamodule import VisattnDataModule
-    from ..training.module import ClassificationModule
-
     ckpt = summary.get("best_ckpt") or summary.get("last_ckpt")
     if not ckpt or not Path(ckpt).is_file():
         raise RuntimeError(
             "the run saved no checkpoint; the sweep needs one to measure the trained network "
             "(keep trainer.enable_checkpointing on)"
         )
-    module = ClassificationModule.load_from_checkpoint(ckpt, map_location="cpu")
-    net = module.net.eval()
-    hp = dict(module.hparams)
-    dm = VisattnDataModule.load_from_checkpoint(ckpt, map_location="cpu", num_workers=0)
+    loaded = load_run(ckpt)
+    net, hp, dm = loaded.net, loaded.hparams, loaded.datamodule
     dm.setup("validate")
     val = dm.val_dataset
     shape = tuple(torch.as_tensor(val[0][0]).shape)  # (C, H, W)
