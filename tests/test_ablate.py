@@ -27,7 +27,13 @@ from visattn.ablate.results import atomic_write_text
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 REPO = Path(__file__).resolve().parents[1]
-PLOTS = ("acc_vs_params.png", "acc_vs_macs.png", "acc_vs_latency.png", "val_curves.png")
+PLOTS = (
+    "acc_vs_params.png",
+    "acc_vs_macs.png",
+    "acc_vs_latency.png",
+    "val_curves.png",
+    "paired_diff.png",
+)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -131,19 +137,37 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def _check_report_against_csv(out: Path, baseline: str) -> None:
-    """Recompute mean, std and the Welch interval from results.csv and compare to report.md."""
+def _paired_by_hand(a: dict[int, float], b: dict[int, float]) -> tuple[float, float, float, int]:
+    """Mean of the per-seed differences and its 95% paired-t interval, from the textbook formula
+    ``mean(d) -/+ t_{0.975, n-1} * sd(d) / sqrt(n)`` (only the t quantile comes from scipy)."""
+    seeds = sorted(set(a) & set(b))
+    d = [a[s] - b[s] for s in seeds]
+    n = len(d)
+    mean = sum(d) / n
+    if n < 2:
+        return mean, math.nan, math.nan, n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1))
+    half = stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n)
+    return mean, mean - half, mean + half, n
+
+
+def _check_report_against_csv(out: Path, baseline: str, diffs: bool = True) -> None:
+    """Recompute mean, std, the paired and the Welch intervals from results.csv and compare them
+    with report.md."""
     rows = [r for r in _read_csv(out / "results.csv") if r["status"] == "ok"]
     table = _parse_report((out / "report.md").read_text())
     by_variant: dict[str, list[float]] = {}
+    by_seed: dict[str, dict[int, float]] = {}
     for r in rows:
         by_variant.setdefault(r["variant"], []).append(float(r["val/acc"]) * 100)
+        by_seed.setdefault(r["variant"], {})[int(r["seed"])] = float(r["val/acc"]) * 100
     for v, accs in by_variant.items():
         cell = table[v]["val/acc (%)"]
         assert cell == f"{statistics.mean(accs):.2f} ± {statistics.stdev(accs):.2f}", v
         assert table[v]["n"] == str(len(accs))
         if v == baseline:
-            assert table[v]["Δ val/acc (pp) [95% CI]"] == "baseline"
+            assert table[v]["Δ val/acc Welch (pp) [95% CI]"] == "baseline"
+            assert table[v]["Δ val/acc paired (pp) [95% CI]"] == "baseline"
             continue
         diff = statistics.mean(accs) - statistics.mean(by_variant[baseline])
         if statistics.stdev(accs) == statistics.stdev(by_variant[baseline]) == 0:
@@ -151,10 +175,21 @@ def _check_report_against_csv(out: Path, baseline: str) -> None:
         else:
             res = stats.ttest_ind(accs, by_variant[baseline], equal_var=False)
             low, high = res.confidence_interval(0.95)
-        assert table[v]["Δ val/acc (pp) [95% CI]"] == f"{diff:+.2f} [{low:+.2f}, {high:+.2f}]"
+        assert table[v]["Δ val/acc Welch (pp) [95% CI]"] == f"{diff:+.2f} [{low:+.2f}, {high:+.2f}]"
+        pd, plo, phi, n = _paired_by_hand(by_seed[v], by_seed[baseline])
+        if math.isnan(plo) or plo == phi or abs(phi - plo) < 1e-9:
+            assert table[v]["Δ val/acc paired (pp) [95% CI]"].startswith(f"{pd:+.2f}")
+        else:
+            expected = f"{pd:+.2f} [{plo:+.2f}, {phi:+.2f}]"
+            assert table[v]["Δ val/acc paired (pp) [95% CI]"] == expected
+        assert table[v]["pairs"].split(" ")[0] == str(n)
+        if diffs:  # results.csv carries the per-seed differences the paired mean averages
+            d = [float(r["val/acc_diff"]) * 100 for r in rows if r["variant"] == v]
+            assert statistics.mean(d) == pytest.approx(pd)
     best = max(by_variant, key=lambda v: statistics.mean(by_variant[v]))
     starred = [ln for ln in (out / "report.md").read_text().splitlines() if "★" in ln]
     assert any(ln.startswith(f"| {best} ★") for ln in starred)
+    assert "How to read this (val/acc)" in (out / "report.md").read_text()
 
 
 def _check_pngs(out: Path) -> None:
@@ -489,7 +524,7 @@ def test_report_only_rebuilds_from_results_csv(tmp_path: Path, fake: FakeTrainer
         w.writerows(rows)
     (out / "report.md").unlink()
     assert ablate_main([str(path), "--out", str(out), "--report-only"]) == 0
-    _check_report_against_csv(out, "none")
+    _check_report_against_csv(out, "none", diffs=False)  # the hand edit left val/acc_diff stale
 
 
 def test_test_subcommand_runs_on_the_best_checkpoint_when_asked(

@@ -5,6 +5,9 @@
   as horizontal bar); baselines are drawn as squares.
 * ``val_curves.png``: validation accuracy per epoch, mean over seeds per variant with a ±1 std
   band, read from each ok run's ``metrics.csv``.
+* ``paired_diff.png``: a forest plot of the paired comparison, one line per non-baseline
+  variant: the mean of its per-seed val/acc differences to its baseline with the 95% paired-t
+  interval (a cross where fewer than 2 pairs give no interval), and a line at 0.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
 from ..utils import atomic_write_bytes, read_metric_curve
-from .report import summarize
+from .report import compare, summarize
 
 __all__ = ["write_plots"]
 
@@ -132,13 +135,46 @@ def _curves(rows: Sequence[dict[str, Any]], root: Path, path: Path) -> None:
     _save(fig, path)
 
 
+def _forest(summaries: list, baseline: str | Mapping[str, str] | None, path: Path) -> None:
+    comps = compare(summaries, baseline, "val/acc")
+    names = [s.name for s in summaries if s.name in comps and comps[s.name].paired.n]
+    colors = _variant_colors([s.name for s in summaries])
+    fig, ax = plt.subplots(figsize=(6.4, max(2.4, 0.45 * len(names) + 1.4)))
+    for i, name in enumerate(names):
+        p = comps[name].paired
+        y = len(names) - 1 - i
+        if math.isnan(p.low):
+            ax.plot(p.diff * 100, y, "x", color=colors[name])
+        else:
+            ax.errorbar(
+                p.diff * 100,
+                y,
+                xerr=[[(p.diff - p.low) * 100], [(p.high - p.diff) * 100]],
+                fmt="o",
+                color=colors[name],
+                capsize=3,
+            )
+    ax.axvline(0.0, color="grey", linewidth=1, linestyle="--")
+    ax.set_yticks(range(len(names)))
+    ax.set_yticklabels(
+        [f"{n} vs {comps[n].baseline} (n={comps[n].paired.n})" for n in reversed(names)],
+        fontsize=6,
+    )
+    ax.set_xlabel("Δ val/acc (pp), mean of per-seed differences, 95% paired-t CI")
+    if not names:
+        ax.text(0.5, 0.5, "no paired runs yet", ha="center", va="center", transform=ax.transAxes)
+    ax.grid(alpha=0.3, axis="x")
+    fig.tight_layout()
+    _save(fig, path)
+
+
 def write_plots(
     rows: Sequence[dict[str, Any]],
     out_dir: str | Path,
     *,
     baseline: str | Mapping[str, str] | None = None,
 ) -> list[Path]:
-    """Write the four PNG plots of ``rows`` (results.csv rows) into ``out_dir`` atomically.
+    """Write the five PNG plots of ``rows`` (results.csv rows) into ``out_dir`` atomically.
 
     ``metrics_csv`` paths in the rows are taken relative to ``out_dir``. Returns the paths.
     """
@@ -154,4 +190,6 @@ def write_plots(
     _scatter(summaries, "latency_ms", 1.0, "latency at batch 1 (ms)", bases, paths[2], x_err=True)
     paths.append(out / "val_curves.png")
     _curves(rows, out, paths[3])
+    paths.append(out / "paired_diff.png")
+    _forest(summaries, baseline, paths[4])
     return paths

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from ..localization import score_model
+from ..localization import score_gradcam, score_model
 from ..profile import measure_latency
 from ..utils import atomic_write_text, load_run
 from .plots import write_plots
@@ -84,7 +84,8 @@ def evaluate_run(summary: dict[str, Any], sweep: Sweep) -> dict[str, Any]:
     data module rebuilt from the hyper-parameters saved in it), then measures latency at batch 1
     and at ``sweep.profile["batch"]`` (``visattn.profile.measure_latency``, eval mode, the
     validation images' size) and, when the validation set has ``boxes``, the localization
-    scores (``visattn.localization.score_model``).
+    scores of the attention maps (``visattn.localization.score_model``) and of Grad-CAM at the
+    last stage (``visattn.localization.score_gradcam``, every network).
 
     Raises:
         RuntimeError: the run saved no checkpoint.
@@ -130,6 +131,15 @@ def evaluate_run(summary: dict[str, Any], sweep: Sweep) -> dict[str, Any]:
             cols["loc/pointing"] = sum(s["pointing"] for s in scores.values()) / len(scores)
             energies = [s["energy"] for s in scores.values() if not math.isnan(s["energy"])]
             cols["loc/energy"] = sum(energies) / len(energies) if energies else math.nan
+        cam = score_gradcam(
+            net,
+            val,
+            torch.as_tensor(boxes),
+            max_images=sweep.localization["max_images"],
+            tolerance=sweep.localization["tolerance"],
+        )
+        cols["gradcam/pointing"] = cam["pointing"]
+        cols["gradcam/energy"] = cam["energy"]
     net.cpu()
     return cols
 
@@ -192,7 +202,7 @@ def _train_one(run: Run, sweep: Sweep, out: Path, train_fn: TrainFn) -> dict[str
 
 
 def _write_outputs(sweep: Sweep, out: Path, rows: list[dict[str, Any]], planned: int) -> None:
-    write_results(out / "results.csv", rows)
+    write_results(out / "results.csv", rows, baseline=sweep.baselines)
     write_report(
         out / "results.csv",
         out / "report.md",
