@@ -299,9 +299,10 @@ def test_shipped_sweeps_are_valid_and_come_in_quick_and_full_forms(
     assert {v.name for v in quick.variants} <= {v.name for v in full.variants}
 
 
-def test_five_studies_are_shipped() -> None:
+def test_six_studies_are_shipped() -> None:
     stems = {p.stem.rsplit("_", 1)[0] for p in SWEEP_FILES}
     assert stems == {
+        "equal_budget",
         "families",
         "se_integration",
         "cbam_design",

@@ -10,7 +10,7 @@ import yaml
 from .plots import write_plots
 from .report import write_report
 from .results import read_results
-from .runner import run_sweep
+from .runner import report_kwargs, run_sweep
 from .sweep import load_sweep
 
 
@@ -51,10 +51,8 @@ def main(argv: list[str] | None = None) -> int:
         write_report(
             csv_path,
             f"{args.out}/report.md",
-            name=sweep.name,
-            baseline=sweep.baselines,
-            description=sweep.description,
             planned=len(sweep.runs(args.out, overrides)),
+            **report_kwargs(sweep, overrides),
         )
         write_plots(read_results(csv_path), args.out, baseline=sweep.baselines)
         print(f"wrote {args.out}/report.md")

@@ -216,6 +216,7 @@ def render_report(
     planned: int | None = None,
     plots: Sequence[str] = PLOT_FILES,
     notes: Sequence[str] = (),
+    budget: Mapping[str, str] | None = None,
 ) -> str:
     """The markdown report of ``rows`` (as :func:`visattn.ablate.results.read_results` gives).
 
@@ -226,10 +227,14 @@ def render_report(
         planned: the number of runs the sweep plans (for the header; ``None``: not shown).
         plots: PNG files to link below the table.
         notes: extra bullet lines (e.g. how an equal-budget variant was sized).
+        budget: ``{equal-budget variant: the variant it matches}``; each such pair gets a row in
+            an "Against an equal budget" table (the matched variant minus the widened
+            baseline, paired by seed).
     """
     summaries = summarize(rows)
     if not summaries:
         return f"# Sweep `{name}`\n\nNo finished runs yet.\n"
+    by_name = {s.name: s for s in summaries}
     base_of = baselines_of(summaries, baseline)
     first = summaries[0].name
     several = len(set(base_of.values())) > 1
@@ -350,6 +355,25 @@ def render_report(
     if has_test:
         out += ["", _how_to_read(summaries, base_of, "test/acc")]
     out.append("")
+    budget_rows = []
+    for matched, target in (budget or {}).items():
+        if matched in by_name and target in by_name:
+            c = compare(summaries, {target: matched}, "val/acc").get(target)
+            cells = _paired_cells(c, False)
+            budget_rows.append(f"| {target} | {matched} | " + " | ".join(cells) + " |")
+    if budget_rows:
+        out += [
+            "## Against an equal budget",
+            "",
+            "Each variant against the baseline widened to its size (Δ = variant - widened "
+            "baseline, val/acc, paired by seed as above).",
+            "",
+            "| variant | equal-budget baseline | Δ val/acc paired (pp) [95% CI] | pairs | "
+            "Wilcoxon p | Δ val/acc Welch (pp) [95% CI] |",
+            "|---|---|---|---|---|---|",
+            *budget_rows,
+            "",
+        ]
     failures = [r for r in rows if r["status"] != "ok"]
     if failures:
         out += ["## Failed runs", "", "| run | error |", "|---|---|"]

@@ -37,10 +37,11 @@ from ..profile import measure_latency
 from ..utils import atomic_write_text, load_run
 from .plots import write_plots
 from .report import write_report
+from .resolve import check_variants
 from .results import write_results
 from .sweep import Run, Sweep, load_sweep
 
-__all__ = ["MARKER", "evaluate_run", "run_sweep"]
+__all__ = ["MARKER", "evaluate_run", "report_kwargs", "run_sweep"]
 
 MARKER = "result.json"
 TrainFn = Callable[[list[str]], dict[str, Any]]
@@ -201,15 +202,29 @@ def _train_one(run: Run, sweep: Sweep, out: Path, train_fn: TrainFn) -> dict[str
     return row
 
 
-def _write_outputs(sweep: Sweep, out: Path, rows: list[dict[str, Any]], planned: int) -> None:
+def report_kwargs(sweep: Sweep, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The :func:`~visattn.ablate.report.render_report` keywords a sweep implies (name,
+    baselines, description, equal-budget notes and pairs)."""
+    budget = sweep.budget(overrides) if any(v.match for v in sweep.variants) else {}
+    return {
+        "name": sweep.name,
+        "baseline": sweep.baselines,
+        "description": sweep.description,
+        "notes": [m.note(name) for name, m in budget.items()],
+        "budget": {name: m.of for name, m in budget.items()},
+    }
+
+
+def _write_outputs(
+    sweep: Sweep,
+    out: Path,
+    rows: list[dict[str, Any]],
+    planned: int,
+    overrides: Mapping[str, Any] | None,
+) -> None:
     write_results(out / "results.csv", rows, baseline=sweep.baselines)
     write_report(
-        out / "results.csv",
-        out / "report.md",
-        name=sweep.name,
-        baseline=sweep.baselines,
-        description=sweep.description,
-        planned=planned,
+        out / "results.csv", out / "report.md", planned=planned, **report_kwargs(sweep, overrides)
     )
 
 
@@ -248,6 +263,7 @@ def run_sweep(
     dry_run: bool = False,
     train_fn: TrainFn | None = None,
     echo: Callable[[str], None] = print,
+    validate: bool | None = None,
 ) -> list[dict[str, Any]]:
     """Run (or resume) the sweep in ``sweep_path`` into ``out_dir``.
 
@@ -260,6 +276,14 @@ def run_sweep(
         dry_run: only print each run's state and ``train_cls.py`` arguments.
         train_fn: the training call, ``visattn.training.cli.run`` unless given (tests).
         echo: where progress lines go.
+        validate: before the first run, parse and build one run of every variant that has runs
+            to do (:func:`visattn.ablate.resolve.check_variants`), so that a misspelt key or a
+            bad placement in the last variant fails before the first one trains. Default: when
+            ``train_fn`` is the real one.
+
+    Raises:
+        ValueError: a variant fails validation (every failing variant is named), or the
+            profile device is CUDA on a machine without it.
 
     Returns:
         The results rows (one dict per finished run, :data:`~visattn.ablate.results.RESULT_COLUMNS`
@@ -281,6 +305,7 @@ def run_sweep(
             f"sweep {sweep.path}: profile.device is {sweep.profile['device']!r} but CUDA is not "
             "available here; set profile: {device: cpu} (or run on a GPU machine)"
         )
+    real_training = train_fn is None
     train_fn = train_fn or _default_train_fn()
     out.mkdir(parents=True, exist_ok=True)
 
@@ -295,13 +320,15 @@ def run_sweep(
             if (run.root / MARKER).is_file():  # a failed run's old row stays until retried
                 with contextlib.suppress(ValueError, KeyError, TypeError):
                     rows[run.key] = json.loads((run.root / MARKER).read_text())["row"]
+    if real_training if validate is None else validate:
+        check_variants([run for _, run, _ in todo], f"sweep {sweep.path}")
     echo(
         f"{tag} {n} runs ({len(sweep.variants)} variants x {len(sweep.seeds)} seeds): "
         f"{n - len(todo)} done earlier, {len(todo)} to run; output in {out}"
     )
 
     if rows:
-        _write_outputs(sweep, out, [rows[r.key] for r in runs if r.key in rows], n)
+        _write_outputs(sweep, out, [rows[r.key] for r in runs if r.key in rows], n, overrides)
     start = time.perf_counter()
     try:
         for done, (i, run, why) in enumerate(todo):
@@ -313,7 +340,7 @@ def run_sweep(
             )
             echo(progress)
             rows[run.key] = _one(run, i, n, sweep, out, train_fn, echo)
-            _write_outputs(sweep, out, [rows[r.key] for r in runs if r.key in rows], n)
+            _write_outputs(sweep, out, [rows[r.key] for r in runs if r.key in rows], n, overrides)
     finally:
         final = [rows[r.key] for r in runs if r.key in rows]
         if final:
