@@ -9,8 +9,7 @@ import yaml
 
 from .plots import write_plots
 from .report import write_report
-from .results import read_results
-from .runner import report_kwargs, run_sweep
+from .runner import report_kwargs, rows_for_report, run_sweep
 from .sweep import load_sweep
 
 
@@ -28,7 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--report-only",
         action="store_true",
-        help="rebuild report.md and the plots from DIR/results.csv, train nothing",
+        help="rebuild report.md and the plots from DIR/results.csv (itself rebuilt from the "
+        "runs' completion markers when damaged), train nothing",
     )
     parser.add_argument(
         "--set",
@@ -47,14 +47,18 @@ def main(argv: list[str] | None = None) -> int:
         overrides[key] = yaml.safe_load(value) if value else ""
     if args.report_only:
         sweep = load_sweep(args.sweep)
-        csv_path = f"{args.out}/results.csv"
+        try:
+            rows = rows_for_report(sweep, args.out, overrides)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         write_report(
-            csv_path,
+            f"{args.out}/results.csv",
             f"{args.out}/report.md",
             planned=len(sweep.runs(args.out, overrides)),
             **report_kwargs(sweep, overrides),
         )
-        write_plots(read_results(csv_path), args.out, baseline=sweep.baselines)
+        write_plots(rows, args.out, baseline=sweep.baselines)
         print(f"wrote {args.out}/report.md")
         return 0
     rows = run_sweep(args.sweep, args.out, overrides=overrides, dry_run=args.dry_run)

@@ -8,10 +8,13 @@ Layout of the output folder ``DIR``::
     DIR/runs/<variant>/seed<k>/          the run's trainer.default_root_dir (logs, checkpoints)
     DIR/runs/<variant>/seed<k>/result.json   completion marker: the run's row and arguments
 
-The marker is written atomically once a run has finished (``ok`` or ``failed``). Running the
-sweep again skips a run whose marker says ``ok``, whose arguments are unchanged and whose
-``metrics.csv`` and checkpoint still exist; any other run (failed, cut off before its marker,
-artefacts deleted, or its overrides edited) is trained again from scratch in a clean folder.
+The marker is written atomically once a run has finished (``ok`` or ``failed``); it records the
+run's settings (:func:`run_settings`: overrides and base configs by content, not by path) and the
+checkpoint's size and SHA-256. Running the sweep again skips a run whose marker says ``ok``,
+whose settings are unchanged and whose ``metrics.csv`` and intact checkpoint still exist; any
+other run (failed, cut off before its marker, artefacts deleted or damaged, or its settings
+edited, in which case the changed keys are named) is trained again from scratch in a clean
+folder. A sweep folder that was copied or moved resumes as it was.
 results.csv and report.md are rewritten atomically after every run, so an interrupted sweep
 loses at most the run in progress; the plots are drawn (atomically too) when the sweep ends, or
 by ``python -m visattn.ablate SWEEP --out DIR --report-only``.
@@ -20,13 +23,14 @@ by ``python -m visattn.ablate SWEEP --out DIR --report-only``.
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
 import math
 import os
 import shlex
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,14 +38,21 @@ import torch
 
 from ..localization import score_gradcam, score_model
 from ..profile import measure_latency
-from ..utils import atomic_write_text, load_run
+from ..utils import atomic_write_text, file_digest, load_run
 from .plots import write_plots
 from .report import write_report
 from .resolve import check_variants
-from .results import write_results
+from .results import read_results, write_results
 from .sweep import Run, Sweep, load_sweep
 
-__all__ = ["MARKER", "evaluate_run", "report_kwargs", "run_sweep"]
+__all__ = [
+    "MARKER",
+    "evaluate_run",
+    "report_kwargs",
+    "rows_for_report",
+    "run_settings",
+    "run_sweep",
+]
 
 MARKER = "result.json"
 TrainFn = Callable[[list[str]], dict[str, Any]]
@@ -145,23 +156,94 @@ def evaluate_run(summary: dict[str, Any], sweep: Sweep) -> dict[str, Any]:
     return cols
 
 
+def run_settings(args: Sequence[str]) -> dict[str, str]:
+    """What decides a run's result, from its ``train_cls.py`` arguments, independent of where
+    the sweep folder and the config files live: every ``--key=value`` except the log directory,
+    and each ``--config`` file by name and content hash (a YAML string as written).
+
+    A copied or moved sweep folder (or a repository cloned elsewhere) therefore resumes; an
+    edited override or base config does not.
+    """
+    settings: dict[str, str] = {}
+    items = list(args[1:] if args and not str(args[0]).startswith("--") else args)
+    i = n_config = 0
+    while i < len(items):
+        item = items[i]
+        if item == "--config" and i + 1 < len(items):
+            value = items[i + 1]
+            path = Path(value)
+            try:
+                is_file = path.is_file()
+            except OSError:  # a YAML string too long for a file name
+                is_file = False
+            if is_file:
+                value = f"{path.name} sha256:{file_digest(path)['sha256'][:16]}"
+            settings[f"config[{n_config}]"] = value
+            n_config += 1
+            i += 2
+            continue
+        key, _, value = item.partition("=")
+        if key != "--trainer.default_root_dir":
+            settings[key.removeprefix("--")] = value
+        i += 1
+    return settings
+
+
+def _changes(old: Mapping[str, str], new: Mapping[str, str]) -> str:
+    parts = []
+    for key in dict.fromkeys([*old, *new]):
+        a, b = old.get(key, "(unset)"), new.get(key, "(unset)")
+        if a != b:
+            parts.append(f"{key}: {_short(a)} -> {_short(b)}")
+    return "; ".join(parts)
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _read_marker(run: Run) -> dict[str, Any] | None:
+    try:
+        record = json.loads((run.root / MARKER).read_text())
+        if not isinstance(record["row"], dict) or not isinstance(record["args"], list):
+            return None
+        return record
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def _completed(run: Run, out: Path) -> tuple[dict[str, Any] | None, str]:
-    """The run's recorded ok row if it can be skipped, else ``None`` and why it must run."""
+    """The run's recorded ok row if it can be skipped, else ``None`` and why it must run.
+
+    A run is skipped when its marker says ``ok``, its settings (:func:`run_settings`) are
+    unchanged, its ``metrics.csv`` exists and its checkpoint has the size and SHA-256 recorded
+    when it finished.
+    """
     marker = run.root / MARKER
     if not marker.is_file():
         return None, "new" if not run.root.exists() else "cut off before it finished"
-    try:
-        record = json.loads(marker.read_text())
-        row, args = record["row"], record["args"]
-    except (ValueError, KeyError, TypeError):
+    record = _read_marker(run)
+    if record is None:
         return None, "its completion marker is unreadable"
-    if args != list(run.args):
-        return None, "its overrides changed"
+    row = record["row"]
+    old = record.get("settings") or run_settings(record["args"])
+    changed = _changes(old, run_settings(run.args))
+    if changed:
+        return None, f"its settings changed: {changed}"
     if row.get("status") != "ok":
         return None, "it failed before"
     for key in ("metrics_csv", "ckpt"):
         if not row.get(key) or not (out / row[key]).is_file():
             return None, f"its {key.replace('_', '.')} is missing"
+    if row.get("ckpt_sha256"):
+        ckpt = out / row["ckpt"]
+        if ckpt.stat().st_size != row.get("ckpt_size"):
+            return None, (
+                f"its checkpoint {row['ckpt']} is damaged ({ckpt.stat().st_size} bytes, "
+                f"{row.get('ckpt_size')} when it finished)"
+            )
+        if file_digest(ckpt)["sha256"] != row["ckpt_sha256"]:
+            return None, f"its checkpoint {row['ckpt']} is damaged (SHA-256 differs)"
     return row, "done"
 
 
@@ -215,6 +297,66 @@ def report_kwargs(sweep: Sweep, overrides: Mapping[str, Any] | None = None) -> d
     }
 
 
+_REQUIRED = ("run", "variant", "seed", "status")
+
+
+def rows_for_report(
+    sweep: Sweep,
+    out_dir: str | Path,
+    overrides: Mapping[str, Any] | None = None,
+    echo: Callable[[str], None] = print,
+) -> list[dict[str, Any]]:
+    """The rows ``--report-only`` reports: ``DIR/results.csv`` when it is sound, else rebuilt
+    (and rewritten) from the runs' completion markers.
+
+    results.csv is sound when it parses, has the columns ``run``, ``variant``, ``seed`` and
+    ``status``, and holds every run that has a readable marker (a truncated file loses rows).
+    Hand edits of a sound file are kept.
+
+    Raises:
+        ValueError: results.csv is missing or damaged and no marker exists to rebuild it from.
+    """
+    out = Path(out_dir).resolve()
+    runs = sweep.runs(out, overrides)
+    markers = {}
+    for run in runs:
+        record = _read_marker(run)
+        if record is not None:
+            markers[run.key] = record["row"]
+    path = out / "results.csv"
+    problem = ""
+    rows: list[dict[str, Any]] = []
+    try:
+        rows = read_results(path)
+        columns = set().union(*(r.keys() for r in rows)) if rows else set()
+        lacking = [c for c in _REQUIRED if rows and c not in columns]
+        if lacking or None in columns:
+            problem = f"is damaged (columns {lacking} missing or extra cells)"
+        elif any(r[c] in (None, "") for r in rows for c in _REQUIRED):
+            problem = "is damaged (rows with empty run, variant, seed or status)"
+        elif set(markers) - {r["run"] for r in rows}:
+            problem = (
+                f"lacks {len(set(markers) - {r['run'] for r in rows})} finished run(s) that have "
+                "completion markers (truncated?)"
+            )
+    except FileNotFoundError:
+        problem = "is missing"
+    except (ValueError, TypeError, UnicodeDecodeError, csv.Error) as e:
+        problem = f"is unreadable ({type(e).__name__}: {e})"
+    if not problem:
+        return rows
+    if not markers:
+        raise ValueError(
+            f"{path} {problem}, and no completion markers ({out / 'runs'}/<variant>/seed<k>/"
+            f"{MARKER}) exist to rebuild it from; run the sweep without --report-only to train "
+            "the runs again"
+        )
+    rows = [markers[r.key] for r in runs if r.key in markers]
+    echo(f"[{sweep.name}] {path} {problem}: rebuilt from {len(rows)} completion markers")
+    write_results(path, rows, baseline=sweep.baselines)
+    return read_results(path)
+
+
 def _write_outputs(
     sweep: Sweep,
     out: Path,
@@ -242,10 +384,11 @@ def _one(
         shutil.rmtree(run.root)
     run.root.mkdir(parents=True)
     row = _train_one(run, sweep, out, train_fn)
-    atomic_write_text(
-        run.root / MARKER,
-        json.dumps({"row": row, "args": list(run.args)}, indent=1, default=str),
-    )
+    if row["status"] == "ok" and row.get("ckpt") and (out / row["ckpt"]).is_file():
+        digest = file_digest(out / row["ckpt"])
+        row.update(ckpt_size=digest["size"], ckpt_sha256=digest["sha256"])
+    record = {"row": row, "args": list(run.args), "settings": run_settings(run.args)}
+    atomic_write_text(run.root / MARKER, json.dumps(record, indent=1, default=str))
     tag = f"[{sweep.name}] run {i}/{n} {run.key}"
     if row["status"] == "ok":
         acc = "?" if row["val/acc"] is None else f"{row['val/acc']:.4f}"
