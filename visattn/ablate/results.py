@@ -16,6 +16,9 @@ Columns (``RESULT_COLUMNS``, in this order):
   completed;
 - ``val/acc``: best validation top-1 accuracy (a fraction in [0, 1]); ``val/acc_last``: that of
   the last epoch; ``test/acc``: test top-1 accuracy where tested (empty otherwise);
+  ``train/loss``, ``val/loss``: the last epoch's losses (from the run's ``metrics.csv``);
+  ``attempts``: how often the run was started (more than 1 when a worker died and it was
+  retried);
 - ``loc/pointing``: pointing-game hit rate and ``loc/energy``: share of attention energy inside
   the target's box, each the mean over the ``loc/blocks`` spatial, hybrid and residual blocks
   scored (empty when the data has no boxes; see :mod:`visattn.localization`);
@@ -81,6 +84,9 @@ RESULT_COLUMNS = (
     "val/acc",
     "val/acc_last",
     "test/acc",
+    "train/loss",
+    "val/loss",
+    "attempts",
     "loc/pointing",
     "loc/energy",
     "loc/blocks",
@@ -108,6 +114,9 @@ NUMERIC_COLUMNS = frozenset(
         "val/acc",
         "val/acc_last",
         "test/acc",
+        "train/loss",
+        "val/loss",
+        "attempts",
         "loc/pointing",
         "loc/energy",
         "loc/blocks",
@@ -119,7 +128,7 @@ NUMERIC_COLUMNS = frozenset(
     }
 )
 _INT_COLUMNS = frozenset(
-    {"seed", "params", "macs", "throughput_batch", "epochs", "loc/blocks", "ckpt_size"}
+    {"seed", "params", "macs", "throughput_batch", "epochs", "loc/blocks", "ckpt_size", "attempts"}
 )
 #: metrics compared per seed with the baseline (``<metric>_diff`` columns).
 PAIRED_METRICS = ("val/acc", "test/acc")

@@ -38,7 +38,8 @@ import torch
 
 from ..localization import score_gradcam, score_model
 from ..profile import measure_latency
-from ..utils import atomic_write_text, file_digest, load_run
+from ..utils import atomic_write_text, file_digest, load_run, read_metrics_csv
+from .executors import SweepLock, cpu_count, run_local, run_ray
 from .plots import write_plots
 from .report import write_report
 from .resolve import check_variants
@@ -276,6 +277,7 @@ def _train_one(run: Run, sweep: Sweep, out: Path, train_fn: TrainFn) -> dict[str
             "val/acc_last": summary.get("last_val_acc"),
             "test/acc": summary.get("test_acc"),
         },
+        **_last_losses(summary.get("metrics_csv")),
         log_dir=_rel(summary.get("log_dir"), out),
         metrics_csv=_rel(summary.get("metrics_csv"), out),
         ckpt=_rel(summary.get("best_ckpt") or summary.get("last_ckpt"), out),
@@ -357,6 +359,12 @@ def rows_for_report(
     return read_results(path)
 
 
+def _last_losses(metrics_csv: str | None) -> dict[str, float | None]:
+    rows = read_metrics_csv(metrics_csv) if metrics_csv and Path(metrics_csv).is_file() else []
+    last = rows[-1] if rows else {}
+    return {"train/loss": last.get("train/loss"), "val/loss": last.get("val/loss")}
+
+
 def _write_outputs(
     sweep: Sweep,
     out: Path,
@@ -370,7 +378,7 @@ def _write_outputs(
     )
 
 
-def _one(
+def train_and_mark(
     run: Run,
     i: int,
     n: int,
@@ -378,12 +386,16 @@ def _one(
     out: Path,
     train_fn: TrainFn,
     echo: Callable[[str], None],
+    *,
+    attempts: int = 1,
 ) -> dict[str, Any]:
-    """Train run ``i`` of ``n`` in a clean folder, write its marker and return its row."""
+    """Train run ``i`` of ``n`` in a clean folder, write its marker and return its row (the
+    body of every executor: in-process, a ``--jobs`` worker or a Ray task)."""
     if run.root.exists():
         shutil.rmtree(run.root)
     run.root.mkdir(parents=True)
     row = _train_one(run, sweep, out, train_fn)
+    row["attempts"] = attempts
     if row["status"] == "ok" and row.get("ckpt") and (out / row["ckpt"]).is_file():
         digest = file_digest(out / row["ckpt"])
         row.update(ckpt_size=digest["size"], ckpt_sha256=digest["sha256"])
@@ -398,6 +410,75 @@ def _one(
     return row
 
 
+def _run_parallel(
+    todo: list[tuple[int, Run, str]],
+    sweep: Sweep,
+    out: Path,
+    n: int,
+    rows: dict[str, dict[str, Any]],
+    runs: list[Run],
+    overrides: Mapping[str, Any] | None,
+    echo: Callable[[str], None],
+    *,
+    executor: str,
+    jobs: int,
+    devices: Sequence[int] | None,
+    runs_per_device: int,
+    ray_address: str | None,
+    threads: int,
+) -> None:
+    """Train ``todo`` with a process per run; the driver records each row as it arrives."""
+    tasks = [
+        {
+            "sweep": str(sweep.path),
+            "out": str(out),
+            "i": i,
+            "n": n,
+            "variant": run.variant,
+            "seed": run.seed,
+            "args": list(run.args),
+            "root": str(run.root),
+            "threads": threads,
+        }
+        for i, run, _ in todo
+    ]
+    why = {run.key: w for _, run, w in todo}
+    finished = 0
+    start = time.perf_counter()
+
+    def on_start(task: dict[str, Any], where: Any) -> None:
+        key = f"{task['variant']}/seed{task['seed']}"
+        place = "cpu" if where is None else (f"cuda:{where}" if isinstance(where, int) else where)
+        echo(
+            f"[{sweep.name}] run {task['i']}/{n} {key} ({why[key]}) started on {place}, "
+            f"{threads} thread(s)"
+        )
+
+    def on_done(task: dict[str, Any], row: dict[str, Any]) -> None:
+        nonlocal finished
+        finished += 1
+        rows[row["run"]] = row
+        _write_outputs(sweep, out, [rows[r.key] for r in runs if r.key in rows], n, overrides)
+        elapsed = time.perf_counter() - start
+        eta = elapsed / finished * (len(tasks) - finished)
+        state = "ok" if row["status"] == "ok" else f"FAILED ({row.get('error')})"
+        echo(
+            f"[{sweep.name}] run {task['i']}/{n} {row['run']}: {state} | {finished}/{len(tasks)} "
+            f"done | elapsed {_fmt_time(elapsed)} | ETA {_fmt_time(eta)}"
+        )
+
+    if executor == "ray":
+        run_ray(
+            tasks, address=ray_address, jobs=jobs if jobs > 1 else None,
+            runs_per_device=runs_per_device, on_start=on_start, on_done=on_done,
+        )
+    else:
+        run_local(
+            tasks, jobs=jobs, devices=devices, runs_per_device=runs_per_device,
+            on_start=on_start, on_done=on_done, log_dir=out / "logs",
+        )
+
+
 def run_sweep(
     sweep_path: str | Path,
     out_dir: str | Path,
@@ -407,6 +488,12 @@ def run_sweep(
     train_fn: TrainFn | None = None,
     echo: Callable[[str], None] = print,
     validate: bool | None = None,
+    jobs: int = 1,
+    executor: str = "local",
+    devices: Sequence[int] | None = None,
+    runs_per_device: int = 1,
+    ray_address: str | None = None,
+    threads: int | None = None,
 ) -> list[dict[str, Any]]:
     """Run (or resume) the sweep in ``sweep_path`` into ``out_dir``.
 
@@ -423,6 +510,13 @@ def run_sweep(
             to do (:func:`visattn.ablate.resolve.check_variants`), so that a misspelt key or a
             bad placement in the last variant fails before the first one trains. Default: when
             ``train_fn`` is the real one.
+        jobs: runs at once, each in its own process (:func:`visattn.ablate.executors.run_local`);
+            1 trains in this process, one run after the other.
+        executor: ``"local"`` or ``"ray"`` (:func:`visattn.ablate.executors.run_ray`).
+        devices: GPU indices for ``jobs > 1`` (default: all visible); runs_per_device: how many
+            runs share one GPU.
+        ray_address: a Ray cluster to join (default: start a local instance).
+        threads: CPU threads per run (default: this machine's CPUs divided by ``jobs``).
 
     Raises:
         ValueError: a variant fails validation (every failing variant is named), or the
@@ -470,11 +564,25 @@ def run_sweep(
         f"{n - len(todo)} done earlier, {len(todo)} to run; output in {out}"
     )
 
+    if executor not in ("local", "ray"):
+        raise ValueError(f"executor must be 'local' or 'ray', got {executor!r}")
+    parallel = executor == "ray" or jobs > 1
+    if parallel and not real_training:
+        raise ValueError("jobs > 1 and the Ray executor run train_cls.py's own training call")
+    per_run = threads or max(1, cpu_count() // max(1, jobs))
+    lock = SweepLock(out)
+    lock.acquire()
     if rows:
         _write_outputs(sweep, out, [rows[r.key] for r in runs if r.key in rows], n, overrides)
     start = time.perf_counter()
     try:
-        for done, (i, run, why) in enumerate(todo):
+        if parallel:
+            _run_parallel(
+                todo, sweep, out, n, rows, runs, overrides, echo,
+                executor=executor, jobs=jobs, devices=devices, runs_per_device=runs_per_device,
+                ray_address=ray_address, threads=per_run,
+            )
+        for done, (i, run, why) in enumerate([] if parallel else todo):
             elapsed = time.perf_counter() - start
             eta = elapsed / done * (len(todo) - done) if done else math.nan
             progress = (
@@ -482,12 +590,15 @@ def run_sweep(
                 f"this session | elapsed {_fmt_time(elapsed)} | ETA {_fmt_time(eta)}"
             )
             echo(progress)
-            rows[run.key] = _one(run, i, n, sweep, out, train_fn, echo)
+            rows[run.key] = train_and_mark(run, i, n, sweep, out, train_fn, echo)
             _write_outputs(sweep, out, [rows[r.key] for r in runs if r.key in rows], n, overrides)
     finally:
         final = [rows[r.key] for r in runs if r.key in rows]
-        if final:
-            write_plots(final, out, baseline=sweep.baselines)
+        try:
+            if final:
+                write_plots(final, out, baseline=sweep.baselines)
+        finally:
+            lock.release()
     total = time.perf_counter() - start
     failed = sum(r["status"] != "ok" for r in final)
     echo(
