@@ -281,9 +281,10 @@ def test_bad_sweep_files_are_refused_with_a_message(
 
 
 SWEEP_FILES = sorted((REPO / "configs" / "ablations").glob("*.yaml"))
+STUDY_FILES = [p for p in SWEEP_FILES if p.stem.endswith(("_quick", "_full"))]
 
 
-@pytest.mark.parametrize("path", SWEEP_FILES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", STUDY_FILES, ids=lambda p: p.stem)
 def test_shipped_sweeps_are_valid_and_come_in_quick_and_full_forms(
     path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -299,8 +300,12 @@ def test_shipped_sweeps_are_valid_and_come_in_quick_and_full_forms(
     assert {v.name for v in quick.variants} <= {v.name for v in full.variants}
 
 
-def test_six_studies_are_shipped() -> None:
-    stems = {p.stem.rsplit("_", 1)[0] for p in SWEEP_FILES}
+def test_six_studies_and_the_gpu_reproduction_are_shipped() -> None:
+    assert {p.stem for p in SWEEP_FILES} - {p.stem for p in STUDY_FILES} == {"cifar10_reproduce"}
+    reproduce = load_sweep(REPO / "configs" / "ablations" / "cifar10_reproduce.yaml")
+    assert len(reproduce.seeds) == 3 and reproduce.overrides["trainer.precision"] == "bf16-mixed"
+    assert reproduce.overrides["data.device_augment"] and reproduce.overrides["model.channels_last"]
+    stems = {p.stem.rsplit("_", 1)[0] for p in STUDY_FILES}
     assert stems == {
         "equal_budget",
         "families",
@@ -328,6 +333,8 @@ def test_every_shipped_variant_builds_through_the_cli(
         "data.num_val": 16,
         "data.num_test": 16,
         "data.num_workers": 0,
+        "trainer.accelerator": "cpu",
+        "trainer.precision": "32",
     }
     for run in sweep.runs(tmp_path, data)[:: len(sweep.seeds)]:
         built = cli.VisattnCLI(

@@ -161,3 +161,26 @@ def test_ray_runs_two_at_once_retries_a_killed_worker_and_gives_the_same_figures
     assert _figures(got) == _figures(sequential)
     attempts = {r["run"]: r["attempts"] for r in got}
     assert attempts["none/seed0"] == "2" and attempts["se/seed1"] == "1"
+
+
+@pytest.mark.slow
+def test_gpu_script_smoke_runs_end_to_end_on_cpu(tmp_path: Path) -> None:
+    pytest.importorskip("visattn.training.cli")
+    out = tmp_path / "gpu"
+    proc = subprocess.run(
+        ["bash", str(REPO / "benchmarks" / "gpu.sh"), "--smoke", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "!!" not in proc.stdout, proc.stdout[-3000:]
+    rows = _read_csv(out / "reproduce" / "results.csv")
+    assert [(r["run"], r["status"]) for r in rows] == [
+        ("resnet20_none/seed0", "ok"),
+        ("resnet20_se/seed0", "ok"),
+    ]
+    assert (out / "reproduce.md").read_text().startswith("# Sweep `cifar10_reproduce_smoke`")
+    for step in ("blocks_cpu_smoke", "train_cpu_smoke"):
+        assert (out / f"{step}.md").stat().st_size > 0, step
