@@ -670,22 +670,20 @@ def test_tiny_real_sweep_end_to_end(
         return real_run(args)
 
     monkeypatch.setattr(real_cli, "run", counting_run)  # the runner calls cli.run at run time
-    path = _real_sweep(
-        tmp_path,
-        [
-            {"name": "none", "set": {"model.attention": None}},
-            {"name": "spatial", "set": {"model.attention": {"name": "spatial"}}},
-            {
-                "name": "broken",
-                "set": {"model.attention": {"name": "se", "args": {"reduction": 0}}},
-            },
-        ],
-    )
+    broken = {"name": "broken", "set": {"model.attention": {"name": "se", "args": {"reduction": 0}}}}
+    good = [
+        {"name": "none", "set": {"model.attention": None}},
+        {"name": "spatial", "set": {"model.attention": {"name": "spatial"}}},
+    ]
     out = tmp_path / "out"
+    # a variant that cannot build is refused before anything trains, named with its error
+    with pytest.raises(ValueError, match=r"variant 'broken': ValueError: .*reduction"):
+        run_sweep(_real_sweep(tmp_path, [*good, broken]), out, echo=lambda s: None)
+    assert calls == []
+    path = _real_sweep(tmp_path, good)
     rows = run_sweep(path, out, echo=lambda s: None)
-    assert len(calls) == 6
-    assert [r["status"] for r in rows] == ["ok"] * 4 + ["failed"] * 2
-    assert "reduction" in rows[4]["error"] and rows[4]["error"].startswith("ValueError")
+    assert len(calls) == 4
+    assert [r["status"] for r in rows] == ["ok"] * 4
     csv_rows = _read_csv(out / "results.csv")
     ok = [r for r in csv_rows if r["status"] == "ok"]
     assert len(ok) == 4
@@ -694,6 +692,10 @@ def test_tiny_real_sweep_end_to_end(
         assert float(r["latency_ms"]) > 0 and float(r["throughput"]) > 0
         assert 0.0 <= float(r["val/acc"]) <= 1.0
         assert r["model"] == "resnet20_cifar"
+        # Grad-CAM scores every network, the baseline included
+        assert 0.0 <= float(r["gradcam/pointing"]) <= 1.0
+        assert 0.0 <= float(r["gradcam/energy"]) <= 1.0
+        assert float(r["val/loss"]) > 0 and r["attempts"] == "1"
     assert {json.loads(r["attention"]) is None for r in ok[:2]} == {True}
     # params and MACs differ by the attention's own
     assert int(ok[2]["params"]) > int(ok[0]["params"])
@@ -702,24 +704,18 @@ def test_tiny_real_sweep_end_to_end(
     assert int(ok[2]["loc/blocks"]) == 9
     assert 0.0 <= float(ok[2]["loc/pointing"]) <= 1.0 and 0.0 < float(ok[2]["loc/energy"]) < 1.0
     _check_report_against_csv(out, "none")
-    assert "loc/pointing" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert "loc/pointing" in report and "gradcam/pointing" in report
     _check_pngs(out)
 
-    # a second pass trains nothing except the broken variant, which fails again
+    # a second pass trains nothing
     calls.clear()
     run_sweep(path, out, echo=lambda s: None)
-    assert len(calls) == 2 and all("reduction" in " ".join(a) for a in calls)
+    assert calls == []
 
     # deleting one run's artefacts re-runs only that run
     shutil.rmtree(out / "runs" / "spatial" / "seed0")
     calls.clear()
-    path = _real_sweep(
-        tmp_path,
-        [
-            {"name": "none", "set": {"model.attention": None}},
-            {"name": "spatial", "set": {"model.attention": {"name": "spatial"}}},
-        ],
-    )
     rows = run_sweep(path, out, echo=lambda s: None)
     assert [_arg(a, "trainer.default_root_dir").split("runs/")[1] for a in calls] == [
         "spatial/seed0"

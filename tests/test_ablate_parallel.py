@@ -103,6 +103,8 @@ def _tiny_sweep(tmp_path: Path, seeds=(0, 1)) -> Path:
 
 @pytest.fixture(scope="module")
 def sequential(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, str]]:
+    """The sweep run one run after the other in this process, one thread per run (the thread
+    count the parallel runs below get, so that float sums are ordered alike)."""
     pytest.importorskip("visattn.training.cli")
     tmp = tmp_path_factory.mktemp("seq")
     run_sweep(_tiny_sweep(tmp), tmp / "out", echo=lambda s: None, threads=1)
@@ -116,7 +118,9 @@ def _figures(rows: list[dict[str, str]]) -> list[tuple]:
 @pytest.mark.slow
 def test_jobs_2_gives_the_same_figures_as_jobs_1(tmp_path: Path, sequential) -> None:
     lines: list[str] = []
-    rows = run_sweep(_tiny_sweep(tmp_path), tmp_path / "out", echo=lines.append, jobs=2)
+    rows = run_sweep(
+        _tiny_sweep(tmp_path), tmp_path / "out", echo=lines.append, jobs=2, threads=1
+    )
     assert [r["status"] for r in rows] == ["ok"] * 4
     parallel = _read_csv(tmp_path / "out" / "results.csv")
     assert _figures(parallel) == _figures(sequential)
@@ -150,7 +154,9 @@ def test_ray_runs_two_at_once_retries_a_killed_worker_and_gives_the_same_figures
     killer = threading.Thread(target=kill_first_worker, daemon=True)
     killer.start()
     try:
-        rows = run_sweep(_tiny_sweep(tmp_path), out, echo=lambda s: None, jobs=2, executor="ray")
+        rows = run_sweep(
+            _tiny_sweep(tmp_path), out, echo=lambda s: None, jobs=2, executor="ray", threads=1
+        )
     finally:
         killer.join(timeout=1)
         if ray.is_initialized():

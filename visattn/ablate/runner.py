@@ -516,7 +516,11 @@ def run_sweep(
         devices: GPU indices for ``jobs > 1`` (default: all visible); runs_per_device: how many
             runs share one GPU.
         ray_address: a Ray cluster to join (default: start a local instance).
-        threads: CPU threads per run (default: this machine's CPUs divided by ``jobs``).
+        threads: CPU threads per run (default: this machine's CPUs divided by ``jobs``; with
+            ``jobs=1`` and no ``threads``, torch's own setting). A run's figures are bit-identical
+            across ``jobs`` when its thread count is the same: float sums are ordered by thread,
+            so with the default (a thread count that changes with ``jobs``) losses can differ in
+            their last digits.
 
     Raises:
         ValueError: a variant fails validation (every failing variant is named), or the
@@ -570,6 +574,7 @@ def run_sweep(
     if parallel and not real_training:
         raise ValueError("jobs > 1 and the Ray executor run train_cls.py's own training call")
     per_run = threads or max(1, cpu_count() // max(1, jobs))
+    driver_threads = torch.get_num_threads()
     lock = SweepLock(out)
     lock.acquire()
     if rows:
@@ -582,6 +587,8 @@ def run_sweep(
                 executor=executor, jobs=jobs, devices=devices, runs_per_device=runs_per_device,
                 ray_address=ray_address, threads=per_run,
             )
+        if not parallel and threads is not None:  # as a worker would: the same figures
+            torch.set_num_threads(per_run)
         for done, (i, run, why) in enumerate([] if parallel else todo):
             elapsed = time.perf_counter() - start
             eta = elapsed / done * (len(todo) - done) if done else math.nan
@@ -593,6 +600,7 @@ def run_sweep(
             rows[run.key] = train_and_mark(run, i, n, sweep, out, train_fn, echo)
             _write_outputs(sweep, out, [rows[r.key] for r in runs if r.key in rows], n, overrides)
     finally:
+        torch.set_num_threads(driver_threads)
         final = [rows[r.key] for r in runs if r.key in rows]
         try:
             if final:
