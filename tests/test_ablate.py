@@ -670,7 +670,10 @@ def test_tiny_real_sweep_end_to_end(
         return real_run(args)
 
     monkeypatch.setattr(real_cli, "run", counting_run)  # the runner calls cli.run at run time
-    broken = {"name": "broken", "set": {"model.attention": {"name": "se", "args": {"reduction": 0}}}}
+    broken = {
+        "name": "broken",
+        "set": {"model.attention": {"name": "se", "args": {"reduction": 0}}},
+    }
     good = [
         {"name": "none", "set": {"model.attention": None}},
         {"name": "spatial", "set": {"model.attention": {"name": "spatial"}}},
