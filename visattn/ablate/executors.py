@@ -214,11 +214,8 @@ def run_ray(
         ray.init(**kwargs)
     try:
         gpus = ray.cluster_resources().get("GPU", 0)
-        remote = ray.remote(run_task).options(
-            num_gpus=(1.0 / runs_per_device) if gpus else 0,
-            max_retries=retries,
-            retry_exceptions=False,
-        )
+        remote = ray.remote(max_retries=retries, retry_exceptions=False)(run_task)
+        num_gpus = (1.0 / runs_per_device) if gpus else 0
         pending = deque(tasks)
         inflight: dict[Any, Task] = {}
         limit = jobs or len(tasks)
@@ -226,7 +223,9 @@ def run_ray(
             while pending or inflight:
                 while pending and len(inflight) < limit:
                     task = pending.popleft()
-                    ref = remote.options(num_cpus=int(task["threads"])).remote(task)
+                    ref = remote.options(
+                        num_cpus=int(task["threads"]), num_gpus=num_gpus
+                    ).remote(task)
                     inflight[ref] = task
                     on_start(task, "ray")
                 ready, _ = ray.wait(list(inflight), num_returns=1)
