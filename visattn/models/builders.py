@@ -17,6 +17,14 @@ __all__ = [
 ]
 
 
+def _widen(channels: tuple[int, ...], width: float) -> tuple[int, ...]:
+    """Channels scaled by ``width`` (rounded, at least 1): the equal-budget baselines of
+    ``visattn.ablate`` widen a ResNet until it matches a variant's parameters or MACs."""
+    if isinstance(width, bool) or not isinstance(width, int | float) or not width > 0:
+        raise ValueError(f"width must be a positive number (1.0: the paper's), got {width!r}")
+    return tuple(max(1, round(c * width)) for c in channels)
+
+
 def resnet_cifar(
     *,
     depth: int,
@@ -26,9 +34,11 @@ def resnet_cifar(
     drop_rate: float = 0.0,
     drop_path_rate: float = 0.0,
     zero_init_residual: bool = False,
+    width: float = 1.0,
 ) -> ResNet:
     """CIFAR ResNet of He et al. (CVPR 2016, Sec. 4.2): depth ``6n + 2``, BasicBlocks,
-    16/32/64 channels, shortcut ``"A"`` (zero padding, the paper's) or ``"B"`` (projection)."""
+    16/32/64 channels (times ``width``), shortcut ``"A"`` (zero padding, the paper's) or
+    ``"B"`` (projection)."""
     if not isinstance(depth, int) or depth < 8 or (depth - 2) % 6:
         raise ValueError(
             f"CIFAR ResNet depth must be 6n + 2 (20, 32, 44, 56, 110, ...), got {depth}"
@@ -37,9 +47,9 @@ def resnet_cifar(
     return ResNet(
         BasicBlock,
         (n, n, n),
-        planes=(16, 32, 64),
+        planes=_widen((16, 32, 64), width),
         stem="cifar",
-        stem_channels=16,
+        stem_channels=_widen((16,), width)[0],
         shortcut=shortcut,
         num_classes=num_classes,
         in_chans=in_chans,
@@ -58,9 +68,11 @@ def preresnet_cifar(
     drop_rate: float = 0.0,
     drop_path_rate: float = 0.0,
     zero_init_residual: bool = False,
+    width: float = 1.0,
 ) -> ResNet:
     """Pre-activation bottleneck ResNet for CIFAR (He et al., ECCV 2016): depth ``9n + 2``,
-    64/128/256 output channels, 1x1 projection shortcuts where the shape changes."""
+    64/128/256 output channels (times ``width``), 1x1 projection shortcuts where the shape
+    changes."""
     if not isinstance(depth, int) or depth < 11 or (depth - 2) % 9:
         raise ValueError(
             f"pre-activation ResNet depth must be 9n + 2 (164, 1001, ...), got {depth}"
@@ -69,9 +81,9 @@ def preresnet_cifar(
     return ResNet(
         PreActBottleneck,
         (n, n, n),
-        planes=(16, 32, 64),
+        planes=_widen((16, 32, 64), width),
         stem="cifar",
-        stem_channels=16,
+        stem_channels=_widen((16,), width)[0],
         shortcut=shortcut,
         num_classes=num_classes,
         in_chans=in_chans,
@@ -99,6 +111,7 @@ def resnet_imagenet(
     drop_path_rate: float = 0.0,
     zero_init_residual: bool = False,
     last_stride: int = 2,
+    width: float = 1.0,
 ) -> ResNet:
     """ImageNet ResNet-18/34/50/101/152 with torchvision's parameter names and counts;
     ``last_stride=1`` keeps layer4 at layer3's resolution (14x14 at 224x224 input)."""
@@ -110,9 +123,9 @@ def resnet_imagenet(
     return ResNet(
         block,
         layers,
-        planes=(64, 128, 256, 512),
+        planes=_widen((64, 128, 256, 512), width),
         stem="imagenet",
-        stem_channels=64,
+        stem_channels=_widen((64,), width)[0],
         shortcut="B",
         num_classes=num_classes,
         in_chans=in_chans,
