@@ -13,6 +13,7 @@ the width of equal-budget baselines.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -83,9 +84,21 @@ def resolve_run(args: Sequence[str]) -> ResolvedRun:
     )
 
 
+_CAUSE = re.compile(r"not accepted|unknown|did you mean|must be|invalid", re.IGNORECASE)
+
+
 def _first_line(exc: BaseException) -> str:
-    text = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    """The error's first line, plus the lines that name the cause when the first one only
+    introduces them (jsonargparse: 'Parser key "model.attention":' ... 'Option 'positon' is
+    not accepted')."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    if not lines:
+        return type(exc).__name__
+    text = lines[0]
+    if text.endswith(":"):
+        causes = [ln.lstrip("- ") for ln in lines[1:] if _CAUSE.search(ln)][:2]
+        text = " ".join([text, *causes])
+    return f"{type(exc).__name__}: {text}"
 
 
 def check_variants(runs: Sequence[Any], what: str = "sweep") -> None:
