@@ -18,9 +18,17 @@ from .builders import (
 )
 from .registry import ModelSpec, get_model_spec, register_model
 
-__all__ = ["ECA_NET50_KERNELS", "eca_placements"]
+__all__ = [
+    "ECA_NET50_KERNELS",
+    "GCT_OFFICIAL_EXTRA_PARAMS",
+    "eca_placements",
+    "fca_placements",
+    "ge_placements",
+]
 
 ECA_NET50_KERNELS = (3, 5, 5, 7)
+#: total stride of layer1..layer4 in an ImageNet ResNet (56, 28, 14, 7 at 224x224)
+_STAGE_STRIDES = (4, 8, 16, 32)
 
 
 def eca_placements(kernel_sizes: tuple[int, ...] | None = ECA_NET50_KERNELS) -> tuple[dict, ...]:
@@ -35,6 +43,55 @@ def eca_placements(kernel_sizes: tuple[int, ...] | None = ECA_NET50_KERNELS) -> 
         {"name": "eca", "args": {"kernel_size": k}, "stages": [i + 1]}
         for i, k in enumerate(kernel_sizes)
     )
+
+
+def _stage_sizes(input_size: int) -> tuple[int, ...]:
+    """Feature-map side of layer1..layer4 of an ImageNet ResNet for a square ``input_size``."""
+    if isinstance(input_size, bool) or not isinstance(input_size, int) or input_size < 32:
+        raise ValueError(f"input_size must be an int >= 32, got {input_size!r}")
+    sizes = []
+    for _ in range(2):  # stem: 7x7 conv stride 2 (pad 3), 3x3 max pool stride 2 (pad 1)
+        input_size = (input_size - 1) // 2 + 1
+    sizes.append(input_size)
+    for _ in range(3):  # a 3x3 conv with stride 2 and padding 1 at the start of layer2..4
+        input_size = (input_size - 1) // 2 + 1
+        sizes.append(input_size)
+    return tuple(sizes)
+
+
+def ge_placements(input_size: int = 224) -> tuple[dict, ...]:
+    """GE-theta-plus with global extent at the standard position of every block (Hu et al.,
+    NeurIPS 2018; the official ``RN50-GEPP.prototxt``): per stage a depthwise conv whose kernel
+    is the whole feature map, so the model is built for one input size (56, 28, 14, 7 at
+    ``input_size=224``). E.g. ``create_model("resnet50", attention=ge_placements(64))``."""
+    return tuple(
+        {
+            "name": "ge",
+            "args": {"variant": "plus", "extent": "global", "feat_size": (s, s)},
+            "stages": [i + 1],
+        }
+        for i, s in enumerate(_stage_sizes(input_size))
+    )
+
+
+def fca_placements(dct_sizes: tuple[int, ...] | None = (56, 28, 14, 7)) -> tuple[dict, ...]:
+    """FcaNet's multi-spectral attention (top16, r = 16, bias-free FCs) at the standard position
+    of every block, with the official code's fixed DCT filter size per stage (``dct_sizes[i]``
+    for stage ``i + 1``, inputs of another size are average-pooled to it) and its orthonormal
+    DCT; ``None``: the paper's form, filters for the input's own size and Eq. (1)'s basis."""
+    if dct_sizes is None:
+        return ({"name": "fca"},)
+    return tuple(
+        {"name": "fca", "args": {"dct_size": s, "dct_norm": "ortho"}, "stages": [i + 1]}
+        for i, s in enumerate(dct_sizes)
+    )
+
+
+#: what GCT before *every* conv (the official GCT-ResNet-50) adds to ``gct_resnet50``, which
+#: has the two slots visattn offers (``pre``: before conv1; ``inner``: before conv3): a GCT
+#: before each conv2 (``3 x width`` per block), before the stem conv (``3 x 3``) and before the
+#: four downsample convs (``3 x (64 + 256 + 512 + 1024)``)
+GCT_OFFICIAL_EXTRA_PARAMS = 3 * (3 * 64 + 4 * 128 + 6 * 256 + 3 * 512) + 3 * 3 + 3 * 1856
 
 
 _HE2016 = "He et al., CVPR 2016"
@@ -111,6 +168,57 @@ _PAPER_MODELS: list[tuple[str, str, tuple[dict[str, Any], ...], dict[str, Any], 
         ({"name": "gc", "args": {"reduction": 16}, "stages": [2, 3, 4]},),
         {},
         "Cao et al., ICCVW 2019; official configs: stage_with_gcb=(False, True, True, True)",
+    ),
+    (
+        "ge_resnet50",
+        "resnet50",
+        ge_placements(224),
+        {},
+        "Hu et al., NeurIPS 2018; official RN50-GEPP (GE-theta-plus, global extent): 224x224 "
+        "inputs only; differs: no ReLU between the gather's BN and the MLP",
+    ),
+    (
+        "srm_resnet50",
+        "resnet50",
+        ({"name": "srm", "args": {"std": "unbiased"}},),
+        {},
+        "Lee et al., ICCV 2019; official code: after bn3, torch.std (unbiased)",
+    ),
+    (
+        "fca_resnet50",
+        "resnet50",
+        fca_placements((56, 28, 14, 7)),
+        {},
+        "Qin et al., ICCV 2021; official FcaNet-50: top16, r=16, DCT 56/28/14/7, orthonormal",
+    ),
+    (
+        "simam_resnet50",
+        "resnet50",
+        (
+            {
+                "name": "simam",
+                "position": "inner",
+                "args": {"e_lambda": 0.1, "variance": "unbiased"},
+            },
+        ),
+        {},
+        "Yang et al., ICML 2021; official ImageNet runs: lambda 0.1, 1/(HW-1); differs: after "
+        "relu(bn2(conv2)), the official module sits between conv2 and bn2",
+    ),
+    (
+        "triplet_resnet50",
+        "resnet50",
+        ({"name": "triplet"},),
+        {},
+        "Misra et al., WACV 2021; official code: after bn3, 7x7 kernels",
+    ),
+    (
+        "gct_resnet50",
+        "resnet50",
+        ({"name": "gct", "position": "pre"}, {"name": "gct", "position": "inner"}),
+        {},
+        "Yang et al., CVPR 2020; differs: GCT before conv1 and conv3 of every block, the "
+        "official code also before conv2, the stem conv and the downsample convs",
     ),
 ]
 
