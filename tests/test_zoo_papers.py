@@ -9,7 +9,12 @@ import timm
 import torch
 
 import visattn
-from visattn.models.zoo import GCT_OFFICIAL_EXTRA_PARAMS, fca_placements, ge_placements
+from visattn.models.zoo import (
+    GCT_OFFICIAL_EXTRA_PARAMS,
+    bot50_placements,
+    fca_placements,
+    ge_placements,
+)
 from visattn.profile import count_params
 
 RESNET50 = 25_557_032  # torchvision's resnet50
@@ -24,6 +29,10 @@ PAPER_MODELS = [
     "simam_resnet50",
     "triplet_resnet50",
     "gct_resnet50",
+    "botnet50",
+    "lambda_resnet50",
+    "sk_resnet18",
+    "sk_resnet34",
 ]
 
 
@@ -108,6 +117,58 @@ def test_gct_resnet50_counts_the_two_slots_and_documents_the_official_difference
     assert official == expected + GCT_OFFICIAL_EXTRA_PARAMS == 25_624_625
 
 
+@pytest.mark.parametrize(
+    ("name", "timm_name"), [("sk_resnet18", "skresnet18"), ("sk_resnet34", "skresnet34")]
+)
+def test_sk_resnets_have_exactly_timms_parameter_count(name, timm_name):
+    assert _params(name) == count_params(timm.create_model(timm_name))
+
+
+def test_sk_resnets_replace_each_first_conv_and_drop_its_norm_like_timm():
+    model = visattn.create_model("sk_resnet18")
+    assert model.attention_paths == [f"layer{s}.{j}.conv1" for s in (1, 2, 3, 4) for j in (0, 1)]
+    assert all(
+        isinstance(b.bn1, torch.nn.Identity)
+        for s in (1, 2, 3, 4)
+        for b in getattr(model, f"layer{s}")
+    )
+    # the generic placement keeps bn1: 2 parameters per channel of each replaced conv more
+    generic = visattn.create_model(
+        "resnet18",
+        attention={
+            "name": "sk",
+            "position": "conv",
+            "args": {"reduction": 8, "min_rd_channels": 16, "split_input": True},
+        },
+    )
+    assert count_params(generic) - _params("sk_resnet18") == 2 * 2 * (64 + 128 + 256 + 512)
+
+
+def _mhsa(c: int, feat: int) -> int:
+    """BoTNet MHSA, C -> C, 4 heads of depth C/4: ``C (2 h d + C) + (2 (2 H_f - 1)) d``."""
+    d = c // 4
+    return c * (2 * 4 * d + c) + 2 * (2 * feat - 1) * d
+
+
+def _lambda(w: int) -> int:
+    """Lambda layer w -> w, |h| = 4, |k| = 16, scope 23: ``C d + 2 |h| |k| + 2 C/|h| + |k| r^2``."""
+    d = 16 * 5 + w // 4
+    return w * d + 2 * 4 * 16 + 2 * w // 4 + 16 * 23 * 23
+
+
+def test_botnet50_and_lambda_resnet50_match_their_closed_forms_and_papers():
+    """BoT50: 20.8M (Srinivas et al., CVPR 2021); LambdaResNet-50: 15.0M (Bello, ICLR 2021,
+    Table 3). Both
+    papers print three digits. BoT50 measures 20.85M: the published figure if the paper
+    truncates (0.05M over if it rounds), so the tolerance is 0.06M."""
+    bot = RESNET50 - 3 * 512 * 512 * 9 + _mhsa(512, 14) + 2 * _mhsa(512, 7)
+    assert _params("botnet50") == bot == 20_852_008
+    assert abs(bot - 20.8e6) < 0.06e6
+    lam = RESNET50 + _per_block(lambda w, c, s: _lambda(w) - w * w * 9)
+    assert _params("lambda_resnet50") == lam
+    assert abs(lam - 15.0e6) < 0.005e6  # rounding of 15.0M
+
+
 # ----------------------------------------------------------------------------- provenance
 
 
@@ -140,6 +201,21 @@ def test_models_place_the_official_configuration():
     first = [ge.get_submodule(f"layer{i}.0.attn_standard") for i in (1, 2, 3, 4)]
     assert [b.feat_size for b in first] == [(s, s) for s in FEATURE_SIDES_224]
     assert {(b.variant, b.extent) for b in first} == {("plus", 0)}
+
+
+def test_botnet50_places_mhsa_in_layer4_only_the_first_strided_by_a_pool():
+    model = visattn.create_model("botnet50")
+    assert model.attention_paths == [f"layer4.{j}.conv2" for j in (0, 1, 2)]
+    assert [b.stride for b in (model.layer4[j].conv2 for j in (0, 1, 2))] == [2, 1, 1]
+    assert [p["args"]["feat_size"] for p in bot50_placements(14)] == [14, 7]
+    with torch.no_grad():
+        assert model.eval().forward_features(torch.randn(1, 3, 64, 64)).shape == (1, 2048, 2, 2)
+
+
+def test_lambda_resnet50_replaces_every_3x3_conv():
+    model = visattn.create_model("lambda_resnet50")
+    assert len(model.attention_paths) == 16
+    assert all(p.endswith(".conv2") for p in model.attention_paths)
 
 
 def test_placement_helpers_build_other_sizes_and_the_papers_form():
