@@ -158,9 +158,8 @@ def _lambda(w: int) -> int:
 
 def test_botnet50_and_lambda_resnet50_match_their_closed_forms_and_papers():
     """BoT50: 20.8M (Srinivas et al., CVPR 2021); LambdaResNet-50: 15.0M (Bello, ICLR 2021,
-    Table 3). Both
-    papers print three digits. BoT50 measures 20.85M: the published figure if the paper
-    truncates (0.05M over if it rounds), so the tolerance is 0.06M."""
+    Table 3). Both papers print three digits. BoT50 measures 20.85M: the published figure if
+    the paper truncates (0.05M over if it rounds), so the tolerance is 0.06M."""
     bot = RESNET50 - 3 * 512 * 512 * 9 + _mhsa(512, 14) + 2 * _mhsa(512, 7)
     assert _params("botnet50") == bot == 20_852_008
     assert abs(bot - 20.8e6) < 0.06e6
