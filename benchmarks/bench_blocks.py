@@ -45,13 +45,18 @@ from _common import (
     print_header,
     write_csv,
 )
+from timm.layers.bottleneck_attn import BottleneckAttn
 from timm.layers.cbam import CbamModule, LightCbamModule, SpatialAttn
 from timm.layers.coord_attn import CoordAttn, EfficientLocalAttn, SimpleCoordAttn, StripAttn
 from timm.layers.eca import CecaModule, EcaModule
 from timm.layers.gather_excite import GatherExcite
 from timm.layers.global_context import GlobalContext
+from timm.layers.halo_attn import HaloAttn
+from timm.layers.lambda_layer import LambdaLayer
 from timm.layers.mlp import ConvMlp
 from timm.layers.non_local_attn import BatNonLocalAttn, NonLocalAttn
+from timm.layers.selective_kernel import SelectiveKernel
+from timm.layers.split_attn import SplitAttn
 from timm.layers.squeeze_excite import EffectiveSEModule, SEModule
 
 import visattn
@@ -355,6 +360,9 @@ class Twin:
     block: str | None = None
     multiple: int = 1
     check_size: tuple[int, int] = (12, 10)
+    # options that depend on the benchmark shape (N, C, H, W), e.g. a feature or block size; the
+    # equivalence check then runs at that shape's H x W instead of 12 x 10
+    sized: Callable[[tuple[int, ...]], dict] | None = None
 
 
 TWINS: dict[str, Twin] = {
@@ -448,6 +456,107 @@ TWINS: dict[str, Twin] = {
 
 
 # --------------------------------------------------------------------------------------------
+# Twins of the conv-replacing blocks (sk, splat, lambda, mhsa, halo), at the block's own widths
+# --------------------------------------------------------------------------------------------
+def _sk_twin(b: nn.Module, c: int) -> nn.Module:
+    return SelectiveKernel(
+        c, b.out_channels, stride=b.stride, rd_channels=b.rd_channels, split_input=b.split_input
+    )
+
+
+def _splat_twin(b: nn.Module, c: int) -> nn.Module:
+    if b.rd_channels % b.radix:
+        raise ValueError("timm's SplitAttn takes rd_channels per split: d must divide by radix")
+    return SplitAttn(
+        c,
+        b.out_channels,
+        stride=b.stride,
+        radix=b.radix,
+        groups=b.groups,
+        rd_channels=b.rd_channels // b.radix,
+        norm_layer=nn.BatchNorm2d,
+    )
+
+
+def _lambda_twin(b: nn.Module, c: int) -> nn.Module:
+    if b.pos_conv.bias is None:
+        raise ValueError("timm's lambda conv has a bias: compare with pos_bias=True")
+    return LambdaLayer(
+        c, b.out_channels, stride=b.stride, num_heads=b.heads, dim_head=b.dim_k, r=b.r
+    )
+
+
+def _mhsa_twin(b: nn.Module, c: int) -> nn.Module:
+    return BottleneckAttn(
+        c,
+        b.out_channels,
+        feat_size=b.feat_size,
+        stride=b.stride,
+        num_heads=b.heads,
+        dim_head=b.dim_head,
+        scale_pos_embed=b.scale_pos,
+    )
+
+
+def _halo_twin(b: nn.Module, c: int) -> nn.Module:
+    return HaloAttn(
+        c,
+        b.out_channels,
+        stride=b.stride,
+        num_heads=b.heads,
+        dim_head=b.dim_head,
+        block_size=b.block_size,
+        halo_size=b.halo_size,
+        scale_pos_embed=b.scale_pos,
+    )
+
+
+def _rel_attn_pairs(b: nn.Module, t: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    pairs = [(b.rel_h, t.pos_embed.height_rel), (b.rel_w, t.pos_embed.width_rel)]
+    for name in ("qkv", "q", "kv"):
+        if hasattr(b, name):
+            pairs.append((getattr(b, name).weight, getattr(t, name).weight))
+    return pairs
+
+
+def _halo_block_size(shape: tuple[int, ...]) -> dict:
+    """timm's HaloAttn needs the map to be a multiple of the block: 8 (paper) where it divides."""
+    h, w = shape[2:]
+    for b in (8, 7, 4):
+        if h % b == 0 and w % b == 0:
+            return {"block_size": b}
+    raise ValueError(f"no block size in (8, 7, 4) divides {h}x{w}")
+
+
+CONV_TWINS: dict[str, Twin] = {
+    "sk": Twin(
+        _sk_twin,
+        "visattn split_input=True (timm; the paper does not split); d given (paper max(C/16, 32))",
+        options={"split_input": True},
+    ),
+    "splat": Twin(_splat_twin, "timm SplitAttn with BatchNorm2d (as ResNeSt); d given"),
+    "lambda": Twin(
+        _lambda_twin,
+        "visattn pos_bias=True, r=9 (timm; the paper's embeddings have no bias, r=23)",
+        options={"pos_bias": True, "r": 9},
+    ),
+    "mhsa": Twin(
+        _mhsa_twin,
+        "feat_size = the map (timm requires it); scale_pos_embed=True (the paper's gist)",
+        _rel_attn_pairs,
+        sized=lambda shape: {"feat_size": tuple(shape[2:])},
+    ),
+    "halo": Twin(
+        _halo_twin,
+        "block size dividing the map (timm requires it); scale_pos_embed=True",
+        _rel_attn_pairs,
+        sized=_halo_block_size,
+    ),
+}
+TWINS.update(CONV_TWINS)
+
+
+# --------------------------------------------------------------------------------------------
 # Twin check: same weights, same input -> same output?
 # --------------------------------------------------------------------------------------------
 @torch.no_grad()
@@ -476,7 +585,13 @@ def _pairs_by_order(b: nn.Module, t: nn.Module) -> list[tuple[torch.Tensor, torc
     return list(zip(src, dst))
 
 
-def check_twin(block: nn.Module, twin: nn.Module, spec: Twin, channels: int) -> str:
+def check_twin(
+    block: nn.Module,
+    twin: nn.Module,
+    spec: Twin,
+    channels: int,
+    size: tuple[int, ...] | None = None,
+) -> str:
     """``same (max|d|=...)`` if the twin computes the block's function, else what differs."""
     b, t = copy.deepcopy(block).float().cpu(), copy.deepcopy(twin).float().cpu()
     gen = torch.Generator().manual_seed(0)
@@ -488,7 +603,7 @@ def check_twin(block: nn.Module, twin: nn.Module, spec: Twin, channels: int) -> 
     with torch.no_grad():
         for src, dst in pairs:
             dst.copy_(src.reshape(dst.shape))
-    x = torch.randn(4, channels, *spec.check_size, generator=gen)
+    x = torch.randn(4, channels, *(size or spec.check_size), generator=gen)
     worst = 0.0
     with torch.no_grad():
         for train in (True, False):
@@ -631,6 +746,8 @@ def bench_block(
     if spec is not None and (spec.block or twin_key or name) != name:
         raise ValueError(f"twin {twin_key!r} is not a twin of block {name!r}")
     options = spec.options if spec is not None else {}
+    if spec is not None and spec.sized is not None:
+        options = {**options, **spec.sized(shape)}
     block = visattn.create_block(name, c, **options).to(device, dtype)
     modules = {"visattn": block}
     if spec is not None and any(s % spec.multiple for s in shape[2:]):
@@ -638,7 +755,7 @@ def bench_block(
         spec = None
     if spec is not None:
         twin = spec.build(block, c).to(device, dtype)
-        check = check_twin(block, twin, spec, c)
+        check = check_twin(block, twin, spec, c, shape[2:] if spec.sized else None)
         note = spec.note
         modules["timm"] = twin
     res = measure(modules, shape, args, device, dtype)

@@ -28,7 +28,13 @@ from visattn.models.placement import placements_to_config
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 REPO = Path(__file__).resolve().parents[1]
-PLOTS = ("acc_vs_params.png", "acc_vs_macs.png", "acc_vs_latency.png", "val_curves.png")
+PLOTS = (
+    "acc_vs_params.png",
+    "acc_vs_macs.png",
+    "acc_vs_latency.png",
+    "val_curves.png",
+    "paired_diff.png",
+)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -132,19 +138,37 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def _check_report_against_csv(out: Path, baseline: str) -> None:
-    """Recompute mean, std and the Welch interval from results.csv and compare to report.md."""
+def _paired_by_hand(a: dict[int, float], b: dict[int, float]) -> tuple[float, float, float, int]:
+    """Mean of the per-seed differences and its 95% paired-t interval, from the textbook formula
+    ``mean(d) -/+ t_{0.975, n-1} * sd(d) / sqrt(n)`` (only the t quantile comes from scipy)."""
+    seeds = sorted(set(a) & set(b))
+    d = [a[s] - b[s] for s in seeds]
+    n = len(d)
+    mean = sum(d) / n
+    if n < 2:
+        return mean, math.nan, math.nan, n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1))
+    half = stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n)
+    return mean, mean - half, mean + half, n
+
+
+def _check_report_against_csv(out: Path, baseline: str, diffs: bool = True) -> None:
+    """Recompute mean, std, the paired and the Welch intervals from results.csv and compare them
+    with report.md."""
     rows = [r for r in _read_csv(out / "results.csv") if r["status"] == "ok"]
     table = _parse_report((out / "report.md").read_text())
     by_variant: dict[str, list[float]] = {}
+    by_seed: dict[str, dict[int, float]] = {}
     for r in rows:
         by_variant.setdefault(r["variant"], []).append(float(r["val/acc"]) * 100)
+        by_seed.setdefault(r["variant"], {})[int(r["seed"])] = float(r["val/acc"]) * 100
     for v, accs in by_variant.items():
         cell = table[v]["val/acc (%)"]
         assert cell == f"{statistics.mean(accs):.2f} ± {statistics.stdev(accs):.2f}", v
         assert table[v]["n"] == str(len(accs))
         if v == baseline:
-            assert table[v]["Δ val/acc (pp) [95% CI]"] == "baseline"
+            assert table[v]["Δ val/acc Welch (pp) [95% CI]"] == "baseline"
+            assert table[v]["Δ val/acc paired (pp) [95% CI]"] == "baseline"
             continue
         diff = statistics.mean(accs) - statistics.mean(by_variant[baseline])
         if statistics.stdev(accs) == statistics.stdev(by_variant[baseline]) == 0:
@@ -152,10 +176,21 @@ def _check_report_against_csv(out: Path, baseline: str) -> None:
         else:
             res = stats.ttest_ind(accs, by_variant[baseline], equal_var=False)
             low, high = res.confidence_interval(0.95)
-        assert table[v]["Δ val/acc (pp) [95% CI]"] == f"{diff:+.2f} [{low:+.2f}, {high:+.2f}]"
+        assert table[v]["Δ val/acc Welch (pp) [95% CI]"] == f"{diff:+.2f} [{low:+.2f}, {high:+.2f}]"
+        pd, plo, phi, n = _paired_by_hand(by_seed[v], by_seed[baseline])
+        if math.isnan(plo) or plo == phi or abs(phi - plo) < 1e-9:
+            assert table[v]["Δ val/acc paired (pp) [95% CI]"].startswith(f"{pd:+.2f}")
+        else:
+            expected = f"{pd:+.2f} [{plo:+.2f}, {phi:+.2f}]"
+            assert table[v]["Δ val/acc paired (pp) [95% CI]"] == expected
+        assert table[v]["pairs"].split(" ")[0] == str(n)
+        if diffs:  # results.csv carries the per-seed differences the paired mean averages
+            d = [float(r["val/acc_diff"]) * 100 for r in rows if r["variant"] == v]
+            assert statistics.mean(d) == pytest.approx(pd)
     best = max(by_variant, key=lambda v: statistics.mean(by_variant[v]))
     starred = [ln for ln in (out / "report.md").read_text().splitlines() if "★" in ln]
     assert any(ln.startswith(f"| {best} ★") for ln in starred)
+    assert "How to read this (val/acc)" in (out / "report.md").read_text()
 
 
 def _check_pngs(out: Path) -> None:
@@ -247,9 +282,10 @@ def test_bad_sweep_files_are_refused_with_a_message(
 
 
 SWEEP_FILES = sorted((REPO / "configs" / "ablations").glob("*.yaml"))
+STUDY_FILES = [p for p in SWEEP_FILES if p.stem.endswith(("_quick", "_full"))]
 
 
-@pytest.mark.parametrize("path", SWEEP_FILES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", STUDY_FILES, ids=lambda p: p.stem)
 def test_shipped_sweeps_are_valid_and_come_in_quick_and_full_forms(
     path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -265,9 +301,14 @@ def test_shipped_sweeps_are_valid_and_come_in_quick_and_full_forms(
     assert {v.name for v in quick.variants} <= {v.name for v in full.variants}
 
 
-def test_five_studies_are_shipped() -> None:
-    stems = {p.stem.rsplit("_", 1)[0] for p in SWEEP_FILES}
+def test_six_studies_and_the_gpu_reproduction_are_shipped() -> None:
+    assert {p.stem for p in SWEEP_FILES} - {p.stem for p in STUDY_FILES} == {"cifar10_reproduce"}
+    reproduce = load_sweep(REPO / "configs" / "ablations" / "cifar10_reproduce.yaml")
+    assert len(reproduce.seeds) == 3 and reproduce.overrides["trainer.precision"] == "bf16-mixed"
+    assert reproduce.overrides["data.device_augment"] and reproduce.overrides["model.channels_last"]
+    stems = {p.stem.rsplit("_", 1)[0] for p in STUDY_FILES}
     assert stems == {
+        "equal_budget",
         "families",
         "se_integration",
         "cbam_design",
@@ -293,6 +334,8 @@ def test_every_shipped_variant_builds_through_the_cli(
         "data.num_val": 16,
         "data.num_test": 16,
         "data.num_workers": 0,
+        "trainer.accelerator": "cpu",
+        "trainer.precision": "32",
     }
     for run in sweep.runs(tmp_path, data)[:: len(sweep.seeds)]:
         built = cli.VisattnCLI(
@@ -491,7 +534,7 @@ def test_report_only_rebuilds_from_results_csv(tmp_path: Path, fake: FakeTrainer
         w.writerows(rows)
     (out / "report.md").unlink()
     assert ablate_main([str(path), "--out", str(out), "--report-only"]) == 0
-    _check_report_against_csv(out, "none")
+    _check_report_against_csv(out, "none", diffs=False)  # the hand edit left val/acc_diff stale
 
 
 def test_test_subcommand_runs_on_the_best_checkpoint_when_asked(
@@ -629,22 +672,23 @@ def test_tiny_real_sweep_end_to_end(
         return real_run(args)
 
     monkeypatch.setattr(real_cli, "run", counting_run)  # the runner calls cli.run at run time
-    path = _real_sweep(
-        tmp_path,
-        [
-            {"name": "none", "set": {"model.attention": None}},
-            {"name": "spatial", "set": {"model.attention": {"name": "spatial"}}},
-            {
-                "name": "broken",
-                "set": {"model.attention": {"name": "se", "args": {"reduction": 0}}},
-            },
-        ],
-    )
+    broken = {
+        "name": "broken",
+        "set": {"model.attention": {"name": "se", "args": {"reduction": 0}}},
+    }
+    good = [
+        {"name": "none", "set": {"model.attention": None}},
+        {"name": "spatial", "set": {"model.attention": {"name": "spatial"}}},
+    ]
     out = tmp_path / "out"
+    # a variant that cannot build is refused before anything trains, named with its error
+    with pytest.raises(ValueError, match=r"variant 'broken': ValueError: .*reduction"):
+        run_sweep(_real_sweep(tmp_path, [*good, broken]), out, echo=lambda s: None)
+    assert calls == []
+    path = _real_sweep(tmp_path, good)
     rows = run_sweep(path, out, echo=lambda s: None)
-    assert len(calls) == 6
-    assert [r["status"] for r in rows] == ["ok"] * 4 + ["failed"] * 2
-    assert "reduction" in rows[4]["error"] and rows[4]["error"].startswith("ValueError")
+    assert len(calls) == 4
+    assert [r["status"] for r in rows] == ["ok"] * 4
     csv_rows = _read_csv(out / "results.csv")
     ok = [r for r in csv_rows if r["status"] == "ok"]
     assert len(ok) == 4
@@ -653,6 +697,10 @@ def test_tiny_real_sweep_end_to_end(
         assert float(r["latency_ms"]) > 0 and float(r["throughput"]) > 0
         assert 0.0 <= float(r["val/acc"]) <= 1.0
         assert r["model"] == "resnet20_cifar"
+        # Grad-CAM scores every network, the baseline included
+        assert 0.0 <= float(r["gradcam/pointing"]) <= 1.0
+        assert 0.0 <= float(r["gradcam/energy"]) <= 1.0
+        assert float(r["val/loss"]) > 0 and r["attempts"] == "1"
     assert {json.loads(r["attention"]) is None for r in ok[:2]} == {True}
     # params and MACs differ by the attention's own
     assert int(ok[2]["params"]) > int(ok[0]["params"])
@@ -661,24 +709,18 @@ def test_tiny_real_sweep_end_to_end(
     assert int(ok[2]["loc/blocks"]) == 9
     assert 0.0 <= float(ok[2]["loc/pointing"]) <= 1.0 and 0.0 < float(ok[2]["loc/energy"]) < 1.0
     _check_report_against_csv(out, "none")
-    assert "loc/pointing" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert "loc/pointing" in report and "gradcam/pointing" in report
     _check_pngs(out)
 
-    # a second pass trains nothing except the broken variant, which fails again
+    # a second pass trains nothing
     calls.clear()
     run_sweep(path, out, echo=lambda s: None)
-    assert len(calls) == 2 and all("reduction" in " ".join(a) for a in calls)
+    assert calls == []
 
     # deleting one run's artefacts re-runs only that run
     shutil.rmtree(out / "runs" / "spatial" / "seed0")
     calls.clear()
-    path = _real_sweep(
-        tmp_path,
-        [
-            {"name": "none", "set": {"model.attention": None}},
-            {"name": "spatial", "set": {"model.attention": {"name": "spatial"}}},
-        ],
-    )
     rows = run_sweep(path, out, echo=lambda s: None)
     assert [_arg(a, "trainer.default_root_dir").split("runs/")[1] for a in calls] == [
         "spatial/seed0"

@@ -227,8 +227,10 @@ def test_list_blocks_is_sorted_and_filters_by_family() -> None:
 def test_block_info_describes_the_block(name: str) -> None:
     info = visattn.block_info(name)
     assert info.name == name and info.family in registry.FAMILIES
-    # a citation: "First et al.", two authors "First & Second", or a library ("timm 2025")
-    assert isinstance(info.paper, str) and re.search(r"et al\.|\w & \w|timm", info.paper)
+    # "Hu et al., CVPR 2018"; one or two authors are named ("Bello, ICLR 2021", "Xu & Wan, 2024");
+    # a module without a paper cites its library ("timm 2025, after Hou et al., CVPR 2020")
+    assert isinstance(info.paper, str)
+    assert re.match(r"([A-Z][\w-]+( et al\.| & [A-Z][\w-]+)?|timm \d{4}), ", info.paper), info.paper
     assert isinstance(info.cls, type) and issubclass(info.cls, nn.Module)
     params = list(inspect.signature(info.cls.__init__).parameters.values())
     assert params[1].name == "channels"

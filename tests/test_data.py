@@ -22,8 +22,8 @@ from visattn.data import (
     make_shapes,
     seed_worker,
 )
-from visattn.data import datasets as ds_mod
-from visattn.data.datasets import COLORS
+from visattn.data import cifar as ds_mod
+from visattn.data.shapes import COLORS
 
 SHARED_CIFAR = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -493,3 +493,35 @@ def test_device_augment_refuses_other_pipelines() -> None:
         VisattnDataModule("shapes", device_augment=True, augment="flip")
     with pytest.raises(ValueError, match="in-memory"):
         VisattnDataModule("imagefolder", root="x", device_augment=True, augment="cifar")
+
+
+# ------------------------------------------------------------------------------ package layout
+
+
+def test_data_package_names_still_import() -> None:
+    import visattn.data as data
+
+    for name in data.__all__:
+        assert getattr(data, name) is not None, name
+    assert (
+        data.VisattnDataModule
+        is __import__("visattn.data.datamodule", fromlist=["x"]).VisattnDataModule
+    )
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        data.nope
+
+
+def test_shapes_defaults_and_class_names_have_one_home() -> None:
+    from visattn.data import shapes
+
+    dm = VisattnDataModule("shapes", num_train=8, num_val=8, num_test=8, num_workers=0)
+    assert dm.classes == shapes.shapes_classes() == make_shapes(4)[3]
+    assert len(dm.classes) == len(shapes.DEFAULT_SHAPES) * len(shapes.DEFAULT_COLORS)
+    dm.setup("fit")
+    assert dm.train_dataset.classes == dm.classes
+    custom = VisattnDataModule("shapes", target_shapes=["ring"], target_colors=["cyan", "red"])
+    assert (
+        custom.classes
+        == ["cyan_ring", "red_ring"]
+        == shapes.shapes_classes(["ring"], ["cyan", "red"])
+    )

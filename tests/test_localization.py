@@ -116,3 +116,84 @@ def test_score_model_returns_nothing_without_spatial_blocks() -> None:
     net = nn.Sequential(visattn.create_block("se", 3, reduction=1))
     data = _Images(n=2)
     assert score_model(net, data, data.boxes) == {}
+
+
+# --------------------------------------------------------------------------- Grad-CAM
+
+
+class _Known(nn.Module):
+    """A network whose Grad-CAM is known in closed form: the last stage is a 1x1 conv with weight
+    1 (its activation A is the image), then global average pooling and a linear layer with
+    weights (+1, -1). For class 0, alpha = +1/(HW) > 0, so Grad-CAM = ReLU(A) / max = the image
+    scaled to [0, 1]; for class 1 every weighted activation is negative and the map is zero."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stage_names = ("layer1",)
+        self.layer1 = nn.Conv2d(1, 1, 1, bias=False)
+        self.fc = nn.Linear(1, 2, bias=False)
+        with torch.no_grad():
+            self.layer1.weight.fill_(1.0)
+            self.fc.weight.copy_(torch.tensor([[1.0], [-1.0]]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.layer1(x).mean((2, 3)))
+
+
+class _Pairs(torch.utils.data.Dataset):
+    def __init__(self, images: torch.Tensor, labels: list[int]) -> None:
+        self.images, self.labels = images, labels
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        return self.images[i], self.labels[i]
+
+
+def _known_images() -> tuple[torch.Tensor, torch.Tensor]:
+    images = torch.zeros(2, 1, 32, 32)
+    # image 0: 1.0 on the 8x8 box (mass 64) and 0.5 on a 4x8 patch outside (mass 16)
+    images[0, 0, 8:16, 8:16] = 1.0
+    images[0, 0, 24:28, 0:8] = 0.5
+    # image 1: 0.25 on the box (mass 16), its maximum 1.0 on a 4x4 patch outside (mass 16)
+    images[1, 0, 8:16, 8:16] = 0.25
+    images[1, 0, 26:30, 26:30] = 1.0
+    boxes = torch.tensor([[8.0, 8.0, 16.0, 16.0]] * 2)
+    return images, boxes
+
+
+def test_gradcam_of_a_network_with_a_known_answer_is_the_image() -> None:
+    from visattn.localization import gradcam, last_stage
+
+    net = _Known()
+    images, _ = _known_images()
+    assert last_stage(net)[0] == "layer1"
+    maps = gradcam(net, images, [0, 0])
+    assert maps.shape == (2, 32, 32)
+    torch.testing.assert_close(maps[0], images[0, 0])  # max 1 already: min-max leaves it
+    torch.testing.assert_close(maps[1], images[1, 0])
+    assert gradcam(net, images, [1, 1]).abs().max() == 0  # negative evidence only: empty map
+
+
+def test_score_gradcam_on_the_known_network_gives_the_closed_form_scores() -> None:
+    from visattn.localization import score_gradcam
+
+    images, boxes = _known_images()
+    scores = score_gradcam(_Known(), _Pairs(images, [0, 0]), boxes, batch_size=1)
+    # pointing: image 0's maximum is in the box, image 1's is not; energy: 64/80 and 16/32
+    assert scores == pytest.approx({"pointing": 0.5, "energy": (0.8 + 0.5) / 2, "images": 2})
+    # explaining class 1 gives empty maps: energy undefined, not a fake 0
+    empty = score_gradcam(_Known(), _Pairs(images, [1, 1]), boxes)
+    assert math.isnan(empty["energy"])
+
+
+def test_gradcam_runs_on_a_zoo_resnet_at_its_last_stage() -> None:
+    from visattn.localization import gradcam, last_stage
+
+    net = visattn.create_model("resnet20_cifar", num_classes=3).train()
+    assert last_stage(net)[0] == "layer3"
+    maps = gradcam(net, torch.rand(2, 3, 16, 16), [0, 2])
+    assert maps.shape == (2, 16, 16) and 0.0 <= float(maps.min()) <= float(maps.max()) <= 1.0
+    assert net.training  # the mode is restored
+    assert all(p.grad is None for p in net.parameters())

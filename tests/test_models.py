@@ -45,6 +45,10 @@ REQUIRED = [
     "gc_resnet50",
 ]
 
+# named models whose blocks hold weights shaped by the feature-map size (GE-theta-plus's global
+# depthwise gather), so they run at their default input size only
+FIXED_INPUT_SIZE = {"ge_resnet50"}
+
 
 def _is_cifar(name: str) -> bool:
     return get_model_spec(name).dataset == "cifar"
@@ -94,6 +98,10 @@ def test_forward_backward_at_default_input_size(name):
     "name", [pytest.param(n, marks=_marks(n, False)) for n in visattn.list_models()]
 )
 def test_forward_backward_at_an_odd_input_size(name):
+    if name in FIXED_INPUT_SIZE:  # built for 224x224: another size is a clear error
+        with pytest.raises(ValueError, match=r"built for \d+x\d+"):
+            _run(name, 65)
+        return
     _run(name, 31 if _is_cifar(name) else 65)
 
 
@@ -196,6 +204,18 @@ def test_torchvision_weights_load_into_se_resnet50_with_a_report(torchvision_res
     torch.testing.assert_close(model.layer3[2].conv2.weight, tv.layer3[2].conv2.weight)
 
 
+def test_timm_pretrained_se_resnet50_from_a_local_torchvision_file(torchvision_resnet50_file):
+    """The call detection users write: timm's ``pretrained=True`` with a local file."""
+    tv, path = torchvision_resnet50_file
+    with pytest.warns(UserWarning, match="attention tensor"):
+        m = timm.create_model(
+            "visattn_se_resnet50", pretrained=True, pretrained_cfg_overlay={"file": str(path)}
+        )
+    assert len(m.checkpoint_report.new_keys) == 16 * 4  # two convs with bias per SE block
+    torch.testing.assert_close(m.layer4[2].conv3.weight, tv.layer4[2].conv3.weight)
+    torch.testing.assert_close(m.fc.weight, tv.fc.weight)
+
+
 def test_lightning_checkpoint_with_net_prefix_loads(tmp_path):
     src = visattn.create_model("resnet20_cifar", num_classes=10)
     ckpt = {
@@ -277,6 +297,77 @@ def test_paper_placements_of_registered_models():
     ]
 
 
+# ----------------------------------------------------------------------------- fidelity
+
+
+def test_gc_resnet50_follows_the_official_configs_stages_2_to_4():
+    """Every official GCNet config has ``stage_with_gcb=(False, True, True, True)``."""
+    m = visattn.create_model("gc_resnet50")
+    assert {p.split(".")[0] for p in m.attention_paths} == {"layer2", "layer3", "layer4"}
+    assert len(m.attention_paths) == 4 + 6 + 3
+    assert count_params(m) == 28_078_773
+
+
+def test_gsop_resnet50_keeps_layer4_at_stride_1_by_default_with_the_old_layout_as_an_option():
+    """GSoP-Net1's official code: layer4 stride 1 (14x14 final map at 224x224)."""
+    x = torch.randn(1, 3, 64, 64)
+    official = visattn.create_model("gsop_resnet50", num_classes=3)
+    old = visattn.create_model("gsop_resnet50", num_classes=3, last_stride=2)
+    with torch.no_grad():
+        assert official.forward_features(x).shape == (1, 2048, 4, 4)
+        assert old.forward_features(x).shape == (1, 2048, 2, 2)
+    assert official.layer4[0].conv2.stride == (1, 1) and official.layer4[0].downsample[
+        0
+    ].stride == (
+        1,
+        1,
+    )
+    assert count_params(official) == count_params(old)
+
+
+@pytest.mark.slow
+def test_gsop_resnet50_multiply_accumulates_official_vs_old_layout():
+    official = count_macs(visattn.create_model("gsop_resnet50"), (1, 3, 224, 224))
+    old = count_macs(visattn.create_model("gsop_resnet50", last_stride=2), (1, 3, 224, 224))
+    assert 6.4e9 < official < 6.6e9 and 4.3e9 < old < 4.4e9  # measured 6.51G and 4.35G
+
+
+def _eca_kernels(model) -> list[int]:
+    return [
+        model.get_submodule(p).kernel_size
+        for p in model.attention_paths
+        if p.endswith(".0.attn_standard")
+    ]
+
+
+def test_eca_resnet50_uses_the_released_checkpoints_kernel_sizes():
+    """ECA-Net50's released weights have k = 3, 5, 5, 7; the adaptive formula gives 5, 5, 5, 7."""
+    from visattn.models import eca_placements
+
+    assert _eca_kernels(visattn.create_model("eca_resnet50")) == [3, 5, 5, 7]
+    formula = visattn.create_model("resnet50", attention=eca_placements(None))
+    assert _eca_kernels(formula) == [5, 5, 5, 7]
+    custom = visattn.create_model("resnet50", attention=eca_placements((3, 3, 5, 5)))
+    assert _eca_kernels(custom) == [3, 3, 5, 5]
+    assert (
+        count_params(visattn.create_model("eca_resnet50"))
+        == 25_557_032 + 3 * 3 + 4 * 5 + 6 * 5 + 3 * 7
+    )
+
+
+def test_attention56_matches_the_official_prototxt_with_the_old_head_as_an_option():
+    """No bias on the mask head's last 1x1 conv and corner-aligned up-sampling (Caffe
+    ``Interp``): 31,810,728 parameters, the official count; the earlier head adds 3 biases."""
+    m = visattn.create_model("attention56")
+    assert count_params(m) == 31_810_728
+    ra = [mod for mod in m.modules() if type(mod).__name__ == "ResidualAttention"]
+    assert all(r.align_corners and r.mask_head[-1].bias is None for r in ra)
+    old = visattn.create_model("attention56", mask_bias=True, align_corners=False)
+    assert count_params(old) == 31_812_520
+    ra = [mod for mod in old.modules() if type(mod).__name__ == "ResidualAttention"]
+    assert all(not r.align_corners and r.mask_head[-1].bias is not None for r in ra)
+
+
 def test_attention_on_a_registered_combination_composes():
     m = visattn.create_model(
         "se_resnet20_cifar",
@@ -354,7 +445,10 @@ def test_repeating_a_fixed_option_is_not_a_conflict():
 def test_every_model_is_a_timm_model():
     timm_names = set(timm.list_models("visattn_*"))
     assert {f"visattn_{n}" for n in visattn.list_models()} <= timm_names
-    assert "visattn_cbam_resnet18" in timm_names
+    # unlisted compositions: composed on demand by visattn, and through attention= in timm
+    assert "visattn_cbam_resnet18" not in timm_names
+    composed = timm.create_model("visattn_resnet18", attention={"name": "cbam"})
+    assert composed.attention_paths == visattn.create_model("cbam_resnet18").attention_paths
     m = timm.create_model("visattn_se_resnet56_cifar", num_classes=10)
     assert isinstance(m, ResNet) and m.attention_paths
     cfg = timm.data.resolve_data_config({}, model=m)
@@ -390,3 +484,73 @@ def test_timm_weights_load_and_give_timms_outputs(tmp_path):
     x = torch.randn(2, 3, 48, 48)
     with torch.no_grad():
         torch.testing.assert_close(ours(x), theirs(x))
+
+
+# ----------------------------------------------------------------------------- one home
+
+
+def test_list_models_and_timm_agree_at_import_without_lightning_and_without_fake_modules():
+    """One listing policy: timm registers exactly ``list_models()``; the entrypoints live in a
+    real module; models and the normalisation statistics import without lightning."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, timm, visattn\n"
+        "from visattn.constants import STATS\n"
+        "ours = {'visattn_' + n for n in visattn.list_models()}\n"
+        "theirs = set(timm.list_models('visattn_*'))\n"
+        "assert ours == theirs, sorted(ours ^ theirs)[:5]\n"
+        "from timm.models._registry import model_entrypoint\n"
+        "fn = model_entrypoint('visattn_se_resnet50')\n"
+        "mod = sys.modules[fn.__module__]\n"
+        "assert mod.__name__ == 'visattn.models.timm_entrypoints' and mod.__file__, mod\n"
+        "assert not any(m.split('.')[0] == 'lightning' for m in sys.modules)\n"
+        "print(len(ours))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert int(out.stdout) == len(visattn.list_models())
+
+
+def test_model_spec_takes_keyword_fields_and_an_explicit_placeable():
+    from visattn.models import ModelSpec
+    from visattn.models.builders import resnet_cifar
+
+    with pytest.raises(TypeError):
+        ModelSpec("x", resnet_cifar, True)  # positional fields are refused
+    with pytest.raises(TypeError):
+        ModelSpec(name="x", builder=resnet_cifar)  # placeable must be said
+    spec = ModelSpec(name="x", builder=resnet_cifar, placeable=True, dataset="cifar")
+    assert spec.num_classes == 10 and spec.input_size == (3, 32, 32)
+    assert not get_model_spec("attention56").placeable and get_model_spec("resnet50").placeable
+    with pytest.raises(ValueError, match="dataset"):
+        ModelSpec(name="x", builder=resnet_cifar, placeable=True, dataset="mnist")
+
+
+def test_one_home_for_normalisation_statistics_and_cifar100_models_get_cifar100_stats():
+    from visattn.constants import STATS
+    from visattn.data import STATS as DATA_STATS
+
+    assert DATA_STATS is STATS
+    c100 = visattn.create_model("resnet20_cifar", num_classes=100).pretrained_cfg
+    c10 = visattn.create_model("resnet20_cifar", num_classes=10).pretrained_cfg
+    assert (c100["mean"], c100["std"]) == STATS["cifar100"]
+    assert (c10["mean"], c10["std"]) == STATS["cifar10"]
+    t100 = timm.create_model("visattn_se_resnet20_cifar", num_classes=100)
+    assert timm.data.resolve_data_config({}, model=t100)["mean"] == STATS["cifar100"][0]
+    assert visattn.create_model("resnet18").pretrained_cfg["mean"] == STATS["imagenet"][0]
+
+
+def test_residual_attention_checkpoints_with_the_earlier_shortcut_keys_still_load(tmp_path):
+    """The pre-activation unit is shared with preresnet164 now; its projection is
+    ``downsample`` (was ``shortcut`` in Residual Attention Networks): the loader maps it."""
+    m = visattn.create_model("attention56_cifar", num_classes=10)
+    old = {k.replace(".downsample.", ".shortcut."): v for k, v in m.state_dict().items()}
+    assert any(".shortcut." in k for k in old)
+    torch.save(old, tmp_path / "old.pth")
+    m2 = visattn.create_model(
+        "attention56_cifar", num_classes=10, checkpoint_path=tmp_path / "old.pth"
+    )
+    for k, v in m.state_dict().items():
+        torch.testing.assert_close(m2.state_dict()[k], v)

@@ -71,15 +71,14 @@ def reference(blk: nn.Module, x: torch.Tensor, **opt) -> tuple[torch.Tensor, tor
     window, k = opt.get("window"), opt.get("k")
     tau = opt.get("temperature") or (0.1 if kind == "cosine" else 1.0)
     n, _, h, w = x.shape
-    v = max_pool(conv1x1(blk.g, x), s)
-    q, kk = (
-        (x, max_pool(x, s))
-        if kind == "gaussian"
-        else (
-            conv1x1(blk.theta, x),
-            max_pool(conv1x1(blk.phi, x), s),
-        )
-    )
+    if opt.get("subsample_order") == "before":  # official code: pool x, then phi and g
+        xp = max_pool(x, s)
+        v = conv1x1(blk.g, xp)
+        kk = xp if kind == "gaussian" else conv1x1(blk.phi, xp)
+    else:  # the paper: pool phi(x) and g(x)
+        v = max_pool(conv1x1(blk.g, x), s)
+        kk = max_pool(x, s) if kind == "gaussian" else max_pool(conv1x1(blk.phi, x), s)
+    q = x if kind == "gaussian" else conv1x1(blk.theta, x)
     hk, wk = v.shape[-2:]
     dq, dv = q.shape[1] // heads, v.shape[1] // heads
     y = torch.zeros(n, v.shape[1], h, w, dtype=x.dtype)
@@ -134,6 +133,8 @@ CONFIGS = [
     {"window": 5, "score": "dot", "temperature": 2.0},
     {"subsample": 2},
     {"subsample": 2, "window": 3},
+    {"subsample": 2, "subsample_order": "before"},
+    {"subsample": 2, "subsample_order": "before", "window": 3, "heads": 2},
     {"selection": "topk", "k": 4, "window": 3},
     {"norm": False},
     {"inner_channels": 6, "heads": 3},
@@ -321,3 +322,18 @@ def test_impossible_options_raise_value_error_naming_block_and_option(
 ) -> None:
     with pytest.raises(ValueError, match=rf"block 'nonlocal'.*{option}"):
         make(**options)
+
+
+def test_subsample_order_before_pools_the_input_and_differs_from_after() -> None:
+    """The official code max-pools ``x`` before ``phi`` and ``g``; the paper pools after them.
+    Same weights, different functions (max-pooling does not commute with a 1x1 conv)."""
+    torch.manual_seed(0)
+    after = randomize_output(make(subsample=2))
+    before = randomize_output(make(subsample=2, subsample_order="before"))
+    before.load_state_dict(after.state_dict())
+    x = torch.randn(2, C, 8, 8)
+    with torch.no_grad():
+        assert not torch.allclose(after(x), before(x), atol=1e-4)
+    assert make(subsample=2).subsample_order == "after"  # the paper is the default
+    with pytest.raises(ValueError, match="subsample_order"):
+        make(subsample=2, subsample_order="middle")

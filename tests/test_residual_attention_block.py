@@ -9,7 +9,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import visattn
-from visattn.blocks.residual_attention import PreActBottleneck
+from visattn.blocks._units import PreActBottleneck
 
 
 def randomize_bn(module: nn.Module) -> nn.Module:
@@ -34,7 +34,7 @@ def unit_reference(u: PreActBottleneck, x: torch.Tensor, stride: int = 1) -> tor
     out = F.conv2d(pre, u.conv1.weight)
     out = F.conv2d(torch.relu(bn(u.bn2, out)), u.conv2.weight, stride=stride, padding=1)
     out = F.conv2d(torch.relu(bn(u.bn3, out)), u.conv3.weight)
-    short = x if u.shortcut is None else F.conv2d(pre, u.shortcut.weight, stride=stride)
+    short = x if u.downsample is None else F.conv2d(pre, u.downsample.weight, stride=stride)
     return out + short
 
 
@@ -43,8 +43,8 @@ def unit_reference(u: PreActBottleneck, x: torch.Tensor, stride: int = 1) -> tor
 
 @pytest.mark.parametrize(("cin", "cout", "stride"), [(16, 16, 1), (16, 32, 1), (32, 32, 2)])
 def test_preact_bottleneck_equals_bn_relu_conv_recomputation(cin: int, cout: int, stride: int):
-    u = randomize_bn(PreActBottleneck(cin, cout, stride))
-    assert (u.shortcut is None) == (cin == cout and stride == 1)
+    u = randomize_bn(PreActBottleneck(cin, cout // 4, stride, out_channels=cout))
+    assert (u.downsample is None) == (cin == cout and stride == 1)
     assert u.conv1.out_channels == u.conv2.out_channels == cout // 4
     x = torch.randn(2, cin, 9, 7)
     with torch.no_grad():
@@ -59,12 +59,23 @@ def test_preact_bottleneck_parameter_closed_form(cin: int, cout: int, stride: in
     want = 2 * cin + cin * b + 4 * b + 9 * b * b + b * cout
     if cin != cout or stride != 1:
         want += cin * cout
-    assert sum(p.numel() for p in PreActBottleneck(cin, cout, stride).parameters()) == want
+    unit = PreActBottleneck(cin, b, stride, out_channels=cout)
+    assert sum(p.numel() for p in unit.parameters()) == want
 
 
-def test_preact_bottleneck_refuses_fewer_than_four_output_channels() -> None:
-    with pytest.raises(ValueError, match="out_channels"):
-        PreActBottleneck(8, 3)
+def test_preact_bottleneck_refuses_an_empty_bottleneck() -> None:
+    with pytest.raises(ValueError, match="planes"):
+        PreActBottleneck(8, 0)
+
+
+def test_one_preact_bottleneck_serves_blocks_and_models() -> None:
+    """The Residual Attention module and ``preresnet164_cifar`` use the same class."""
+    from visattn.models import PreActBottleneck as ModelUnit
+
+    assert issubclass(ModelUnit, PreActBottleneck)
+    blk = visattn.create_block("residual_attention", 16)
+    assert all(type(m) is PreActBottleneck for m in blk.trunk)
+    assert ModelUnit.forward is PreActBottleneck.forward
 
 
 # --------------------------------------------------------------------------- the module
@@ -74,11 +85,13 @@ def make(channels: int = 16, **options) -> nn.Module:
     return randomize_bn(visattn.create_block("residual_attention", channels, **options))
 
 
-def mask_reference(blk: nn.Module, x: torch.Tensor, depth: int) -> torch.Tensor:
+def mask_reference(
+    blk: nn.Module, x: torch.Tensor, depth: int, align_corners: bool = True
+) -> torch.Tensor:
     """Bottom-up / top-down mask logits of Fig. 2-3, unrolled by hand for depth 1, 2 and 3."""
 
     def up(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-        return F.interpolate(t, size=like.shape[-2:], mode="bilinear", align_corners=False)
+        return F.interpolate(t, size=like.shape[-2:], mode="bilinear", align_corners=align_corners)
 
     def pool(t: torch.Tensor) -> torch.Tensor:
         return F.max_pool2d(t, 3, 2, 1)
@@ -99,20 +112,42 @@ def mask_reference(blk: nn.Module, x: torch.Tensor, depth: int) -> torch.Tensor:
     h = blk.mask_head
     z = up(top, x)
     z = F.conv2d(torch.relu(bn(h[0], z)), h[2].weight)
-    return F.conv2d(torch.relu(bn(h[3], z)), h[5].weight, h[5].bias)
+    return F.conv2d(torch.relu(bn(h[3], z)), h[5].weight, h[5].bias)  # bias None by default
 
 
+@pytest.mark.parametrize("align_corners", [True, False])
 @pytest.mark.parametrize("depth", [1, 2, 3])
 @pytest.mark.parametrize("size", [(15, 15), (7, 7), (12, 9)], ids=lambda s: f"{s[0]}x{s[1]}")
-def test_mask_branch_equals_bottom_up_top_down_recomputation(depth: int, size) -> None:
-    blk = make(depth=depth)
+def test_mask_branch_equals_bottom_up_top_down_recomputation(
+    depth: int, size, align_corners: bool
+) -> None:
+    blk = make(depth=depth, align_corners=align_corners, mask_bias=not align_corners)
     x = torch.randn(2, 16, *size)
     with visattn.capture_attention(blk) as maps, torch.no_grad():
         blk(x)
         m = maps[""]
-        want = torch.sigmoid(mask_reference(blk, blk.pre(x), depth))
+        want = torch.sigmoid(mask_reference(blk, blk.pre(x), depth, align_corners))
     assert m.shape == x.shape
     torch.testing.assert_close(m, want, rtol=1e-5, atol=1e-5)
+
+
+def test_defaults_follow_the_official_prototxt_no_mask_bias_and_corner_aligned_upsampling():
+    """The released Caffe prototxt: no bias on the mask head's last 1x1 conv, ``Interp``
+    (corner-aligned) up-sampling. The earlier behaviour stays available as options."""
+    official = visattn.create_block("residual_attention", 16)
+    assert official.mask_head[-1].bias is None and official.align_corners is True
+    old = visattn.create_block("residual_attention", 16, mask_bias=True, align_corners=False)
+    assert old.mask_head[-1].bias is not None and old.align_corners is False
+    n = sum(p.numel() for p in official.parameters())
+    assert sum(p.numel() for p in old.parameters()) == n + 16
+    # the two up-sampling conventions differ on the same weights
+    torch.manual_seed(0)
+    a = make(depth=2)
+    b = make(depth=2, align_corners=False)
+    b.load_state_dict(a.state_dict())
+    x = torch.randn(1, 16, 12, 12)
+    with torch.no_grad():
+        assert not torch.allclose(a.mask_logits(x), b.mask_logits(x), atol=1e-5)
 
 
 @pytest.mark.parametrize("learning", ["arl", "nal"])
@@ -175,7 +210,14 @@ def test_any_input_size_works_even_when_pooling_reaches_one_pixel(size, depth: i
 
 
 @pytest.mark.parametrize(
-    "opt", [{}, {"p": 0, "t": 1}, {"p": 2, "t": 3, "r": 2, "depth": 3}, {"depth": 2, "r": 1}]
+    "opt",
+    [
+        {},
+        {"p": 0, "t": 1},
+        {"p": 2, "t": 3, "r": 2, "depth": 3},
+        {"depth": 2, "r": 1},
+        {"mask_bias": True},
+    ],
 )
 @pytest.mark.parametrize("channels", [16, 64, 72])
 def test_parameter_count_matches_closed_form(opt: dict, channels: int) -> None:
@@ -185,14 +227,15 @@ def test_parameter_count_matches_closed_form(opt: dict, channels: int) -> None:
     unit = 2 * c + 2 * c * b + 4 * b + 9 * b * b
     units = 2 * p + t + 2 * r * depth + depth - 1
     assert sum(isinstance(m, PreActBottleneck) for m in blk.modules()) == units
-    assert sum(p_.numel() for p_ in blk.parameters()) == units * unit + 2 * c * c + 5 * c
+    bias = c if opt.get("mask_bias") else 0
+    assert sum(p_.numel() for p_ in blk.parameters()) == units * unit + 2 * c * c + 4 * c + bias
 
 
 def test_default_closed_form_from_docstring() -> None:
     c, b = 256, 64
     unit = 2 * c + 2 * c * b + 4 * b + 9 * b * b
     blk = visattn.create_block("residual_attention", c)
-    assert sum(p.numel() for p in blk.parameters()) == 6 * unit + 2 * c * c + 5 * c
+    assert sum(p.numel() for p in blk.parameters()) == 6 * unit + 2 * c * c + 4 * c
 
 
 @pytest.mark.parametrize(
@@ -204,6 +247,8 @@ def test_default_closed_form_from_docstring() -> None:
         ({"p": -1}, "'p'"),
         ({"learning": "residual"}, "learning"),
         ({"mask": "softmax"}, "mask"),
+        ({"mask_bias": 1}, "mask_bias"),
+        ({"align_corners": "yes"}, "align_corners"),
     ],
 )
 def test_impossible_options_raise_value_error_naming_block_and_option(options, option) -> None:

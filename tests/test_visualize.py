@@ -22,8 +22,8 @@ def _png_size(path: Path) -> tuple[int, int]:
 
 
 def test_spatial_block_model_gets_one_overlay_per_block(tmp_path: Path) -> None:
-    # resnet20_cifar: 3 stages x 3 basic blocks -> 9 spatial maps, plus the image: 10 panels,
-    # 6 columns x 2 rows
+    # resnet20_cifar: 3 stages x 3 basic blocks -> 9 spatial maps, plus the image and Grad-CAM:
+    # 11 panels, 6 columns x 2 rows
     net = visattn.create_model("resnet20_cifar", num_classes=4, attention={"name": "spatial"})
     images = torch.randn(2, 3, 32, 32)
     boxes = torch.tensor([[4.0, 4.0, 12.0, 12.0], [20.0, 8.0, 30.0, 18.0]])
@@ -34,9 +34,12 @@ def test_spatial_block_model_gets_one_overlay_per_block(tmp_path: Path) -> None:
 
 
 def test_channel_block_model_gets_one_heat_map_per_stage(tmp_path: Path) -> None:
-    # SE maps are (N, C, 1, 1): no overlays, one channel heat map per stage (3) + the image
+    # SE maps are (N, C, 1, 1): no overlays, one channel heat map per stage (3) + the image +
+    # Grad-CAM; without Grad-CAM one panel fewer
     net = visattn.create_model("resnet20_cifar", num_classes=4, attention={"name": "se"})
     (path,) = visualize_model(net, torch.randn(1, 3, 32, 32), tmp_path)
+    assert _png_size(path) == (5 * PANEL_PX, PANEL_PX)
+    (path,) = visualize_model(net, torch.randn(1, 3, 32, 32), tmp_path / "b", gradcam=False)
     assert _png_size(path) == (4 * PANEL_PX, PANEL_PX)
 
 
@@ -58,14 +61,30 @@ def test_panels_split_maps_by_kind() -> None:
     assert MAX_COLS >= 2
 
 
-def test_model_without_attention_is_refused(tmp_path: Path) -> None:
+def test_model_without_attention_gets_grad_cam_and_is_refused_without_it(tmp_path: Path) -> None:
     net = visattn.create_model("resnet20_cifar", num_classes=4)
+    (path,) = visualize_model(net, torch.randn(1, 3, 32, 32), tmp_path, labels=[2])
+    assert _png_size(path) == (2 * PANEL_PX, PANEL_PX)  # the image and Grad-CAM
     with pytest.raises(ValueError, match="no registered attention block"):
-        visualize_model(net, torch.randn(1, 3, 32, 32), tmp_path)
+        visualize_model(net, torch.randn(1, 3, 32, 32), tmp_path, gradcam=False)
+
+
+def test_grad_cam_panel_shows_the_map_of_a_known_network(tmp_path: Path) -> None:
+    from matplotlib.image import AxesImage
+
+    from visattn.visualize import plot_attention
+
+    cam = torch.zeros(8, 8)
+    cam[2:4, 5:7] = 1.0
+    fig = plot_attention(torch.rand(3, 8, 8), {}, cam=cam, cam_title="Grad-CAM layer3 (label)")
+    ax = fig.axes[1]
+    assert ax.get_title().startswith("Grad-CAM layer3 (label)")
+    overlay = [im for im in ax.get_images() if isinstance(im, AxesImage)][-1]
+    assert torch.equal(torch.as_tensor(overlay.get_array()), cam)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("attention", "size"), [("spatial", (6, 2)), ("se", (4, 1))])
+@pytest.mark.parametrize(("attention", "size"), [("spatial", (6, 2)), ("se", (5, 1))])
 def test_visualize_from_a_training_checkpoint(
     tmp_path: Path, attention: str, size: tuple[int, int]
 ) -> None:

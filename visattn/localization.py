@@ -19,6 +19,15 @@ coordinates of the image, ``x`` to the right, ``y`` down, with pixel ``(row i, c
 :func:`score_model` runs both scores over a data set for every spatial, hybrid and residual block
 of a network (built on :func:`visattn.capture_attention`); the ablation runner reports its means
 as ``loc/pointing`` and ``loc/energy``.
+
+**Grad-CAM** (Selvaraju, Cogswell, Das, Vedantam, Parikh, Batra; ICCV 2017, Eqs. 1-2) gives every
+network a map, attention or not, so the baseline can be scored too, as the CBAM paper (Woo et
+al., ECCV 2018, Sec. 4.3) does: ``alpha_k = mean_ij dy_c / dA_k,ij`` over the feature maps ``A_k``
+of the last stage and ``L = ReLU(sum_k alpha_k A_k)``, for the target class ``c`` (the true
+label). :func:`gradcam` computes it with the ``grad-cam`` package (pytorch-grad-cam, Gildenblat et
+al.), which also min-max scales each map to ``[0, 1]`` and resizes it (bilinear) to the image;
+:func:`score_gradcam` scores it with the same two functions (the runner's ``gradcam/pointing``
+and ``gradcam/energy``).
 """
 
 from __future__ import annotations
@@ -32,7 +41,16 @@ import torch.nn.functional as F
 
 from .blocks import capture_attention, is_block
 
-__all__ = ["LOCALIZED_FAMILIES", "energy_in_box", "pointing_game", "score_model", "spatial_map"]
+__all__ = [
+    "LOCALIZED_FAMILIES",
+    "energy_in_box",
+    "gradcam",
+    "last_stage",
+    "pointing_game",
+    "score_gradcam",
+    "score_model",
+    "spatial_map",
+]
 
 #: Block families whose maps are scored by :func:`score_model`.
 LOCALIZED_FAMILIES = ("spatial", "hybrid", "residual")
@@ -231,3 +249,116 @@ def score_model(
             "images": int(e.numel()),
         }
     return out
+
+
+def last_stage(net: nn.Module) -> tuple[str, nn.Module]:
+    """``(module path, module)`` of the network's last stage, the usual Grad-CAM layer: the last
+    of ``net.stage_names`` (visattn ResNets), ``net.stages[-1]`` (Residual Attention Networks) or
+    ``layer4``/``layer3`` (torchvision and timm ResNets).
+
+    Raises:
+        ValueError: no stage found.
+    """
+    names = getattr(net, "stage_names", None)
+    if names:
+        return names[-1], getattr(net, names[-1])
+    stages = getattr(net, "stages", None)
+    if isinstance(stages, nn.Sequential) and len(stages):
+        return f"stages.{len(stages) - 1}", stages[-1]
+    for name in ("layer4", "layer3"):
+        if isinstance(getattr(net, name, None), nn.Module):
+            return name, getattr(net, name)
+    raise ValueError(
+        f"{type(net).__name__} has no recognisable last stage (stage_names, stages, layer4); "
+        "pass the Grad-CAM layer explicitly"
+    )
+
+
+def gradcam(
+    net: nn.Module,
+    images: torch.Tensor,
+    targets: Sequence[int] | torch.Tensor | None = None,
+    layer: nn.Module | None = None,
+) -> torch.Tensor:
+    """Grad-CAM maps of ``images`` at ``layer`` (default: :func:`last_stage`).
+
+    Args:
+        net: a classifier ``(N, C, H, W) -> (N, classes)``; run in eval mode (and left in the
+            mode it was in).
+        images: ``(N, C, H, W)`` network input.
+        targets: the class per image to explain (default: the predicted class).
+        layer: the module whose output activations are weighted.
+
+    Returns:
+        ``(N, H, W)`` float maps in ``[0, 1]`` (each min-max scaled by the package; all zero
+        when no location has a positive weighted activation).
+
+    Raises:
+        ImportError: the ``grad-cam`` package is missing (``pip install visattn[ablate]``).
+    """
+    try:
+        from pytorch_grad_cam import GradCAM
+        from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "Grad-CAM needs the grad-cam package: pip install 'visattn[ablate]' (or grad-cam)"
+        ) from e
+    layer = last_stage(net)[1] if layer is None else layer
+    was_training = net.training
+    param = next(net.parameters(), None)
+    device = param.device if param is not None else torch.device("cpu")
+    cam_targets = (
+        None if targets is None else [ClassifierOutputTarget(int(t)) for t in targets]
+    )
+    try:
+        with torch.enable_grad(), GradCAM(model=net, target_layers=[layer]) as cam:
+            maps = cam(input_tensor=images.to(device), targets=cam_targets)
+    finally:
+        net.train(was_training)
+        net.zero_grad(set_to_none=True)
+    return torch.from_numpy(maps).float()
+
+
+def score_gradcam(
+    net: nn.Module,
+    dataset: torch.utils.data.Dataset,
+    boxes: torch.Tensor,
+    *,
+    max_images: int | None = 512,
+    batch_size: int = 64,
+    tolerance: float = 0.0,
+    layer: nn.Module | None = None,
+) -> dict[str, float]:
+    """Pointing game and energy in box of Grad-CAM for the true label of each image.
+
+    The first ``max_images`` items of ``dataset`` (``(image, label)`` pairs) are explained at
+    ``layer`` (default :func:`last_stage`) and scored against ``boxes[i]``, as
+    :func:`score_model` does for attention maps.
+
+    Returns:
+        ``{"pointing": hit rate, "energy": mean share (images with an all-zero map left out;
+        nan if all), "images": n}``.
+    """
+    boxes = torch.as_tensor(boxes, dtype=torch.float32)
+    n = len(dataset) if max_images is None else min(len(dataset), max_images)
+    if boxes.dim() != 2 or boxes.shape[1] != 4 or boxes.shape[0] < n:
+        raise ValueError(
+            f"boxes must be (N, 4) with N >= {n} (one per data set item), got {tuple(boxes.shape)}"
+        )
+    hits, energy = [], []
+    for start in range(0, n, batch_size):
+        idx = range(start, min(n, start + batch_size))
+        items = [dataset[i] for i in idx]
+        images = torch.stack([torch.as_tensor(x) for x, _ in items])
+        labels = [int(y) for _, y in items]
+        maps = gradcam(net, images, labels, layer)
+        b = boxes[start : start + len(idx)]
+        size = tuple(images.shape[-2:])
+        hits.append(pointing_game(maps, b, size, tolerance=tolerance))
+        energy.append(energy_in_box(maps, b, size))
+    e = torch.cat(energy)
+    return {
+        "pointing": float(torch.cat(hits).mean()),
+        "energy": float(e.nanmean()) if not e.isnan().all() else math.nan,
+        "images": n,
+    }

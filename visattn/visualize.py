@@ -1,8 +1,8 @@
 """Pictures of what attention blocks look at, from a checkpoint or a network in memory.
 
 ``python -m visattn.visualize --ckpt PATH --out DIR`` (or :func:`visualize`) loads a training
-checkpoint (``ClassificationModule.load_from_checkpoint`` and the data module rebuilt from the
-``datamodule_hyper_parameters`` saved in it), runs a few validation images through the network
+checkpoint (:func:`visattn.utils.load_run`: the network and the data module rebuilt from the
+hyper-parameters saved in it), runs a few validation images through the network
 inside :func:`visattn.capture_attention` and writes one PNG per image, a grid of panels:
 
 * the image (with the target's box when the data set has ``boxes``, and label / prediction),
@@ -10,7 +10,11 @@ inside :func:`visattn.capture_attention` and writes one PNG per image, a grid of
   mixed masks (channel mean), upsampled bilinearly to the image and overlaid on it,
 * one panel per stage (first component of the module path, e.g. ``layer2``) for channel
   attention ``(N, C, 1, 1)``: a heat map of the channel weights, one row per block, one column
-  per channel.
+  per channel,
+* a Grad-CAM panel (Selvaraju et al., ICCV 2017; :func:`visattn.localization.gradcam`) of the
+  last stage for the label (or the prediction when no label is known), beside the native maps,
+  so that networks without spatial attention (the baseline, channel attention) get a picture
+  too.
 
 Each panel is ``PANEL_PX`` pixels square and the grid has at most ``MAX_COLS`` columns, so a
 picture with ``k`` panels is ``min(k, MAX_COLS) * PANEL_PX`` wide and
@@ -36,7 +40,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 from matplotlib.patches import Rectangle
 
-from .blocks import capture_attention
+from .blocks import capture_attention, is_block
+from .localization import gradcam as _gradcam
+from .localization import last_stage
+from .utils import load_run
 
 __all__ = [
     "MAX_COLS",
@@ -98,6 +105,8 @@ def plot_attention(
     *,
     box: Sequence[float] | None = None,
     title: str = "",
+    cam: torch.Tensor | None = None,
+    cam_title: str = "Grad-CAM",
 ) -> plt.Figure:
     """The panel grid of one image (see the module docstring).
 
@@ -106,10 +115,14 @@ def plot_attention(
         maps: ``{module path: (C, h, w) tensor}`` captured for this image.
         box: the target's ``(x0, y0, x1, y1)`` in pixels, drawn on every spatial panel.
         title: caption of the image panel.
+        cam: an ``(h, w)`` Grad-CAM map drawn as the panel after the image, or ``None``.
+        cam_title: that panel's caption.
     """
     img = image.detach().float().cpu().clamp(0, 1)
     size = tuple(img.shape[-2:])
     spatial, channel = attention_panels(maps, size)
+    if cam is not None:
+        spatial = {cam_title: cam.detach().float().cpu(), **spatial}
     n = 1 + len(spatial) + len(channel)
     cols, rows = _grid(n)
     inch = PANEL_PX / _DPI
@@ -184,6 +197,8 @@ def visualize_model(
     titles: Sequence[str] | None = None,
     names: Sequence[str] | None = None,
     class_names: Sequence[str] | None = None,
+    labels: Sequence[int] | None = None,
+    gradcam: bool = True,
 ) -> list[Path]:
     """Write one attention PNG per image for a network in memory.
 
@@ -196,12 +211,15 @@ def visualize_model(
         boxes: ``(N, 4)`` target boxes to draw, or ``None``.
         titles: caption per image (the prediction is appended); names: file stem per image
             (default ``attention_<i>``); class_names: to spell the prediction.
+        labels: the true class per image (Grad-CAM explains it; default: the prediction).
+        gradcam: add the Grad-CAM panel (needs the ``grad-cam`` package; the network needs a
+            last stage, see :func:`visattn.localization.last_stage`).
 
     Returns:
         The PNG paths, one per image.
 
     Raises:
-        ValueError: ``net`` has no registered attention block.
+        ValueError: ``net`` has no registered attention block and ``gradcam`` is off.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -209,10 +227,19 @@ def visualize_model(
     net.eval()
     param = next(net.parameters(), None)
     device = param.device if param is not None else torch.device("cpu")
+    has_blocks = any(is_block(m) for m in net.modules())
+    if not has_blocks and not gradcam:
+        raise ValueError(
+            f"visualize: {type(net).__name__} contains no registered attention block; keep "
+            "gradcam=True to picture it with Grad-CAM"
+        )
     try:
-        with capture_attention(net) as maps:
-            logits = net(images.to(device))
-            captured = {p: m.detach().float().cpu() for p, m in maps.items()}
+        if has_blocks:
+            with capture_attention(net) as maps:
+                logits = net(images.to(device))
+                captured = {p: m.detach().float().cpu() for p, m in maps.items()}
+        else:
+            logits, captured = net(images.to(device)), {}
     finally:
         net.train(was_training)
     if display is None:
@@ -220,6 +247,12 @@ def visualize_model(
         hi = images.amax((1, 2, 3), keepdim=True)
         display = (images - lo) / (hi - lo).clamp(min=1e-12)
     preds = logits.argmax(1).cpu() if logits.dim() == 2 else None
+    cams = None
+    if gradcam:
+        layer_name, layer = last_stage(net)
+        cam_targets = labels if labels is not None else (None if preds is None else preds.tolist())
+        with torch.enable_grad():
+            cams = _gradcam(net, images, cam_targets, layer)
     paths = []
     for i in range(images.shape[0]):
         per_image = {p: m[i] for p, m in captured.items() if m.shape[0] == images.shape[0]}
@@ -227,8 +260,17 @@ def visualize_model(
         if preds is not None:
             p = int(preds[i])
             title += f", pred {class_names[p] if class_names is not None else p}"
+        cam_title = ""
+        if cams is not None:
+            target = "label" if labels is not None else "prediction"
+            cam_title = f"Grad-CAM {layer_name} ({target})"
         fig = plot_attention(
-            display[i].cpu(), per_image, box=None if boxes is None else boxes[i], title=title
+            display[i].cpu(),
+            per_image,
+            box=None if boxes is None else boxes[i],
+            title=title,
+            cam=None if cams is None else cams[i],
+            cam_title=cam_title,
         )
         path = out / f"{names[i] if names is not None else f'attention_{i}'}.png"
         fig.savefig(path, dpi=_DPI)
@@ -260,14 +302,8 @@ def visualize(
     Returns:
         The PNG paths, one per image.
     """
-    from .data.datamodule import VisattnDataModule
-    from .training.module import ClassificationModule
-
-    module = ClassificationModule.load_from_checkpoint(ckpt_path, map_location="cpu")
-    net = module.net.to(device).eval()
-    dm = VisattnDataModule.load_from_checkpoint(
-        ckpt_path, map_location="cpu", **{"num_workers": 0, **dict(data_overrides or {})}
-    )
+    loaded = load_run(ckpt_path, data_overrides=data_overrides, device=device)
+    net, dm = loaded.net, loaded.datamodule
     dm.setup("validate")
     val = dm.val_dataset
     if indices is None:
@@ -296,6 +332,7 @@ def visualize(
         titles=titles,
         names=[f"attention_val{i:05d}" for i in indices],
         class_names=classes,
+        labels=labels,
     )
 
 

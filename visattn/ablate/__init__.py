@@ -2,11 +2,21 @@
 
 ``python -m visattn.ablate SWEEP.yaml --out DIR`` or :func:`run_sweep`. The sweep file format is
 in :mod:`visattn.ablate.sweep`, the results.csv columns in :mod:`visattn.ablate.results`, the
-report in :mod:`visattn.ablate.report`, the runner's resume rules in :mod:`visattn.ablate.runner`.
+report in :mod:`visattn.ablate.report`, the runner's resume rules in :mod:`visattn.ablate.runner`,
+parallel and Ray execution and the folder lock in :mod:`visattn.ablate.executors`, up-front
+validation and equal-budget widths in :mod:`visattn.ablate.resolve`.
 """
 
 from .report import render_report, summarize, write_report
-from .results import RESULT_COLUMNS, mean_std, read_results, welch_ci, write_results
+from .results import (
+    RESULT_COLUMNS,
+    mean_std,
+    paired_ci,
+    read_results,
+    resolvable_difference,
+    welch_ci,
+    write_results,
+)
 from .runner import evaluate_run, run_sweep
 from .sweep import Run, Sweep, Variant, load_sweep, overrides_to_args
 
@@ -19,8 +29,10 @@ __all__ = [
     "load_sweep",
     "mean_std",
     "overrides_to_args",
+    "paired_ci",
     "read_results",
     "render_report",
+    "resolvable_difference",
     "run_sweep",
     "summarize",
     "welch_ci",

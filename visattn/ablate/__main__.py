@@ -1,4 +1,5 @@
-"""``python -m visattn.ablate SWEEP.yaml --out DIR``: run or resume a sweep, write the report."""
+"""``python -m visattn.ablate SWEEP.yaml --out DIR [--jobs N] [--executor ray]``: run or resume a
+sweep, write the report."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ import sys
 
 import yaml
 
+from .executors import SweepLock
 from .plots import write_plots
 from .report import write_report
-from .results import read_results
-from .runner import run_sweep
+from .runner import report_kwargs, rows_for_report, run_sweep
 from .sweep import load_sweep
 
 
@@ -28,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--report-only",
         action="store_true",
-        help="rebuild report.md and the plots from DIR/results.csv, train nothing",
+        help="rebuild report.md and the plots from DIR/results.csv (itself rebuilt from the "
+        "runs' completion markers when damaged), train nothing",
     )
     parser.add_argument(
         "--set",
@@ -38,7 +40,44 @@ def main(argv: list[str] | None = None) -> int:
         help="a dotted override for every run, after the sweep's (repeatable), e.g. "
         "--set data.root=/data/cifar --set data.verify=false; VALUE is read as YAML",
     )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
+        help="runs at once, each in its own process (default 1: one after the other, in this "
+        "process); CPU threads are divided between them",
+    )
+    parser.add_argument(
+        "--devices",
+        type=lambda t: [int(d) for d in t.split(",") if d.strip()],
+        metavar="0,1,...",
+        help="GPUs for --jobs (default: all visible)",
+    )
+    parser.add_argument(
+        "--runs-per-device",
+        type=int,
+        default=1,
+        metavar="K",
+        help="runs that share one GPU (a small CIFAR model leaves most of a large GPU idle)",
+    )
+    parser.add_argument(
+        "--threads", type=int, metavar="T", help="CPU threads per run (default: CPUs / jobs)"
+    )
+    parser.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="local processes, or Ray tasks (DIR must be on a file system every node sees)",
+    )
+    parser.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="join this Ray cluster (default: start a local Ray instance)",
+    )
     args = parser.parse_args(argv)
+    if args.jobs < 1 or args.runs_per_device < 1 or (args.threads is not None and args.threads < 1):
+        parser.error("--jobs, --runs-per-device and --threads must be >= 1")
     overrides = {}
     for item in args.set:
         key, sep, value = item.partition("=")
@@ -47,19 +86,33 @@ def main(argv: list[str] | None = None) -> int:
         overrides[key] = yaml.safe_load(value) if value else ""
     if args.report_only:
         sweep = load_sweep(args.sweep)
-        csv_path = f"{args.out}/results.csv"
+        try:
+            with SweepLock(args.out):
+                rows = rows_for_report(sweep, args.out, overrides)
+        except (ValueError, RuntimeError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         write_report(
-            csv_path,
+            f"{args.out}/results.csv",
             f"{args.out}/report.md",
-            name=sweep.name,
-            baseline=sweep.baselines,
-            description=sweep.description,
             planned=len(sweep.runs(args.out, overrides)),
+            **report_kwargs(sweep, overrides),
         )
-        write_plots(read_results(csv_path), args.out, baseline=sweep.baselines)
+        write_plots(rows, args.out, baseline=sweep.baselines)
         print(f"wrote {args.out}/report.md")
         return 0
-    rows = run_sweep(args.sweep, args.out, overrides=overrides, dry_run=args.dry_run)
+    rows = run_sweep(
+        args.sweep,
+        args.out,
+        overrides=overrides,
+        dry_run=args.dry_run,
+        jobs=args.jobs,
+        executor=args.executor,
+        devices=args.devices,
+        runs_per_device=args.runs_per_device,
+        ray_address=args.ray_address,
+        threads=args.threads,
+    )
     return 1 if any(r["status"] != "ok" for r in rows) else 0
 
 

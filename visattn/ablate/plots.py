@@ -5,11 +5,13 @@
   as horizontal bar); baselines are drawn as squares.
 * ``val_curves.png``: validation accuracy per epoch, mean over seeds per variant with a ±1 std
   band, read from each ok run's ``metrics.csv``.
+* ``paired_diff.png``: a forest plot of the paired comparison, one line per non-baseline
+  variant: the mean of its per-seed val/acc differences to its baseline with the 95% paired-t
+  interval (a cross where fewer than 2 pairs give no interval), and a line at 0.
 """
 
 from __future__ import annotations
 
-import csv
 import io
 import math
 from collections import defaultdict
@@ -23,10 +25,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
-from .report import summarize
-from .results import atomic_write_bytes
+from ..utils import atomic_write_bytes, read_metric_curve
+from .report import compare, summarize
 
-__all__ = ["read_val_curve", "write_plots"]
+__all__ = ["write_plots"]
 
 
 def _save(fig: plt.Figure, path: Path) -> None:
@@ -34,21 +36,6 @@ def _save(fig: plt.Figure, path: Path) -> None:
     fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
     atomic_write_bytes(path, buf.getvalue())
-
-
-def read_val_curve(metrics_csv: str | Path, key: str = "val/acc") -> dict[int, float]:
-    """``{epoch: value}`` of ``key`` from a Lightning ``metrics.csv`` (the last non-empty value
-    logged in each epoch). Missing file or column: an empty dict."""
-    path = Path(metrics_csv)
-    if not path.is_file():
-        return {}
-    curve: dict[int, float] = {}
-    with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            v, e = row.get(key, ""), row.get("epoch", "")
-            if v not in ("", None) and e not in ("", None):
-                curve[int(float(e))] = float(v)
-    return curve
 
 
 def _scatter(
@@ -107,7 +94,7 @@ def _curves(rows: Sequence[dict[str, Any]], root: Path, path: Path) -> None:
         if r["variant"] not in order:
             order.append(r["variant"])
         if r["status"] == "ok" and r.get("metrics_csv"):
-            curve = read_val_curve(root / r["metrics_csv"])
+            curve = read_metric_curve(root / r["metrics_csv"])
             if curve:
                 per_variant[r["variant"]].append(curve)
     fig, ax = plt.subplots(figsize=(6.4, 4.8))
@@ -148,13 +135,46 @@ def _curves(rows: Sequence[dict[str, Any]], root: Path, path: Path) -> None:
     _save(fig, path)
 
 
+def _forest(summaries: list, baseline: str | Mapping[str, str] | None, path: Path) -> None:
+    comps = compare(summaries, baseline, "val/acc")
+    names = [s.name for s in summaries if s.name in comps and comps[s.name].paired.n]
+    colors = _variant_colors([s.name for s in summaries])
+    fig, ax = plt.subplots(figsize=(6.4, max(2.4, 0.45 * len(names) + 1.4)))
+    for i, name in enumerate(names):
+        p = comps[name].paired
+        y = len(names) - 1 - i
+        if math.isnan(p.low):
+            ax.plot(p.diff * 100, y, "x", color=colors[name])
+        else:
+            ax.errorbar(
+                p.diff * 100,
+                y,
+                xerr=[[(p.diff - p.low) * 100], [(p.high - p.diff) * 100]],
+                fmt="o",
+                color=colors[name],
+                capsize=3,
+            )
+    ax.axvline(0.0, color="grey", linewidth=1, linestyle="--")
+    ax.set_yticks(range(len(names)))
+    ax.set_yticklabels(
+        [f"{n} vs {comps[n].baseline} (n={comps[n].paired.n})" for n in reversed(names)],
+        fontsize=6,
+    )
+    ax.set_xlabel("Δ val/acc (pp), mean of per-seed differences, 95% paired-t CI")
+    if not names:
+        ax.text(0.5, 0.5, "no paired runs yet", ha="center", va="center", transform=ax.transAxes)
+    ax.grid(alpha=0.3, axis="x")
+    fig.tight_layout()
+    _save(fig, path)
+
+
 def write_plots(
     rows: Sequence[dict[str, Any]],
     out_dir: str | Path,
     *,
     baseline: str | Mapping[str, str] | None = None,
 ) -> list[Path]:
-    """Write the four PNG plots of ``rows`` (results.csv rows) into ``out_dir`` atomically.
+    """Write the five PNG plots of ``rows`` (results.csv rows) into ``out_dir`` atomically.
 
     ``metrics_csv`` paths in the rows are taken relative to ``out_dir``. Returns the paths.
     """
@@ -170,4 +190,6 @@ def write_plots(
     _scatter(summaries, "latency_ms", 1.0, "latency at batch 1 (ms)", bases, paths[2], x_err=True)
     paths.append(out / "val_curves.png")
     _curves(rows, out, paths[3])
+    paths.append(out / "paired_diff.png")
+    _forest(summaries, baseline, paths[4])
     return paths

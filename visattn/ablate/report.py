@@ -1,9 +1,17 @@
 """report.md: one row per variant, computed only from results.csv.
 
 Per variant, over its ``ok`` runs: parameters, multiply-accumulates, latency (means over seeds),
-val/acc and test/acc as mean ± sample std with n, the difference of means to the baseline
-variant with a 95% Welch confidence interval, and the localization scores when the data carried
-target boxes. The variant with the best mean val/acc is marked ★.
+val/acc and test/acc as mean ± sample std with n, and the comparison with its baseline variant:
+
+* paired by seed (:func:`visattn.ablate.results.paired_ci`): the mean of the per-seed
+  differences with its 95% paired-t interval, the number of pairs (runs without a partner are
+  left out and counted) and the Wilcoxon signed-rank p-value where there are at least 5 pairs;
+* unpaired: the difference of means with its 95% Welch interval.
+
+A "how to read this" line under the table gives, per baseline, the smallest difference the seeds
+can resolve given the baseline's seed spread (:func:`visattn.ablate.results.resolvable_difference`).
+When the data carried target boxes, the attention maps' and Grad-CAM's localization scores
+follow. The variant with the best mean val/acc is marked ★.
 """
 
 from __future__ import annotations
@@ -14,12 +22,36 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .results import MeanStd, atomic_write_text, mean_std, read_results, welch_ci
+from ..utils import atomic_write_text
+from .results import (
+    MeanStd,
+    Paired,
+    mean_std,
+    paired_ci,
+    read_results,
+    resolvable_difference,
+    welch_ci,
+)
 
-__all__ = ["PLOT_FILES", "VariantSummary", "render_report", "summarize", "write_report"]
+__all__ = [
+    "PLOT_FILES",
+    "Comparison",
+    "VariantSummary",
+    "baselines_of",
+    "compare",
+    "render_report",
+    "summarize",
+    "write_report",
+]
 
 #: The PNG files :mod:`visattn.ablate.plots` writes next to report.md.
-PLOT_FILES = ("acc_vs_params.png", "acc_vs_macs.png", "acc_vs_latency.png", "val_curves.png")
+PLOT_FILES = (
+    "acc_vs_params.png",
+    "acc_vs_macs.png",
+    "acc_vs_latency.png",
+    "val_curves.png",
+    "paired_diff.png",
+)
 _STATS = (
     "params",
     "macs",
@@ -29,6 +61,8 @@ _STATS = (
     "test/acc",
     "loc/pointing",
     "loc/energy",
+    "gradcam/pointing",
+    "gradcam/energy",
 )
 
 
@@ -40,6 +74,7 @@ class VariantSummary:
     runs: int
     failed: int
     stats: dict[str, MeanStd] = field(default_factory=dict)
+    by_seed: dict[str, dict[int, float | None]] = field(default_factory=dict)
     throughput_batch: int | None = None
     profile_device: str | None = None
 
@@ -58,11 +93,51 @@ def summarize(rows: Sequence[dict[str, Any]]) -> list[VariantSummary]:
         ok = [r for r in groups[name] if r["status"] == "ok"]
         s = VariantSummary(name, len(groups[name]), len(groups[name]) - len(ok))
         s.stats = {c: mean_std([r.get(c) for r in ok]) for c in _STATS}
+        s.by_seed = {m: {r["seed"]: r.get(m) for r in ok} for m in ("val/acc", "test/acc")}
         batches = {r.get("throughput_batch") for r in ok} - {None}
         devices = {r.get("profile_device") for r in ok} - {None, ""}
         s.throughput_batch = batches.pop() if len(batches) == 1 else None
         s.profile_device = devices.pop() if len(devices) == 1 else None
         out.append(s)
+    return out
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A variant against its baseline on one metric: paired by seed and Welch's."""
+
+    baseline: str
+    paired: Paired
+    welch: tuple[float, float, float]  # (diff, low, high)
+
+
+def baselines_of(
+    summaries: Sequence[VariantSummary], baseline: str | Mapping[str, str] | None
+) -> dict[str, str]:
+    """``{variant: its baseline}`` (default: the first variant)."""
+    first = summaries[0].name if summaries else ""
+    if isinstance(baseline, Mapping):
+        return {s.name: baseline.get(s.name, first) for s in summaries}
+    return {s.name: baseline if baseline is not None else first for s in summaries}
+
+
+def compare(
+    summaries: Sequence[VariantSummary],
+    baseline: str | Mapping[str, str] | None = None,
+    metric: str = "val/acc",
+) -> dict[str, Comparison]:
+    """:class:`Comparison` of every non-baseline variant whose baseline has results."""
+    by_name = {s.name: s for s in summaries}
+    out = {}
+    for name, base in baselines_of(summaries, baseline).items():
+        if name == base or base not in by_name:
+            continue
+        v, b = by_name[name], by_name[base]
+        out[name] = Comparison(
+            base,
+            paired_ci(v.by_seed[metric], b.by_seed[metric]),
+            welch_ci(v.stats[metric], b.stats[metric]),
+        )
     return out
 
 
@@ -87,14 +162,49 @@ def _pm(m: MeanStd, scale: float, digits: int) -> str:
     return f"{m.mean * scale:.{digits}f} ± {m.std * scale:.{digits}f}"
 
 
-def _delta(v: MeanStd, base: MeanStd, scale: float) -> str:
-    if v.n == 0 or base.n == 0:
+def _interval(diff: float, lo: float, hi: float, scale: float) -> str:
+    if math.isnan(diff):
         return "-"
-    diff, lo, hi = welch_ci(v, base)
     text = f"{diff * scale:+.2f}"
     if math.isnan(lo):
         return text + " [n < 2]"
     return text + f" [{lo * scale:+.2f}, {hi * scale:+.2f}]"
+
+
+def _paired_cells(c: Comparison | None, is_base: bool) -> list[str]:
+    """Cells: paired Δ [CI], pairs, Wilcoxon p, Welch Δ [CI]."""
+    if is_base:
+        return ["baseline", "", "", "baseline"]
+    if c is None:
+        return ["-", "-", "-", "-"]
+    p = c.paired
+    pairs = str(p.n) + (f" ({p.unpaired} unpaired)" if p.unpaired else "")
+    wil = "-" if math.isnan(p.wilcoxon_p) else f"{p.wilcoxon_p:.3f}"
+    return [_interval(p.diff, p.low, p.high, 100), pairs, wil, _interval(*c.welch, 100)]
+
+
+def _how_to_read(
+    summaries: Sequence[VariantSummary], base_of: Mapping[str, str], metric: str
+) -> str:
+    by_name = {s.name: s for s in summaries}
+    parts = []
+    for base in dict.fromkeys(base_of.values()):
+        st = by_name[base].stats[metric] if base in by_name else None
+        if st is None or st.n < 2:
+            parts.append(f"`{base}` has fewer than 2 ok runs, so no spread is known")
+            continue
+        r = resolvable_difference(st.std, st.n)
+        parts.append(
+            f"with n = {st.n} seeds and `{base}`'s seed spread s = {st.std * 100:.2f} pp, a "
+            f"difference smaller than about ±{r * 100:.2f} pp (t·s·√(2/n)) cannot be told from "
+            "seed noise"
+        )
+    return (
+        f"How to read this ({metric}): Δ is variant - baseline in percentage points; a 95% CI "
+        "that contains 0 means these seeds cannot tell the variant from its baseline; "
+        + "; ".join(parts)
+        + "."
+    )
 
 
 def render_report(
@@ -105,6 +215,8 @@ def render_report(
     description: str = "",
     planned: int | None = None,
     plots: Sequence[str] = PLOT_FILES,
+    notes: Sequence[str] = (),
+    budget: Mapping[str, str] | None = None,
 ) -> str:
     """The markdown report of ``rows`` (as :func:`visattn.ablate.results.read_results` gives).
 
@@ -114,26 +226,38 @@ def render_report(
             mapping ``{variant: its baseline}`` (variants not in it use the first).
         planned: the number of runs the sweep plans (for the header; ``None``: not shown).
         plots: PNG files to link below the table.
+        notes: extra bullet lines (e.g. how an equal-budget variant was sized).
+        budget: ``{equal-budget variant: the variant it matches}``; each such pair gets a row in
+            an "Against an equal budget" table (the matched variant minus the widened
+            baseline, paired by seed).
     """
     summaries = summarize(rows)
     if not summaries:
         return f"# Sweep `{name}`\n\nNo finished runs yet.\n"
     by_name = {s.name: s for s in summaries}
+    base_of = baselines_of(summaries, baseline)
     first = summaries[0].name
-    if isinstance(baseline, Mapping):
-        base_of = {s.name: baseline.get(s.name, first) for s in summaries}
-    else:
-        base_of = {s.name: baseline if baseline is not None else first for s in summaries}
     several = len(set(base_of.values())) > 1
     scored = [s for s in summaries if s.stats["val/acc"].n]
     best = max(scored, key=lambda s: s.stats["val/acc"].mean).name if scored else None
     has_test = any(s.stats["test/acc"].n for s in summaries)
     has_loc = any(s.stats["loc/pointing"].n for s in summaries)
+    has_cam = any(s.stats["gradcam/pointing"].n for s in summaries)
     batches = {s.throughput_batch for s in summaries} - {None}
     devices = {s.profile_device for s in summaries} - {None}
     tb = f"b{batches.pop()}" if len(batches) == 1 else "batch"
     ok = sum(r["status"] == "ok" for r in rows)
     failed = len(rows) - ok
+    val_cmp = compare(summaries, baseline, "val/acc")
+    test_cmp = compare(summaries, baseline, "test/acc") if has_test else {}
+
+    def comparison_head(metric: str) -> list[str]:
+        return [
+            f"Δ {metric} paired (pp) [95% CI]",
+            "pairs" if metric == "val/acc" else "pairs test",
+            "Wilcoxon p" if metric == "val/acc" else "Wilcoxon p test",
+            f"Δ {metric} Welch (pp) [95% CI]",
+        ]
 
     head = [
         "variant",
@@ -144,12 +268,14 @@ def render_report(
         f"img/s {tb}",
         "val/acc (%)",
         "n",
-        "Δ val/acc (pp) [95% CI]",
+        *comparison_head("val/acc"),
     ]
     if has_test:
-        head += ["test/acc (%)", "n test", "Δ test/acc (pp) [95% CI]"]
+        head += ["test/acc (%)", "n test", *comparison_head("test/acc")]
     if has_loc:
         head += ["loc/pointing", "loc/energy"]
+    if has_cam:
+        head += ["gradcam/pointing", "gradcam/energy"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for s in summaries:
         st = s.stats
@@ -157,7 +283,6 @@ def render_report(
         if s.failed:
             label += f" ({s.failed} failed)"
         is_base = s.name == base_of[s.name]
-        base = by_name.get(base_of[s.name])
         cells = [
             label,
             *([base_of[s.name]] if several else []),
@@ -167,20 +292,18 @@ def render_report(
             _num(st["throughput"].mean, 0),
             _pm(st["val/acc"], 100, 2),
             str(st["val/acc"].n),
-            "baseline"
-            if is_base
-            else ("-" if base is None else _delta(st["val/acc"], base.stats["val/acc"], 100)),
+            *_paired_cells(val_cmp.get(s.name), is_base),
         ]
         if has_test:
             cells += [
                 _pm(st["test/acc"], 100, 2),
                 str(st["test/acc"].n),
-                "baseline"
-                if is_base
-                else ("-" if base is None else _delta(st["test/acc"], base.stats["test/acc"], 100)),
+                *_paired_cells(test_cmp.get(s.name), is_base),
             ]
         if has_loc:
             cells += [_pm(st["loc/pointing"], 1, 3), _pm(st["loc/energy"], 1, 3)]
+        if has_cam:
+            cells += [_pm(st["gradcam/pointing"], 1, 3), _pm(st["gradcam/energy"], 1, 3)]
         lines.append("| " + " | ".join(cells) + " |")
 
     out = [f"# Sweep `{name}`", ""]
@@ -199,8 +322,12 @@ def render_report(
         )
         + " ★ marks the best mean val/acc.",
         "- Accuracies are top-1 in %, mean ± sample standard deviation over the seeds; n counts "
-        "the ok runs. Δ is the difference of means to the baseline in percentage points with a "
-        "95% confidence interval by Welch's t-test (needs n ≥ 2 on both sides).",
+        "the ok runs.",
+        "- Δ paired: the mean of the per-seed differences to the baseline (runs with the same "
+        "seed share data order and augmentation) with a 95% paired-t interval; pairs counts the "
+        "seeds with an ok run on both sides (runs without a partner are left out, and counted); "
+        "Wilcoxon p: two-sided signed-rank test, where there are at least 5 pairs. Δ Welch: the "
+        "difference of means with a 95% Welch interval, ignoring the pairing.",
         "- val/acc is each run's best validation accuracy; test/acc is measured on the test split "
         "where the run tested.",
         "- params: parameters of the trained network; MACs: multiply-accumulates per image at the "
@@ -217,7 +344,36 @@ def render_report(
             "(`visattn.localization`), then mean ± std over seeds; - where no block has a "
             "spatial map."
         )
-    out += ["", *lines, ""]
+    if has_cam:
+        out.append(
+            "- gradcam/pointing, gradcam/energy: the same two scores for Grad-CAM (Selvaraju et "
+            "al., ICCV 2017) of the last stage for the true label, for every network, the "
+            "baseline included."
+        )
+    out += [f"- {n}" for n in notes]
+    out += ["", *lines, "", _how_to_read(summaries, base_of, "val/acc")]
+    if has_test:
+        out += ["", _how_to_read(summaries, base_of, "test/acc")]
+    out.append("")
+    budget_rows = []
+    for matched, target in (budget or {}).items():
+        if matched in by_name and target in by_name:
+            c = compare(summaries, {target: matched}, "val/acc").get(target)
+            cells = _paired_cells(c, False)
+            budget_rows.append(f"| {target} | {matched} | " + " | ".join(cells) + " |")
+    if budget_rows:
+        out += [
+            "## Against an equal budget",
+            "",
+            "Each variant against the baseline widened to its size (Δ = variant - widened "
+            "baseline, val/acc, paired by seed as above).",
+            "",
+            "| variant | equal-budget baseline | Δ val/acc paired (pp) [95% CI] | pairs | "
+            "Wilcoxon p | Δ val/acc Welch (pp) [95% CI] |",
+            "|---|---|---|---|---|---|",
+            *budget_rows,
+            "",
+        ]
     failures = [r for r in rows if r["status"] != "ok"]
     if failures:
         out += ["## Failed runs", "", "| run | error |", "|---|---|"]

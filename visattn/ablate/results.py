@@ -16,10 +16,20 @@ Columns (``RESULT_COLUMNS``, in this order):
   completed;
 - ``val/acc``: best validation top-1 accuracy (a fraction in [0, 1]); ``val/acc_last``: that of
   the last epoch; ``test/acc``: test top-1 accuracy where tested (empty otherwise);
+  ``train/loss``, ``val/loss``: the last epoch's losses (from the run's ``metrics.csv``);
+  ``attempts``: how often the run was started (more than 1 when a worker died and it was
+  retried);
 - ``loc/pointing``: pointing-game hit rate and ``loc/energy``: share of attention energy inside
   the target's box, each the mean over the ``loc/blocks`` spatial, hybrid and residual blocks
   scored (empty when the data has no boxes; see :mod:`visattn.localization`);
-- ``log_dir``, ``metrics_csv``, ``ckpt``: the run's artefacts, relative to the results.csv folder.
+- ``gradcam/pointing`` and ``gradcam/energy``: the same two scores for Grad-CAM of the last stage
+  for the true label (every network, the baseline included; see
+  :func:`visattn.localization.score_gradcam`);
+- ``val/acc_diff``, ``test/acc_diff``: this run's accuracy minus that of its baseline variant's
+  run with the same seed (the per-seed differences the report's paired comparison averages;
+  empty for baseline rows and for runs whose partner is missing or failed);
+- ``log_dir``, ``metrics_csv``, ``ckpt``: the run's artefacts, relative to the results.csv folder;
+  ``ckpt_size``, ``ckpt_sha256``: the checkpoint's size and hash when the run finished.
 """
 
 from __future__ import annotations
@@ -27,25 +37,30 @@ from __future__ import annotations
 import csv
 import io
 import math
-import os
 import statistics
-import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from scipy import stats as _stats
 
+from ..utils import atomic_write_bytes, atomic_write_text
+
 __all__ = [
     "NUMERIC_COLUMNS",
+    "PAIRED_METRICS",
     "RESULT_COLUMNS",
     "MeanStd",
+    "Paired",
     "atomic_write_bytes",
     "atomic_write_text",
     "mean_std",
+    "paired_ci",
     "read_results",
+    "resolvable_difference",
     "welch_ci",
+    "with_paired_diffs",
     "write_results",
 ]
 
@@ -69,12 +84,21 @@ RESULT_COLUMNS = (
     "val/acc",
     "val/acc_last",
     "test/acc",
+    "train/loss",
+    "val/loss",
+    "attempts",
     "loc/pointing",
     "loc/energy",
     "loc/blocks",
+    "gradcam/pointing",
+    "gradcam/energy",
+    "val/acc_diff",
+    "test/acc_diff",
     "log_dir",
     "metrics_csv",
     "ckpt",
+    "ckpt_size",
+    "ckpt_sha256",
 )
 NUMERIC_COLUMNS = frozenset(
     {
@@ -90,34 +114,24 @@ NUMERIC_COLUMNS = frozenset(
         "val/acc",
         "val/acc_last",
         "test/acc",
+        "train/loss",
+        "val/loss",
+        "attempts",
         "loc/pointing",
         "loc/energy",
         "loc/blocks",
+        "gradcam/pointing",
+        "gradcam/energy",
+        "val/acc_diff",
+        "test/acc_diff",
+        "ckpt_size",
     }
 )
-_INT_COLUMNS = frozenset({"seed", "params", "macs", "throughput_batch", "epochs", "loc/blocks"})
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see either the old or the new file, never a
-    partial one: a temporary file in the same folder, flushed and fsynced, then ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """:func:`atomic_write_bytes` for UTF-8 text."""
-    atomic_write_bytes(path, text.encode("utf-8"))
+_INT_COLUMNS = frozenset(
+    {"seed", "params", "macs", "throughput_batch", "epochs", "loc/blocks", "ckpt_size", "attempts"}
+)
+#: metrics compared per seed with the baseline (``<metric>_diff`` columns).
+PAIRED_METRICS = ("val/acc", "test/acc")
 
 
 def _cell(value: Any) -> str:
@@ -128,12 +142,50 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def write_results(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:
-    """Write ``rows`` (dicts keyed by :data:`RESULT_COLUMNS`) to ``path`` atomically.
+def with_paired_diffs(
+    rows: Sequence[dict[str, Any]], baseline: str | Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """Copies of ``rows`` with ``val/acc_diff`` and ``test/acc_diff`` filled in: the run's value
+    minus that of the ``ok`` run of its baseline variant with the same seed (``None`` for
+    baseline variants, failed runs and runs without such a partner).
+
+    ``baseline``: the baseline variant (default: the first variant), or ``{variant: baseline}``.
+    """
+    first = rows[0]["variant"] if rows else None
+    base_of = (
+        (lambda v: baseline.get(v, first))
+        if isinstance(baseline, Mapping)
+        else (lambda v: baseline if baseline is not None else first)
+    )
+    ok = {(r["variant"], r["seed"]): r for r in rows if r.get("status") == "ok"}
+    out = []
+    for r in rows:
+        r = dict(r)
+        partner = ok.get((base_of(r["variant"]), r["seed"]))
+        for m in PAIRED_METRICS:
+            value = r.get(m) if r.get("status") == "ok" else None
+            other = None if partner is None or partner is r else partner.get(m)
+            is_base = base_of(r["variant"]) == r["variant"]
+            r[f"{m}_diff"] = (
+                None if value is None or other is None or is_base else value - other
+            )
+        out.append(r)
+    return out
+
+
+def write_results(
+    path: str | Path,
+    rows: Iterable[dict[str, Any]],
+    *,
+    baseline: str | Mapping[str, str] | None = None,
+) -> None:
+    """Write ``rows`` (dicts keyed by :data:`RESULT_COLUMNS`) to ``path`` atomically, with the
+    per-seed differences to ``baseline`` (see :func:`with_paired_diffs`).
 
     Raises:
         ValueError: a row has a key outside :data:`RESULT_COLUMNS`.
     """
+    rows = with_paired_diffs(list(rows), baseline)
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=RESULT_COLUMNS, lineterminator="\n")
     writer.writeheader()
@@ -197,3 +249,82 @@ def welch_ci(a: MeanStd, b: MeanStd, confidence: float = 0.95) -> tuple[float, f
     df = (va + vb) ** 2 / (va**2 / (a.n - 1) + vb**2 / (b.n - 1))
     half = float(_stats.t.ppf(0.5 + confidence / 2, df)) * se
     return diff, diff - half, diff + half
+
+
+@dataclass(frozen=True)
+class Paired:
+    """A paired comparison by seed: the mean of the per-seed differences ``a - b``, its
+    confidence interval (paired t), the number of pairs, the runs left out for want of a
+    partner, and the Wilcoxon signed-rank p-value (``nan`` for fewer than
+    :data:`WILCOXON_MIN_PAIRS` pairs)."""
+
+    diff: float
+    low: float
+    high: float
+    n: int
+    unpaired: int
+    wilcoxon_p: float
+
+
+#: Fewer pairs than this give no Wilcoxon p-value: with n = 4 the smallest two-sided exact p is
+#: 0.125, so the test could never reject at 5%.
+WILCOXON_MIN_PAIRS = 5
+
+
+def paired_ci(
+    a: Mapping[int, float | None],
+    b: Mapping[int, float | None],
+    confidence: float = 0.95,
+) -> Paired:
+    """Paired comparison of ``a`` and ``b``, each ``{seed: value}``.
+
+    Runs with the same seed share data order and augmentation, so their difference removes that
+    part of the seed noise (Student's paired t; Wilcoxon, Biometrics Bulletin 1945, for the
+    signed-rank test). Over the seeds present (finite) on both sides, with differences
+    ``d_i = a_i - b_i``: ``mean(d) -/+ t_{(1+confidence)/2, n-1} * sd(d) / sqrt(n)``
+    (``scipy.stats.ttest_rel``), and ``scipy.stats.wilcoxon(d)`` (two-sided; exact for small n
+    without ties) where ``n >= 5``.
+
+    Returns:
+        :class:`Paired`; the bounds are ``nan`` for fewer than 2 pairs and equal ``diff`` when
+        every difference is the same. ``unpaired`` counts the values on either side whose seed
+        has no finite partner.
+    """
+    def finite(m: Mapping[int, float | None]) -> dict[int, float]:
+        return {k: float(v) for k, v in m.items() if v is not None and math.isfinite(float(v))}
+
+    fa, fb = finite(a), finite(b)
+    seeds = sorted(set(fa) & set(fb))
+    n = len(seeds)
+    unpaired = len(fa) + len(fb) - 2 * n
+    if n == 0:
+        return Paired(math.nan, math.nan, math.nan, 0, unpaired, math.nan)
+    xa = [fa[s] for s in seeds]
+    xb = [fb[s] for s in seeds]
+    d = [x - y for x, y in zip(xa, xb)]
+    diff = statistics.fmean(d)
+    low = high = math.nan
+    if n >= 2:
+        if max(d) == min(d):
+            low = high = diff
+        else:
+            ci = _stats.ttest_rel(xa, xb).confidence_interval(confidence)
+            low, high = float(ci.low), float(ci.high)
+    p = math.nan
+    if n >= WILCOXON_MIN_PAIRS:
+        p = 1.0 if all(x == 0 for x in d) else float(_stats.wilcoxon(d).pvalue)
+    return Paired(diff, low, high, n, unpaired, p)
+
+
+def resolvable_difference(std: float, n: int, confidence: float = 0.95) -> float:
+    """The smallest difference ``n`` seeds can tell from zero when runs scatter by ``std``.
+
+    Two independent runs differ by ``std * sqrt(2)`` on average, so the mean of ``n`` per-seed
+    differences has standard error ``std * sqrt(2 / n)``, and the confidence interval's half-width
+    is ``t_{(1+confidence)/2, n-1} * std * sqrt(2 / n)``: a true difference smaller than that is
+    likely to give an interval containing 0. (Pairing shrinks it when runs of one seed are
+    correlated.) ``nan`` for ``n < 2`` or an unknown ``std``.
+    """
+    if n < 2 or std is None or not math.isfinite(std):
+        return math.nan
+    return float(_stats.t.ppf(0.5 + confidence / 2, n - 1)) * std * math.sqrt(2.0 / n)

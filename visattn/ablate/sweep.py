@@ -12,7 +12,10 @@ A sweep file (format fixed in the project's API.md) is a YAML mapping::
 
 Optional keys: ``baseline`` (the variant differences are measured against; default the first;
 a variant may name its own ``baseline``, e.g. to compare each backbone's attention variants with
-that backbone's plain version in one sweep),
+that backbone's plain version in one sweep), a variant's ``match`` (an equal-budget baseline:
+``{name: resnet20_wide, match: {params: resnet20_gsop}}`` trains the variant's baseline with its
+channels widened until it has as many parameters, or ``macs``, as ``resnet20_gsop``, within 2%;
+see :func:`visattn.ablate.resolve.match_width`),
 ``test`` (also run the ``test`` subcommand on the best checkpoint when ``fit`` did not test),
 ``profile`` (``{device, batch, warmup, repeats}`` of the latency measurement), ``localization``
 (``{max_images, tolerance}`` or ``false``) and ``description``.
@@ -62,6 +65,7 @@ class Variant:
     name: str
     overrides: dict[str, Any] = field(default_factory=dict)
     baseline: str | None = None  # None: the sweep's baseline
+    match: tuple[str, str] | None = None  # ("params" | "macs", the variant to match)
 
 
 @dataclass(frozen=True)
@@ -99,25 +103,70 @@ class Sweep:
         """``{variant: the variant its differences are measured against}``."""
         return {v.name: v.baseline or self.baseline for v in self.variants}
 
+    def _args(self, overrides: Mapping[str, Any], seed: int, root: Path) -> tuple[str, ...]:
+        args = ["fit"]
+        for b in self.base:
+            args += ["--config", str(b)]
+        args += overrides_to_args({**self.overrides, **overrides})
+        args += [f"--seed_everything={seed}", f"--trainer.default_root_dir={root}"]
+        return tuple(args)
+
+    def budget(self, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """``{variant: BudgetMatch}`` for the variants with ``match`` (their width is found by
+        building the networks: :func:`visattn.ablate.resolve.match_width`). Cached per
+        ``extra``."""
+        from .resolve import BudgetMatch, match_width, resolve_run
+
+        extra = dict(extra or {})
+        key = json.dumps(extra, sort_keys=True, default=str)
+        cache = self.__dict__.setdefault("_budget_cache", {})
+        if key in cache:
+            return cache[key]
+        by_name = {v.name: v for v in self.variants}
+        out = {}
+        for v in self.variants:
+            if v.match is None:
+                continue
+            quantity, of = v.match
+            base = v.baseline or self.baseline
+            seed, root = self.seeds[0], Path("runs") / "resolve"
+            base_run = resolve_run(self._args({**by_name[base].overrides, **extra}, seed, root))
+            target = resolve_run(self._args({**by_name[of].overrides, **extra}, seed, root))
+            width, achieved, goal = match_width(
+                base_run, target, quantity, names=(f"variant {base!r}", f"variant {of!r}")
+            )
+            out[v.name] = BudgetMatch(
+                quantity, of, base, width, achieved, goal, {**base_run.model_kwargs, "width": width}
+            )
+        cache[key] = out
+        return out
+
     def runs(self, out_dir: str | Path, extra: Mapping[str, Any] | None = None) -> list[Run]:
         """All runs, variant-major (every seed of the first variant, then the next), each with
         its ``train_cls.py`` arguments and log directory under ``out_dir/runs``.
 
         ``extra``: dotted overrides applied after the sweep's (the command line's ``--set``).
+        A variant with ``match`` trains its baseline's overrides, then its own, then
+        ``model.model_kwargs`` with the matched ``width`` (see :meth:`budget`).
         """
         out = Path(out_dir).resolve()
         extra = dict(extra or {})
         overrides_to_args(extra)
+        by_name = {v.name: v for v in self.variants}
+        budget = self.budget(extra) if any(v.match for v in self.variants) else {}
         runs = []
         for v in self.variants:
+            overrides = dict(v.overrides)
+            if v.name in budget:
+                base = by_name[v.baseline or self.baseline]
+                overrides = {
+                    **base.overrides,
+                    **v.overrides,
+                    "model.model_kwargs": budget[v.name].model_kwargs,
+                }
             for seed in self.seeds:
                 root = out / "runs" / v.name / f"seed{seed}"
-                args = ["fit"]
-                for b in self.base:
-                    args += ["--config", str(b)]
-                args += overrides_to_args({**self.overrides, **v.overrides, **extra})
-                args += [f"--seed_everything={seed}", f"--trainer.default_root_dir={root}"]
-                runs.append(Run(v.name, seed, tuple(args), root))
+                runs.append(Run(v.name, seed, self._args({**overrides, **extra}, seed, root), root))
         return runs
 
 
@@ -235,11 +284,11 @@ def load_sweep(path: str | Path) -> Sweep:
     for i, v in enumerate(raw_variants):
         if not isinstance(v, Mapping) or "name" not in v:
             raise ValueError(f"sweep {path}: variant #{i} must be a mapping with a 'name'")
-        extra = sorted(set(v) - {"name", "set", "baseline"})
+        extra = sorted(set(v) - {"name", "set", "baseline", "match"})
         if extra:
             raise ValueError(
                 f"sweep {path}: variant {v['name']!r}: unknown key(s) {extra}; "
-                "valid: name, set, baseline"
+                "valid: name, set, baseline, match"
             )
         vname = str(v["name"])
         if not _NAME.match(vname):
@@ -250,7 +299,19 @@ def load_sweep(path: str | Path) -> Sweep:
         vset = _mapping(v.get("set"), f"sweep {path}: variant {vname!r}: 'set'")
         overrides_to_args(vset)
         vbase = v.get("baseline")
-        variants.append(Variant(vname, vset, None if vbase is None else str(vbase)))
+        match = v.get("match")
+        if match is not None:
+            if (
+                not isinstance(match, Mapping)
+                or len(match) != 1
+                or next(iter(match)) not in ("params", "macs")
+            ):
+                raise ValueError(
+                    f"sweep {path}: variant {vname!r}: match must be {{params: VARIANT}} or "
+                    f"{{macs: VARIANT}}, got {match!r}"
+                )
+            match = (next(iter(match)), str(next(iter(match.values()))))
+        variants.append(Variant(vname, vset, None if vbase is None else str(vbase), match))
     names = [v.name for v in variants]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -260,6 +321,21 @@ def load_sweep(path: str | Path) -> Sweep:
     for b in [baseline, *(v.baseline for v in variants if v.baseline is not None)]:
         if b not in names:
             raise ValueError(f"sweep {path}: baseline {b!r} is not a variant; variants: {names}")
+    matched = {v.name for v in variants if v.match}
+    for v in variants:
+        if v.match is None:
+            continue
+        of, widened = v.match[1], v.baseline or baseline
+        if of not in names or of in matched or of == v.name:
+            raise ValueError(
+                f"sweep {path}: variant {v.name!r}: match names {of!r}, which must be another "
+                f"variant without match; variants: {names}"
+            )
+        if widened in matched or widened == v.name:
+            raise ValueError(
+                f"sweep {path}: variant {v.name!r}: its baseline {widened!r} must be a plain "
+                "variant (the one that is widened)"
+            )
 
     test = data.get("test", False)
     if not isinstance(test, bool):

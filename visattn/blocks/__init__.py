@@ -19,6 +19,9 @@ from . import (
     gct,  # noqa: F401
     ge,  # noqa: F401
     gsop,  # noqa: F401
+    halo,  # noqa: F401
+    lambda_layer,  # noqa: F401
+    mhsa,  # noqa: F401
     non_local,  # noqa: F401
     psa,  # noqa: F401
     residual_attention,  # noqa: F401
@@ -27,7 +30,9 @@ from . import (
     sge,  # noqa: F401
     shuffle,  # noqa: F401
     simam,  # noqa: F401
+    sk,  # noqa: F401
     spatial,  # noqa: F401
+    splat,  # noqa: F401
     srm,  # noqa: F401
     strip,  # noqa: F401
     triplet,  # noqa: F401

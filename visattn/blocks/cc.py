@@ -25,7 +25,8 @@ def criss_cross_weights(q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor,
     e_row = torch.einsum("nchw,nchv->nhwv", q, k)  # (N, H, W, W)
     h = e_col.shape[-1]
     # (H, H) diagonal built from a tensor, so fx/TorchScript see no Python int arithmetic
-    own = (torch.diag_embed(torch.ones_like(e_col[0, :, 0, 0])) > 0).unsqueeze(1)  # (H, 1, H)
+    # (a sum over the batch, not e_col[0]: an empty batch has no first sample)
+    own = (torch.diag_embed(torch.ones_like(e_col[:, :, 0, 0].sum(0))) > 0).unsqueeze(1)
     e_col = e_col.masked_fill(own, float("-inf"))
     a = torch.softmax(torch.cat([e_col, e_row], dim=-1), dim=-1)
     return a[..., :h], a[..., h:]

@@ -19,13 +19,14 @@ __all__ = ["NonLocal"]
 SCORES = ("dot", "scaled_dot", "cosine", "additive", "gaussian")
 SELECTIONS = ("soft", "topk")
 RECORDS = ("received", "full")
+SUBSAMPLE_ORDERS = ("after", "before")
 COSINE_TEMPERATURE = 0.1
 
 
 def _split_heads(t: torch.Tensor, heads: int) -> torch.Tensor:
     """``(N, h*d, H, W) -> (N, h, H*W, d)``."""
-    n, c = t.shape[:2]
-    return t.reshape(n, heads, c // heads, -1).transpose(-1, -2)
+    n, c, h, w = t.shape
+    return t.reshape(n, heads, c // heads, h * w).transpose(-1, -2)  # no -1: N may be 0
 
 
 def window_mask(
@@ -88,6 +89,19 @@ class NonLocal(nn.Module):
     masking the full score matrix, so memory stays ``O(HW * HWk)`` as for global attention.
     ``subsample`` ``s > 1`` max-pools keys and values with kernel and stride ``s`` (the paper's
     "sub-sampling" trick, Sec. 3.3, ``s=2``; ``ceil_mode`` so odd sizes keep their border).
+    ``subsample_order`` says where the pooling sits:
+
+    * ``after`` (default, the paper's text, Sec. 3.3 / Fig. 2: "a max pooling layer after phi
+      and g"): ``phi`` and ``g`` run at full resolution and their outputs are pooled;
+    * ``before`` (the official code, facebookresearch/video-nonlocal-net, whose ResNet configs
+      subsample by default): the *input* is max-pooled once and ``phi`` and ``g`` run on the
+      pooled map, which costs ``s**2`` times fewer multiply-adds in those two convolutions. Max
+      pooling does not commute with a 1x1 convolution, so the two orders give different
+      functions of the same weights.
+
+    ``subsample_order`` has no effect with ``subsample=1``. No named visattn model places
+    ``nonlocal``; a placement that wants the official behaviour passes
+    ``{"subsample": 2, "subsample_order": "before"}``.
 
     Recorded attention (option ``record``):
 
@@ -121,6 +135,8 @@ class NonLocal(nn.Module):
         k: keys kept per query for ``selection="topk"`` (required there, refused otherwise).
         window: ``None`` for global attention, or an odd neighbourhood size.
         subsample: key/value max-pool stride (1 = none).
+        subsample_order: ``after`` (pool phi(x), g(x); the paper) | ``before`` (pool x, then
+            phi, g; the official code).
         temperature: divides the scores (see above).
         norm: BatchNorm after ``W_z`` (paper) with zero-initialised scale.
         record: what :func:`visattn.capture_attention` receives, ``received`` | ``full``.
@@ -137,6 +153,7 @@ class NonLocal(nn.Module):
         k: int | None = None,
         window: int | None = None,
         subsample: int = 1,
+        subsample_order: str = "after",
         temperature: float | None = None,
         norm: bool = True,
         record: str = "received",
@@ -145,6 +162,7 @@ class NonLocal(nn.Module):
         check_choice("score", score, SCORES)
         check_choice("selection", selection, SELECTIONS)
         check_choice("record", record, RECORDS)
+        check_choice("subsample_order", subsample_order, SUBSAMPLE_ORDERS)
         check_positive_int("heads", heads)
         check_positive_int("subsample", subsample)
         if inner_channels is not None:
@@ -185,6 +203,7 @@ class NonLocal(nn.Module):
         self.score, self.selection, self.k = score, selection, k
         self.window, self.subsample, self.temperature = window, subsample, float(temperature)
         self.record = record
+        self.subsample_order = subsample_order
 
         if score == "gaussian":
             self.theta = self.phi = None
@@ -248,12 +267,15 @@ class NonLocal(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n, _, h, w = x.shape
-        v = self._pool(self.g(x))
+        if self.subsample_order == "before":  # official code: pool the input, then phi and g
+            xp = self._pool(x)
+            v = self.g(xp)
+            k = xp if self.theta is None else self.phi(xp)
+        else:  # the paper: phi and g at full resolution, then pool
+            v = self._pool(self.g(x))
+            k = self._pool(x) if self.theta is None else self._pool(self.phi(x))
         hk, wk = v.shape[-2:]
-        if self.theta is None:  # gaussian: raw input
-            q, k = x, self._pool(x)
-        else:
-            q, k = self.theta(x), self._pool(self.phi(x))
+        q = x if self.theta is None else self.theta(x)  # gaussian: raw input
         q, k, v = (_split_heads(t, self.heads) for t in (q, k, v))
         allowed = None
         if self.window is not None:
@@ -285,5 +307,6 @@ class NonLocal(nn.Module):
         return (
             f"inner_channels={self.inner_channels}, heads={self.heads}, score={self.score!r}, "
             f"selection={self.selection!r}, k={self.k}, window={self.window}, "
-            f"subsample={self.subsample}, temperature={self.temperature}"
+            f"subsample={self.subsample}, subsample_order={self.subsample_order!r}, "
+            f"temperature={self.temperature}"
         )

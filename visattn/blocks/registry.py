@@ -11,7 +11,10 @@ The decorator also gives every block two behaviours users of ``torch.nn`` and ti
 * ``device=`` / ``dtype=`` factory keywords (timm passes them to ``attn_layer``), applied after
   construction when the class does not take them itself;
 * errors that name the block: an unknown option raises ``TypeError`` listing the valid ones, and a
-  ``ValueError`` raised by the constructor is re-raised prefixed with the block's name.
+  ``ValueError`` raised by the constructor is re-raised prefixed with the block's name;
+* one input check for all blocks (a forward pre-hook, kept by ``torch.jit.script``,
+  ``torch.export`` and ``torch.compile``): an input that is not 4-D raises ``ValueError``
+  naming the block and the expected ``(N, C, H, W)``. An empty batch (``N = 0``) is valid input.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import torch
 import torch.nn as nn
 
 from .identity import INITS, identity_form, make_identity
@@ -92,6 +96,18 @@ def _signature_defaults(cls: type[nn.Module], name: str) -> dict[str, Any]:
     return defaults
 
 
+def check_block_input(module: nn.Module, inputs: tuple[torch.Tensor]) -> None:
+    """Forward pre-hook of every registered block: the input must be ``(N, C, H, W)``."""
+    if torch.jit.is_scripting():
+        if inputs[0].dim() != 4:
+            raise ValueError("attention block: expected input of shape (N, C, H, W)")
+    elif inputs and inputs[0].dim() != 4:
+        name = getattr(module, "block_name", type(module).__name__)
+        raise ValueError(
+            f"block '{name}': expected input of shape (N, C, H, W), got {tuple(inputs[0].shape)}"
+        )
+
+
 def _wrap_init(cls: type[nn.Module], name: str, defaults: dict[str, Any]) -> None:
     original = cls.__init__
     params = inspect.signature(original).parameters
@@ -129,6 +145,7 @@ def _wrap_init(cls: type[nn.Module], name: str, defaults: dict[str, Any]) -> Non
             ) from e
         if any(v is not None for v in factory.values()):
             self.to(**{k: v for k, v in factory.items() if v is not None})
+        self.register_forward_pre_hook(check_block_input)
 
     cls.__init__ = __init__
 

@@ -7,68 +7,31 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ._units import PreActBottleneck
 from ._utils import check_choice, check_positive_int
 from .capture import record_attention
 from .registry import register_block
 
-__all__ = ["PreActBottleneck", "ResidualAttention"]
+__all__ = ["ResidualAttention"]
 
 LEARNINGS = ("arl", "nal")
 MASKS = ("mixed", "channel", "spatial")
 SPATIAL_NORM_EPS = 1e-5
 
 
-class PreActBottleneck(nn.Module):
-    """Pre-activation bottleneck residual unit (He et al., ECCV 2016), the unit of the Residual
-    Attention Network.
-
-    ``BN-ReLU-1x1(out/4)-BN-ReLU-3x3(out/4, stride)-BN-ReLU-1x1(out)`` plus the shortcut: the
-    identity, or a 1x1 projection (with ``stride``) of the pre-activated input when
-    ``in_channels != out_channels`` or ``stride != 1``. Convolutions have no bias.
-
-    Shapes: ``(N, Cin, H, W) -> (N, Cout, ceil(H / stride), ceil(W / stride))``.
-
-    Parameters (``b = out // 4``): ``2 * Cin + Cin * b + 4 * b + 9 * b * b + b * out``, plus
-    ``Cin * out`` with a projection.
-    """
-
-    def __init__(self, in_channels: int, out_channels: int, stride: int = 1) -> None:
-        super().__init__()
-        check_positive_int("in_channels", in_channels)
-        check_positive_int("stride", stride)
-        if isinstance(out_channels, bool) or not isinstance(out_channels, int) or out_channels < 4:
-            raise ValueError(
-                f"PreActBottleneck: out_channels must be an int >= 4 (bottleneck out/4), "
-                f"got {out_channels!r}"
-            )
-        mid = out_channels // 4
-        self.bn1 = nn.BatchNorm2d(in_channels)
-        self.conv1 = nn.Conv2d(in_channels, mid, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(mid)
-        self.conv2 = nn.Conv2d(mid, mid, 3, stride, 1, bias=False)
-        self.bn3 = nn.BatchNorm2d(mid)
-        self.conv3 = nn.Conv2d(mid, out_channels, 1, bias=False)
-        self.relu = nn.ReLU(inplace=True)
-        needs_proj = in_channels != out_channels or stride != 1
-        self.shortcut = (
-            nn.Conv2d(in_channels, out_channels, 1, stride, bias=False) if needs_proj else None
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        pre = self.relu(self.bn1(x))
-        shortcut = x if self.shortcut is None else self.shortcut(pre)
-        out = self.conv1(pre)
-        out = self.conv2(self.relu(self.bn2(out)))
-        out = self.conv3(self.relu(self.bn3(out)))
-        return out + shortcut
+def _unit(channels: int) -> PreActBottleneck:
+    """A pre-activation bottleneck ``C -> C`` with ``C // 4`` inner channels (the paper's unit)."""
+    return PreActBottleneck(channels, channels // 4, out_channels=channels)
 
 
 def _units(channels: int, n: int) -> nn.Sequential:
-    return nn.Sequential(*(PreActBottleneck(channels, channels) for _ in range(n)))
+    return nn.Sequential(*(_unit(channels) for _ in range(n)))
 
 
-def _upsample(t: torch.Tensor, size: torch.Size | tuple[int, int]) -> torch.Tensor:
-    return F.interpolate(t, size=size, mode="bilinear", align_corners=False)
+def _upsample(
+    t: torch.Tensor, size: torch.Size | tuple[int, int], align_corners: bool
+) -> torch.Tensor:
+    return F.interpolate(t, size=size, mode="bilinear", align_corners=align_corners)
 
 
 @register_block("residual_attention", family="residual", paper="Wang et al., CVPR 2017")
@@ -83,7 +46,8 @@ class ResidualAttention(nn.Module):
       units); every level but the innermost also feeds a skip-connection unit. Top-down, from
       the innermost level: ``r`` units, bilinear up-sampling to the next skip's own size, add the
       skip; after the outermost level ``r`` units and up-sampling to the trunk's size. Then
-      ``BN-ReLU-1x1-BN-ReLU-1x1`` and the activation ``f`` (option ``mask``, Sec. 3.3):
+      ``BN-ReLU-1x1-BN-ReLU-1x1`` and the activation ``f`` (option ``mask``, Sec. 3.3, Eqs.
+      4-6):
 
       - ``mixed``: ``sigmoid(s_ic)`` per channel and position (Eq. 4),
       - ``channel``: ``s_ic / ||s_i||_2``, L2 normalisation across channels at each position
@@ -95,6 +59,16 @@ class ResidualAttention(nn.Module):
       (Eq. 3, default) or ``nal`` naive attention learning ``M * T`` (Eq. 1),
     * ``p`` post-processing units.
 
+    The paper leaves two details open; the defaults follow the authors' released Caffe
+    prototxt (fwang91/residual-attention-network), which is what the named models
+    ``attention56``/``attention92`` follow:
+
+    * ``mask_bias=False``: the mask head's last 1x1 convolution has no bias (``True`` adds one,
+      visattn's behaviour before it followed the prototxt);
+    * ``align_corners=True``: Caffe's ``Interp`` layer maps corner pixels onto corner pixels,
+      which is ``F.interpolate(..., align_corners=True)`` (``False`` gives the half-pixel
+      convention, visattn's earlier behaviour).
+
     Up-sampling always targets the actual size of the skip it is added to, so any input size
     works (odd sizes, and maps that max-pooling reduces to 1x1). The paper's 56/28/14-pixel
     stage modules use ``depth`` 3/2/1 (2/1/0 skip connections).
@@ -103,11 +77,11 @@ class ResidualAttention(nn.Module):
 
     Shapes: ``(N, C, H, W) -> (N, C, H, W)``.
 
-    Parameters: ``(2p + t + 2 * r * depth + depth - 1) * U + 2 * C * C + C + 4 * C``, with ``U``
-    the parameters of one unit ``PreActBottleneck(C, C)``:
+    Parameters: ``(2p + t + 2 * r * depth + depth - 1) * U + 2 * C * C + 4 * C`` (plus ``C``
+    with ``mask_bias=True``), with ``U`` the parameters of one pre-activation unit ``C -> C``
+    (:mod:`visattn.blocks._units`):
     ``U = 2 * C + 2 * C * b + 4 * b + 9 * b * b``, ``b = C // 4``; the mask head has two BNs and
-    two 1x1 convolutions (the first without bias, the second, which feeds the activation, with).
-    Defaults (p=1, t=2, r=1, depth=1): ``6 * U + 2 * C * C + 5 * C``.
+    two 1x1 convolutions. Defaults (p=1, t=2, r=1, depth=1): ``6 * U + 2 * C * C + 4 * C``.
 
     Args:
         channels: input and output channels ``C`` (at least 4).
@@ -117,6 +91,8 @@ class ResidualAttention(nn.Module):
         depth: max-pool levels of the mask branch.
         learning: ``arl`` | ``nal``.
         mask: ``mixed`` | ``channel`` | ``spatial``.
+        mask_bias: bias on the mask head's last 1x1 convolution (``False``: the prototxt).
+        align_corners: bilinear up-sampling convention (``True``: the prototxt's ``Interp``).
     """
 
     def __init__(
@@ -128,6 +104,8 @@ class ResidualAttention(nn.Module):
         depth: int = 1,
         learning: str = "arl",
         mask: str = "mixed",
+        mask_bias: bool = False,
+        align_corners: bool = True,
     ) -> None:
         super().__init__()
         if channels < 4:
@@ -139,12 +117,16 @@ class ResidualAttention(nn.Module):
         check_positive_int("depth", depth)
         check_choice("learning", learning, LEARNINGS)
         check_choice("mask", mask, MASKS)
+        for option, value in (("mask_bias", mask_bias), ("align_corners", align_corners)):
+            if not isinstance(value, bool):
+                raise ValueError(f"option '{option}' must be a bool, got {value!r}")
         self.learning, self.mask = learning, mask
+        self.align_corners = align_corners
         self.pre = _units(channels, p)
         self.trunk = _units(channels, t)
         self.pool = nn.MaxPool2d(3, 2, 1)
         self.down = nn.ModuleList(_units(channels, r) for _ in range(depth))
-        self.skips = nn.ModuleList(PreActBottleneck(channels, channels) for _ in range(depth - 1))
+        self.skips = nn.ModuleList(_unit(channels) for _ in range(depth - 1))
         self.up = nn.ModuleList(_units(channels, r) for _ in range(depth))
         self.mask_head = nn.Sequential(
             nn.BatchNorm2d(channels),
@@ -152,7 +134,7 @@ class ResidualAttention(nn.Module):
             nn.Conv2d(channels, channels, 1, bias=False),
             nn.BatchNorm2d(channels),
             nn.ReLU(inplace=True),
-            nn.Conv2d(channels, channels, 1),
+            nn.Conv2d(channels, channels, 1, bias=mask_bias),
         )
         self.post = _units(channels, p)
 
@@ -168,8 +150,8 @@ class ResidualAttention(nn.Module):
         for level in range(len(self.up) - 1, 0, -1):
             m = self.up[level](m)
             skip = skips[level - 1]
-            m = _upsample(m, skip.shape[-2:]) + skip
-        m = _upsample(self.up[0](m), x.shape[-2:])
+            m = _upsample(m, skip.shape[-2:], self.align_corners) + skip
+        m = _upsample(self.up[0](m), x.shape[-2:], self.align_corners)
         return self.mask_head(m)
 
     def activate(self, s: torch.Tensor) -> torch.Tensor:

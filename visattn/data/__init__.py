@@ -1,26 +1,59 @@
-"""Data: datasets (CIFAR, ImageFolder, the embedded ``shapes``), albumentations pipelines and
-the ``VisattnDataModule`` used by ``train_cls.py``."""
+"""Data: one module per source (``cifar``, ``imagefolder``, ``shapes``; ``arrays`` holds
+in-memory images), albumentations pipelines (``transforms``) and the ``VisattnDataModule`` used
+by ``train_cls.py`` (``datamodule``).
 
-from .datamodule import DATASETS, STATS, VisattnDataModule
-from .datasets import (
-    ArrayDataset,
-    DatasetIntegrityError,
+The datasets need no optional dependency; ``VisattnDataModule`` and the transforms need the
+``train`` extra (Lightning, albumentations) and are imported when first used."""
+
+import importlib
+from typing import Any
+
+from .arrays import ArrayDataset
+from .cifar import CIFAR_SPECS, DatasetIntegrityError, load_cifar, locate_cifar
+from .imagefolder import (
+    BadImageError,
     ImageFolderDataset,
-    load_cifar,
-    make_shapes,
+    check_class_folders,
+    find_classes,
+    verify_images,
 )
-from .transforms import DeviceAugment, build_transforms, seed_worker
+from .shapes import COLORS, SHAPES, make_shapes, shapes_classes
+
+#: names that need the ``train`` extra, and their modules (loaded on first use)
+_LAZY = {
+    "DATASETS": "datamodule",
+    "STATS": "datamodule",
+    "VisattnDataModule": "datamodule",
+    "DeviceAugment": "transforms",
+    "build_transforms": "transforms",
+    "seed_worker": "transforms",
+}
 
 __all__ = [
+    "CIFAR_SPECS",
+    "COLORS",
     "DATASETS",
+    "SHAPES",
     "STATS",
     "ArrayDataset",
+    "BadImageError",
     "DatasetIntegrityError",
     "DeviceAugment",
     "ImageFolderDataset",
     "VisattnDataModule",
     "build_transforms",
+    "check_class_folders",
+    "find_classes",
     "load_cifar",
+    "locate_cifar",
     "make_shapes",
     "seed_worker",
+    "shapes_classes",
+    "verify_images",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

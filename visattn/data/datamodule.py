@@ -2,38 +2,33 @@
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import lightning.pytorch as pl
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from .datasets import (
-    CIFAR_SPECS,
-    ArrayDataset,
-    ImageFolderDataset,
-    find_classes,
-    load_cifar,
-    locate_cifar,
-    make_shapes,
-)
+from .._extras import missing_extra
+from ..constants import STATS
+
+try:
+    import lightning.pytorch as pl
+except ImportError as _err:
+    raise missing_extra(_err, "train", "visattn.data.VisattnDataModule") from _err
+
+from .arrays import ArrayDataset
+from .cifar import CIFAR_SPECS, load_cifar, locate_cifar
+from .imagefolder import VERIFY_MODES, ImageFolderDataset, check_class_folders
+from .shapes import DEFAULT_COLORS, DEFAULT_SHAPES, DEFAULT_SPLIT_SIZES, make_shapes, shapes_classes
 from .transforms import AUGMENTS, DeviceAugment, build_transforms, seed_transform, seed_worker
 
 __all__ = ["DATASETS", "STATS", "VisattnDataModule"]
 
 DATASETS = ("shapes", "cifar10", "cifar100", "imagefolder")
-
-#: per-channel (mean, std) of [0, 1] pixels used for normalisation.
-STATS: dict[str, tuple[tuple[float, float, float], tuple[float, float, float]]] = {
-    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
-    "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
-    "imagefolder": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),  # ImageNet
-    "shapes": ((0.245, 0.242, 0.239), (0.258, 0.250, 0.257)),  # measured on 2,000 images
-}
 
 _DEFAULT_AUGMENT = {
     "shapes": "flip",
@@ -86,6 +81,14 @@ class VisattnDataModule(pl.LightningDataModule):
             ``./data``; ImageFolder: required). Unused by shapes.
         download: download CIFAR into ``root`` when missing.
         verify: check CIFAR files' md5 against the official archive (see ``load_cifar``).
+        verify_images: ImageFolder: check that every image decodes before training (cached; see
+            :func:`~visattn.data.imagefolder.verify_images`): ``"fast"`` (header, structure and
+            a JPEG's end marker; the default), ``"full"`` (every pixel) or ``"off"``.
+        skip_bad_images: ImageFolder: leave out files that fail the check (their count and
+            paths are logged) instead of stopping before the first step.
+        num_classes: the number of classes the data must have (the model gets it); None (the
+            default) takes it from the data: CIFAR-10 10, CIFAR-100 100, ImageFolder the class
+            folders of ``train``, shapes ``len(target_shapes) * len(target_colors)``.
         batch_size: per device.
         num_workers: DataLoader worker processes (each reseeded, see ``seed_worker``).
         image_size: side of the images fed to the model (default 32 for shapes/CIFAR, 224 for
@@ -97,8 +100,8 @@ class VisattnDataModule(pl.LightningDataModule):
         device_augment: for in-memory data with the ``cifar`` preset: the train loader yields
             uint8 images and pad-crop, flip, cutout and normalisation run on the accelerator in
             ``on_after_batch_transfer`` (see ``DeviceAugment``); val/test are unchanged.
-        num_train, num_val, num_test: shapes: images to generate; other datasets: a fixed
-            random subset of that size (None = all).
+        num_train, num_val, num_test: shapes: images to generate (None = 5,000, 1,000,
+            1,000); other datasets: a fixed random subset of that size (None = all); >= 1.
         val_split: CIFAR: hold out this many training images as val (0 = val is the test set).
         seed: seed of shapes' generation and of the subset/hold-out permutations.
         target_shapes, target_colors: shapes' classes (``len(shapes) * len(colors)``).
@@ -113,6 +116,9 @@ class VisattnDataModule(pl.LightningDataModule):
         root: str | None = None,
         download: bool = False,
         verify: bool = True,
+        verify_images: str = "fast",
+        skip_bad_images: bool = False,
+        num_classes: int | None = None,
         batch_size: int = 128,
         num_workers: int = 2,
         image_size: int | None = None,
@@ -145,6 +151,15 @@ class VisattnDataModule(pl.LightningDataModule):
             raise ValueError(
                 f"batch_size must be >= 1 and num_workers >= 0, got {batch_size}, {num_workers}"
             )
+        if image_size is not None and int(image_size) < 1:
+            raise ValueError(f"image_size must be a positive number of pixels, got {image_size}")
+        for key, n in (("num_train", num_train), ("num_val", num_val), ("num_test", num_test)):
+            if n is not None and n < 1:
+                raise ValueError(f"{key} must be >= 1 (or null for the default), got {n}")
+        if verify_images not in VERIFY_MODES:
+            raise ValueError(
+                f"verify_images must be one of {list(VERIFY_MODES)}, got {verify_images!r}"
+            )
         size = _DEFAULT_SIZE[dataset] if image_size is None else int(image_size)
         if dataset in CIFAR_SPECS and size != 32:
             raise ValueError(
@@ -161,21 +176,24 @@ class VisattnDataModule(pl.LightningDataModule):
                 )
         if dataset == "imagefolder" and root is None:
             raise ValueError("dataset 'imagefolder' needs --data.root PATH (with train/ and val/)")
-        self.save_hyperparameters()
+        # num_classes is checked below and reaches the model by the link; kept out of hparams,
+        # where Lightning would find it disagreeing (None) with the module's
+        self.save_hyperparameters(ignore=["num_classes"])
         self.augment = augment
         self.image_size = size
         self.mean, self.std = STATS[dataset]
-        self.shapes_classes = [
-            f"{c}_{s}"
-            for s in (target_shapes or ["square", "disk", "triangle"])
-            for c in (target_colors or ["red", "green", "blue"])
-        ]
+        self.shapes_classes = shapes_classes(target_shapes, target_colors)
         if dataset == "imagefolder":
-            self.classes = find_classes(Path(root) / "train")
+            self.classes = check_class_folders(root, self._imagefolder_splits(Path(root)))
         elif dataset == "shapes":
             self.classes = self.shapes_classes
         else:
             self.classes = None  # read from the meta file in setup()
+        if num_classes is not None and num_classes != self.num_classes:
+            raise ValueError(
+                f"num_classes {num_classes} given, but the {dataset} data has "
+                f"{self.num_classes} classes; drop --data.num_classes or fix the data"
+            )
         self.device_aug = (
             DeviceAugment(self.mean, self.std, pad=4, cutout=cutout) if device_augment else None
         )
@@ -186,8 +204,12 @@ class VisattnDataModule(pl.LightningDataModule):
 
     # ---- sizes -------------------------------------------------------------------------------
 
+    @staticmethod
+    def _imagefolder_splits(root: Path) -> tuple[str, ...]:
+        return ("train", "val", "test") if (root / "test").is_dir() else ("train", "val")
+
     @property
-    def num_classes(self) -> int:
+    def num_classes(self) -> int:  # type: ignore[override]
         """Number of classes, known without loading data (linked to ``model.num_classes``)."""
         d = self.hparams.dataset
         if d == "cifar10":
@@ -242,8 +264,8 @@ class VisattnDataModule(pl.LightningDataModule):
             n,
             seed=h.seed + split,
             image_size=self.image_size,
-            shapes=h.target_shapes or ("square", "disk", "triangle"),
-            colors=h.target_colors or ("red", "green", "blue"),
+            shapes=h.target_shapes or DEFAULT_SHAPES,
+            colors=h.target_colors or DEFAULT_COLORS,
             distractors=h.distractors,
             lines=h.lines,
             noise=h.noise,
@@ -263,9 +285,10 @@ class VisattnDataModule(pl.LightningDataModule):
             return
         h = self.hparams
         if h.dataset == "shapes":
-            self.train_dataset = self._shapes(h.num_train or 5000, 0, True)
-            self.val_dataset = self._shapes(h.num_val or 1000, 1, False)
-            self.test_dataset = self._shapes(h.num_test or 1000, 2, False)
+            n = DEFAULT_SPLIT_SIZES
+            self.train_dataset = self._shapes(h.num_train or n["train"], 0, True)
+            self.val_dataset = self._shapes(h.num_val or n["val"], 1, False)
+            self.test_dataset = self._shapes(h.num_test or n["test"], 2, False)
         elif h.dataset in CIFAR_SPECS:
             args = dict(verify=h.verify, download=h.download)
             images, labels, classes = load_cifar(h.dataset, self._root(), train=True, **args)
@@ -287,18 +310,22 @@ class VisattnDataModule(pl.LightningDataModule):
             self.test_dataset = self._subset(test, h.num_test, 2)
         else:
             root = Path(h.root)
-            self.train_dataset = self._subset(
-                ImageFolderDataset(root / "train", self.classes, self._transform(True)),
-                h.num_train,
-                0,
+            split = {s: self._imagefolder(root / s, s == "train") for s in ("train", "val")}
+            # no test/: test on val (a copy: the subsets below rebind samples per split)
+            has_test = (root / "test").is_dir()
+            split["test"] = (
+                self._imagefolder(root / "test", False) if has_test else copy.copy(split["val"])
             )
-            self.val_dataset = self._subset(
-                ImageFolderDataset(root / "val", self.classes, self._transform(False)), h.num_val, 1
-            )
-            test_root = root / "test" if (root / "test").is_dir() else root / "val"
-            self.test_dataset = self._subset(
-                ImageFolderDataset(test_root, self.classes, self._transform(False)), h.num_test, 2
-            )
+            self.train_dataset = self._subset(split["train"], h.num_train, 0)
+            self.val_dataset = self._subset(split["val"], h.num_val, 1)
+            self.test_dataset = self._subset(split["test"], h.num_test, 2)
+
+    def _imagefolder(self, folder: Path, train: bool) -> ImageFolderDataset:
+        """One ImageFolder split, its files checked (``verify_images``) before training."""
+        h = self.hparams
+        ds = ImageFolderDataset(folder, self.classes, self._transform(train))
+        ds.verify(h.verify_images, skip_bad=h.skip_bad_images)
+        return ds
 
     # ---- loaders -----------------------------------------------------------------------------
 

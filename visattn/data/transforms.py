@@ -24,11 +24,17 @@ from __future__ import annotations
 
 import random
 
-import albumentations as A
 import cv2
 import numpy as np
 import torch
 from torch.utils.data import get_worker_info
+
+from .._extras import missing_extra
+
+try:
+    import albumentations as A
+except ImportError as _err:
+    raise missing_extra(_err, "train", "visattn.data.transforms") from _err
 
 __all__ = [
     "AUGMENTS",

@@ -1,22 +1,23 @@
 """Backbones (CIFAR / ImageNet ResNets, Residual Attention Networks), attention placement by
-config, injection into torchvision / timm ResNets, and the model factory."""
+config, injection into torchvision / timm ResNets, and the model factory.
+
+Modules: :mod:`.builders` (functions that build a backbone), :mod:`.registry` (``ModelSpec``,
+names, listing), :mod:`.zoo` (the named models), :mod:`.factory` (``create_model``),
+:mod:`.timm_bridge` (timm registration and construction), :mod:`.checkpoint` (weights).
+"""
 
 from .checkpoint import LoadReport, load_checkpoint
-from .factory import (
-    ModelSpec,
-    UnknownModelError,
-    create_model,
-    get_model_spec,
-    list_models,
-    register_model,
-    register_timm_models,
-)
+from .factory import create_model, pretrained_cfg_for
 from .inject import inject
 from .placement import POSITIONS, apply_placements, normalize_placements
+from .registry import ModelSpec, UnknownModelError, get_model_spec, list_models, register_model
 from .residual_attention import ResidualAttentionNet
 from .resnet import BasicBlock, Bottleneck, PreActBottleneck, ResNet, ResNetStage
+from .timm_bridge import register_timm_models
+from .zoo import ECA_NET50_KERNELS, eca_placements
 
 __all__ = [
+    "ECA_NET50_KERNELS",
     "POSITIONS",
     "BasicBlock",
     "Bottleneck",
@@ -29,11 +30,13 @@ __all__ = [
     "UnknownModelError",
     "apply_placements",
     "create_model",
+    "eca_placements",
     "get_model_spec",
     "inject",
     "list_models",
     "load_checkpoint",
     "normalize_placements",
+    "pretrained_cfg_for",
     "register_model",
     "register_timm_models",
 ]

@@ -24,6 +24,25 @@ __all__ = ["LoadReport", "load_checkpoint"]
 
 _log = logging.getLogger(__name__)
 _ATTENTION_KEY = re.compile(r"(^|\.)attn_(pre|inner|standard|identity|post|stage)\.")
+# keys renamed since earlier releases: (old, new) suffixes
+_RENAMED = (
+    # Residual Attention Networks' pre-activation units share preresnet164's unit since 0.2:
+    # their projection shortcut is ``downsample`` as in torchvision, was ``shortcut``
+    (".shortcut.weight", ".downsample.weight"),
+)
+
+
+def _upgrade_keys(state: dict[str, torch.Tensor], own: dict) -> dict[str, torch.Tensor]:
+    """Map keys of earlier visattn releases to today's names (only where the model has the new
+    key and lacks the old one)."""
+    out = {}
+    for k, v in state.items():
+        for old, new in _RENAMED:
+            if k.endswith(old) and k not in own and k[: -len(old)] + new in own:
+                k = k[: -len(old)] + new
+                break
+        out[k] = v
+    return out
 
 
 @dataclass
@@ -34,6 +53,8 @@ class LoadReport:
     loaded: int  # number of tensors loaded
     new_keys: list[str] = field(default_factory=list)  # attention keys the file did not have
     ignored_keys: list[str] = field(default_factory=list)  # Lightning keys outside ``net.``
+    # classifier keys kept at their initialisation (``classifier="if_matching"``)
+    reset_keys: list[str] = field(default_factory=list)
 
 
 def _read_state_dict(path: Path) -> tuple[dict[str, torch.Tensor], list[str]]:
@@ -65,9 +86,21 @@ def _read_state_dict(path: Path) -> tuple[dict[str, torch.Tensor], list[str]]:
     return obj, ignored
 
 
-def load_checkpoint(model: nn.Module, path: str | PathLike[str]) -> LoadReport:
+def _classifier_prefix(model: nn.Module) -> str:
+    cfg = getattr(model, "pretrained_cfg", None) or {}
+    return str(cfg.get("classifier") or "fc") + "."
+
+
+def load_checkpoint(
+    model: nn.Module, path: str | PathLike[str], *, classifier: str = "strict"
+) -> LoadReport:
     """Load the weights in ``path`` into ``model`` (on CPU first, then copied to the model's
     device); attention keys missing from the file are reported, every other mismatch raises.
+
+    ``classifier="if_matching"`` (backbone weights for a model with another number of classes,
+    as timm does for ``pretrained=True``): classifier keys (``pretrained_cfg["classifier"]``,
+    ``fc`` by default) that the file lacks or whose shape differs keep their initialisation
+    and are reported in :attr:`LoadReport.reset_keys`; every other key stays strict.
 
     Returns:
         a :class:`LoadReport`; also stored as ``model.checkpoint_report``.
@@ -78,8 +111,23 @@ def load_checkpoint(model: nn.Module, path: str | PathLike[str]) -> LoadReport:
             outside the attention slots.
     """
     path = Path(path)
+    if classifier not in ("strict", "if_matching"):
+        raise ValueError(f"classifier must be 'strict' or 'if_matching', got {classifier!r}")
     state, ignored = _read_state_dict(path)
     own = model.state_dict()
+    state = _upgrade_keys(state, own)
+    reset: list[str] = []
+    if classifier == "if_matching":
+        head = _classifier_prefix(model)
+        reset = [
+            k
+            for k in own
+            if k.startswith(head) and (k not in state or state[k].shape != own[k].shape)
+        ]
+        # the file's classifier goes too when ours has none (num_classes=0) or another shape
+        drop = reset + [k for k in state if k.startswith(head) and k not in own]
+        state = {k: v for k, v in state.items() if k not in drop}
+        own = {k: v for k, v in own.items() if k not in reset}
     missing = [k for k in own if k not in state]
     new_keys = [k for k in missing if _ATTENTION_KEY.search(k)]
     missing_backbone = [k for k in missing if not _ATTENTION_KEY.search(k)]
@@ -109,7 +157,7 @@ def load_checkpoint(model: nn.Module, path: str | PathLike[str]) -> LoadReport:
             + hint
         )
     model.load_state_dict(state, strict=False)
-    report = LoadReport(str(path), len(state), new_keys, ignored)
+    report = LoadReport(str(path), len(state), new_keys, ignored, reset)
     if new_keys:
         msg = (
             f"checkpoint {str(path)!r} has no weights for {len(new_keys)} attention tensor(s) "
@@ -117,6 +165,12 @@ def load_checkpoint(model: nn.Module, path: str | PathLike[str]) -> LoadReport:
         )
         _log.info(msg)
         warnings.warn(msg, UserWarning, stacklevel=3)
+    if reset:
+        _log.info(
+            "checkpoint %r: classifier %s kept at its initialisation (another num_classes)",
+            str(path),
+            _few(reset),
+        )
     model.checkpoint_report = report
     return report
 

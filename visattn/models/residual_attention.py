@@ -1,8 +1,8 @@
 """Residual Attention Networks (Wang, Jiang, Qian, Yang, Li, Zhang, Wang, Tang; CVPR 2017,
 "Residual Attention Network for Image Classification").
 
-Built from the ``residual_attention`` block and its pre-activation unit
-(:mod:`visattn.blocks.residual_attention`).
+Built from the ``residual_attention`` block (:mod:`visattn.blocks.residual_attention`) and the
+pre-activation unit of :mod:`visattn.blocks._units` (shared with ``preresnet164_cifar``).
 
 ImageNet (Table 2 of the paper), 224x224 input::
 
@@ -39,13 +39,18 @@ from collections.abc import Sequence
 import torch
 import torch.nn as nn
 
-from ..blocks.residual_attention import PreActBottleneck, ResidualAttention
-from .resnet import ClassifierHead
+from ..blocks._units import PreActBottleneck
+from ..blocks.residual_attention import ResidualAttention
+from .features import TimmModelMixin
 
 __all__ = ["ResidualAttentionNet"]
 
 
-class ResidualAttentionNet(ClassifierHead, nn.Module):
+def _unit(cin: int, cout: int, stride: int = 1) -> PreActBottleneck:
+    return PreActBottleneck(cin, cout // 4, stride, out_channels=cout)
+
+
+class ResidualAttentionNet(TimmModelMixin, nn.Module):
     """A Residual Attention Network: stages of one transition unit followed by attention modules.
 
     Args:
@@ -58,14 +63,23 @@ class ResidualAttentionNet(ClassifierHead, nn.Module):
             width changes).
         stem: ``"imagenet"`` (7x7/2 conv, BN, ReLU, 3x3/2 max-pool) or ``"cifar"`` (3x3 conv).
         stem_channels: output channels of the stem.
-        learning: ``"arl"`` attention residual learning (Eq. 5) or ``"nal"`` naive (Eq. 1).
-        mask: ``"mixed"``, ``"channel"`` or ``"spatial"`` attention (Eqs. 2-4).
+        learning: ``"arl"`` attention residual learning (Eq. 3) or ``"nal"`` naive (Eq. 1).
+        mask: ``"mixed"``, ``"channel"`` or ``"spatial"`` attention (Eqs. 4, 5, 6).
         p, t, r: the attention modules' hyper-parameters (1, 2, 1 in the paper).
+        mask_bias: bias on each mask head's last 1x1 convolution (``False``, the official
+            prototxt; ``True`` was visattn's earlier default).
+        align_corners: bilinear up-sampling convention of the mask branch (``True``, the
+            prototxt's ``Interp`` layer; ``False`` was visattn's earlier default).
         num_classes: classifier outputs.
         in_chans: input channels.
         drop_rate: dropout before the classifier.
 
     Shapes: ``(N, in_chans, H, W) -> (N, num_classes)`` for any ``H, W``.
+
+    timm's interface (:class:`visattn.models.features.TimmModelMixin`): ``feature_info`` has the
+    stem (after its ReLU, ``stem.2``; the CIFAR stem is a bare convolution, ``stem.0``) and the
+    output of every stage ``stages.0``.. (an attention stage ends with its attention modules;
+    the last, final stage's feature is after ``norm``/``act``).
     """
 
     def __init__(
@@ -82,6 +96,8 @@ class ResidualAttentionNet(ClassifierHead, nn.Module):
         p: int = 1,
         t: int = 2,
         r: int = 1,
+        mask_bias: bool = False,
+        align_corners: bool = True,
         num_classes: int = 1000,
         in_chans: int = 3,
         drop_rate: float = 0.0,
@@ -110,21 +126,46 @@ class ResidualAttentionNet(ClassifierHead, nn.Module):
         else:
             self.stem = nn.Sequential(nn.Conv2d(in_chans, stem_channels, 3, 1, 1, bias=False))
         cin = stem_channels
+        reduction = 2 if stem == "imagenet" else 1
+        self.feature_info = [
+            {
+                "num_chs": stem_channels,
+                "reduction": reduction,
+                "module": "stem.2" if stem == "imagenet" else "stem.0",
+            }
+        ]
+        reduction *= 2 if stem == "imagenet" else 1  # the max-pool
         stages = []
         for i, (n, width, depth) in enumerate(zip(attention_modules, widths, mask_depths)):
-            layers: list[nn.Module] = [PreActBottleneck(cin, width, stride=1 if i == 0 else 2)]
+            layers: list[nn.Module] = [_unit(cin, width, 1 if i == 0 else 2)]
             layers += [
-                ResidualAttention(width, p=p, t=t, r=r, depth=depth, learning=learning, mask=mask)
+                ResidualAttention(
+                    width,
+                    p=p,
+                    t=t,
+                    r=r,
+                    depth=depth,
+                    learning=learning,
+                    mask=mask,
+                    mask_bias=mask_bias,
+                    align_corners=align_corners,
+                )
                 for _ in range(n)
             ]
             stages.append(nn.Sequential(*layers))
+            reduction *= 1 if i == 0 else 2
+            self.feature_info.append(
+                {"num_chs": width, "reduction": reduction, "module": f"stages.{i}"}
+            )
             cin = width
         width = widths[-1]
         final: list[nn.Module] = []
         if width != cin:
-            final.append(PreActBottleneck(cin, width, stride=2))
-        final += [PreActBottleneck(width, width) for _ in range(final_units - len(final))]
+            final.append(_unit(cin, width, 2))
+        final += [_unit(width, width) for _ in range(final_units - len(final))]
         stages.append(nn.Sequential(*final))
+        reduction *= 2 if width != cin else 1
+        self.feature_info.append({"num_chs": width, "reduction": reduction, "module": "act"})
         self.stages = nn.Sequential(*stages)
         self.num_features = width
         self.norm = nn.BatchNorm2d(width)
@@ -135,6 +176,26 @@ class ResidualAttentionNet(ClassifierHead, nn.Module):
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
 
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """``(N, in_chans, H, W) -> (N, num_features, H', W')``."""
-        return self.act(self.norm(self.stages(self.stem(x))))
+    def forward_stem(self, x: torch.Tensor) -> torch.Tensor:
+        for m in self.stem:
+            if not isinstance(m, nn.MaxPool2d):
+                x = m(x)
+        return x
+
+    def forward_stem_pool(self, x: torch.Tensor) -> torch.Tensor:
+        for m in self.stem:
+            if isinstance(m, nn.MaxPool2d):
+                x = m(x)
+        return x
+
+    def feature_stages(self) -> list[nn.Module]:
+        return list(self.stages)
+
+    def forward_norm(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.norm(x))
+
+    def prune_stages(self, n: int) -> None:
+        self.stages = self.stages[:n]
+
+    def prune_norm(self) -> None:
+        self.norm, self.act = nn.Identity(), nn.Identity()

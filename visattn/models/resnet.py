@@ -23,8 +23,14 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from timm.layers import DropPath
+
+from ..blocks._units import BLOCK_POSITIONS, ZeroPadShortcut
+from ..blocks._units import PreActBottleneck as _PreActUnit
+from ..blocks._units import conv1x1 as _conv1x1
+from ..blocks._units import conv3x3 as _conv3x3
+from ..blocks._units import make_shortcut as _shortcut
+from .features import TimmModelMixin
 
 __all__ = [
     "BLOCK_POSITIONS",
@@ -36,8 +42,6 @@ __all__ = [
     "SlottedBlock",
     "ZeroPadShortcut",
 ]
-
-BLOCK_POSITIONS = ("pre", "inner", "standard", "identity", "post")
 
 
 class SlottedBlock(nn.Module):
@@ -86,53 +90,6 @@ class SlottedBlock(nn.Module):
     def zero_init_last(self) -> None:
         """Zero the last layer of the residual branch, so the block starts as the identity."""
         raise NotImplementedError
-
-
-def _conv3x3(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
-    return nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-
-
-def _conv1x1(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
-    return nn.Conv2d(cin, cout, 1, stride, bias=False)
-
-
-class ZeroPadShortcut(nn.Module):
-    """Shortcut option A of He et al. (CVPR 2016): identity on the first ``in_channels``
-    channels, zeros for the extra ones, spatial subsampling by ``stride``. No parameters.
-
-    Shapes: ``(N, Cin, H, W) -> (N, Cout, ceil(H / stride), ceil(W / stride))``.
-    """
-
-    def __init__(self, in_channels: int, out_channels: int, stride: int = 1) -> None:
-        super().__init__()
-        if out_channels < in_channels:
-            raise ValueError(
-                f"shortcut A pads channels and cannot reduce {in_channels} to {out_channels}; "
-                "use shortcut='B'"
-            )
-        self.extra = out_channels - in_channels
-        self.stride = stride
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.stride > 1:
-            x = x[:, :, :: self.stride, :: self.stride]
-        return F.pad(x, (0, 0, 0, 0, 0, self.extra)) if self.extra else x
-
-    def extra_repr(self) -> str:
-        return f"extra_channels={self.extra}, stride={self.stride}"
-
-
-def _shortcut(
-    cin: int, cout: int, stride: int, kind: str, *, norm: bool = True
-) -> nn.Module | None:
-    if stride == 1 and cin == cout:
-        return None
-    if kind == "A":
-        return ZeroPadShortcut(cin, cout, stride)
-    if kind == "B":
-        conv = _conv1x1(cin, cout, stride)
-        return nn.Sequential(conv, nn.BatchNorm2d(cout)) if norm else conv
-    raise ValueError(f"shortcut must be 'A' (zero padding) or 'B' (1x1 projection), got {kind!r}")
 
 
 class BasicBlock(SlottedBlock):
@@ -232,59 +189,11 @@ class Bottleneck(SlottedBlock):
         nn.init.zeros_(self.bn3.weight)
 
 
-class PreActBottleneck(SlottedBlock):
-    """Pre-activation bottleneck (He et al., ECCV 2016, Fig. 1b / 4e):
-    ``BN-ReLU-1x1 - BN-ReLU-3x3(stride) - BN-ReLU-1x1`` plus the shortcut, which is the identity
-    or, when the shape changes, a 1x1 projection (option B, no BN) or zero padding (option A) of
-    the *pre-activated* input (as in the authors' code, the first BN-ReLU is shared).
-
-    Slots: ``pre`` sees ``relu(bn1(x))`` (the input of the first convolution); ``inner`` the
-    output of the 3x3 convolution (before ``bn3``, the next stage's pre-activation); ``standard``
-    the output of ``conv3``; there is no final activation, so ``post`` sees the block output.
-    Position ``conv`` replaces ``conv2`` (the 3x3).
-
-    Shapes: ``(N, in_channels, H, W) -> (N, 4 * planes, ceil(H / stride), ceil(W / stride))``.
-    """
-
-    expansion = 4
-
-    def __init__(
-        self,
-        in_channels: int,
-        planes: int,
-        stride: int = 1,
-        *,
-        shortcut: str = "B",
-        drop_path: float = 0.0,
-    ) -> None:
-        super().__init__()
-        out = planes * self.expansion
-        self.in_channels, self.mid_channels, self.out_channels = in_channels, planes, out
-        self.stride = stride
-        self.bn1 = nn.BatchNorm2d(in_channels)
-        self.conv1 = _conv1x1(in_channels, planes)
-        self.bn2 = nn.BatchNorm2d(planes)
-        self.conv2 = _conv3x3(planes, planes, stride)
-        self.bn3 = nn.BatchNorm2d(planes)
-        self.conv3 = _conv1x1(planes, out)
-        self.relu = nn.ReLU(inplace=True)
-        self.downsample = _shortcut(in_channels, out, stride, shortcut, norm=False)
-        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
-        self.init_slots()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        pre = self.relu(self.bn1(x))
-        shortcut = x if self.downsample is None else self.downsample(pre)
-        out = self.conv1(self.attn_pre(pre))
-        out = self.conv2(self.relu(self.bn2(out)))
-        out = self.attn_inner(out)
-        out = self.conv3(self.relu(self.bn3(out)))
-        out = self.drop_path(self.attn_standard(out))
-        out = out + self.attn_identity(shortcut)
-        return self.attn_post(out)
-
-    def zero_init_last(self) -> None:
-        nn.init.zeros_(self.conv3.weight)
+class PreActBottleneck(_PreActUnit, SlottedBlock):
+    """The pre-activation bottleneck of :mod:`visattn.blocks._units` (He et al., ECCV 2016;
+    one implementation, shared with the Residual Attention module) as a slotted block of a
+    :class:`ResNet`. See the unit for the layers, slots and shapes; position ``conv`` replaces
+    ``conv2`` (the 3x3)."""
 
 
 class ResNetStage(nn.Module):
@@ -332,31 +241,7 @@ class ResNetStage(nn.Module):
         return self.attn_stage(x)
 
 
-class ClassifierHead:
-    """timm's classifier interface for a network with ``avgpool``, ``fc``, ``num_features``,
-    ``num_classes``, ``drop_rate`` and ``forward_features``: global average pooling, dropout,
-    linear layer."""
-
-    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        x = torch.flatten(self.avgpool(x), 1)
-        if self.drop_rate:
-            x = F.dropout(x, p=self.drop_rate, training=self.training)
-        return x if pre_logits else self.fc(x)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forward_head(self.forward_features(x))
-
-    def get_classifier(self) -> nn.Module:
-        return self.fc
-
-    def reset_classifier(self, num_classes: int) -> None:
-        """Replace the classifier by a freshly initialised one with ``num_classes`` outputs
-        (``0`` gives an identity, as in timm)."""
-        self.num_classes = num_classes
-        self.fc = nn.Linear(self.num_features, num_classes) if num_classes > 0 else nn.Identity()
-
-
-class ResNet(ClassifierHead, nn.Module):
+class ResNet(TimmModelMixin, nn.Module):
     """A ResNet with attention slots.
 
     Module names follow torchvision: ``conv1``, ``bn1``, ``relu``, ``maxpool``, ``layer1`` ...,
@@ -376,8 +261,17 @@ class ResNet(ClassifierHead, nn.Module):
         drop_rate: dropout before the classifier.
         drop_path_rate: stochastic depth, rising linearly to this rate over the blocks.
         zero_init_residual: zero the last norm (conv for pre-activation) of each residual branch.
+        strides: stride of the first block of each stage (default ``1, 2, 2, ...``); e.g.
+            ``(1, 2, 2, 1)`` keeps a 14x14 final map at 224x224 input (GSoP-Net1's layout).
 
     Shapes: ``(N, in_chans, H, W) -> (N, num_classes)``; any ``H, W`` the strides allow.
+
+    timm's interface (:class:`visattn.models.features.TimmModelMixin`): ``feature_info`` has the
+    stem (after its activation, timm's ``act1``; ``relu`` here, ``conv1`` for pre-activation
+    networks, whose stem is the bare convolution) and every stage ``layer1``.. (the last one
+    after ``bn_final``/``relu_final`` for pre-activation networks), with channels and total
+    stride; ``forward_intermediates``, ``set_grad_checkpointing`` (per stage),
+    ``reset_classifier``, ``forward_head(pre_logits=)``.
     """
 
     def __init__(
@@ -394,8 +288,17 @@ class ResNet(ClassifierHead, nn.Module):
         drop_rate: float = 0.0,
         drop_path_rate: float = 0.0,
         zero_init_residual: bool = False,
+        strides: Sequence[int] | None = None,
     ) -> None:
         super().__init__()
+        if strides is None:
+            strides = (1,) + (2,) * (len(layers) - 1)
+        if len(strides) != len(layers) or any(
+            isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in strides
+        ):
+            raise ValueError(
+                f"strides must hold one positive int per stage ({len(layers)}), got {strides!r}"
+            )
         if stem not in ("imagenet", "cifar"):
             raise ValueError(f"stem must be 'imagenet' or 'cifar', got {stem!r}")
         if shortcut not in ("A", "B"):
@@ -423,16 +326,29 @@ class ResNet(ClassifierHead, nn.Module):
         total = sum(layers)
         index = 0
         cin = stem_channels
+        reduction = 2 if stem == "imagenet" else 1
+        self.feature_info = [
+            {
+                "num_chs": stem_channels,
+                "reduction": reduction,
+                "module": "conv1" if preact else "relu",
+            }
+        ]
+        if stem == "imagenet":
+            reduction *= 2  # the max-pool
         self.stage_names: tuple[str, ...] = tuple(f"layer{i + 1}" for i in range(len(layers)))
         for i, (n, width) in enumerate(zip(layers, planes)):
             blocks = []
             for j in range(n):
                 dp = drop_path_rate * index / max(total - 1, 1)
-                stride = 2 if (i > 0 and j == 0) else 1
+                stride = strides[i] if j == 0 else 1
                 blocks.append(block(cin, width, stride, shortcut=shortcut, drop_path=dp))
                 cin = width * block.expansion
                 index += 1
             setattr(self, self.stage_names[i], ResNetStage(blocks))
+            reduction *= strides[i]
+            name = "relu_final" if (preact and i == len(layers) - 1) else self.stage_names[i]
+            self.feature_info.append({"num_chs": cin, "reduction": reduction, "module": name})
         self.num_features = cin
         self.bn_final = nn.BatchNorm2d(cin) if preact else nn.Identity()
         self.relu_final = nn.ReLU(inplace=True) if preact else nn.Identity()
@@ -456,9 +372,22 @@ class ResNet(ClassifierHead, nn.Module):
     def stages(self) -> list[ResNetStage]:
         return [getattr(self, n) for n in self.stage_names]
 
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """``(N, in_chans, H, W) -> (N, num_features, H', W')``."""
-        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
-        for stage in self.stages():
-            x = stage(x)
+    def forward_stem(self, x: torch.Tensor) -> torch.Tensor:
+        return self.relu(self.bn1(self.conv1(x)))
+
+    def forward_stem_pool(self, x: torch.Tensor) -> torch.Tensor:
+        return self.maxpool(x)
+
+    def feature_stages(self) -> list[nn.Module]:
+        return self.stages()
+
+    def forward_norm(self, x: torch.Tensor) -> torch.Tensor:
         return self.relu_final(self.bn_final(x))
+
+    def prune_stages(self, n: int) -> None:
+        for name in self.stage_names[n:]:
+            delattr(self, name)
+        self.stage_names = self.stage_names[:n]
+
+    def prune_norm(self) -> None:
+        self.bn_final, self.relu_final = nn.Identity(), nn.Identity()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import io
 import math
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -16,35 +15,12 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_only
 
 from ..profile import count_macs, count_params
+from ..utils import atomic_write_text, read_metrics_csv
 
 __all__ = ["BestAndLastCheckpoint", "EpochMetricsCSV", "RunSummary", "read_metrics_csv"]
 
 #: columns always present in metrics.csv, in this order (others are appended sorted).
 COLUMNS = ("epoch", "step", "lr", "train/loss", "train/acc", "val/loss", "val/acc", "val/acc5")
-
-
-def read_metrics_csv(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a metrics.csv as dicts: ``epoch``/``step`` ints, other cells floats or None."""
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    out = []
-    for row in rows:
-        parsed: dict[str, Any] = {}
-        for key, value in row.items():
-            if value in ("", None):
-                parsed[key] = None
-            elif key in ("epoch", "step"):
-                parsed[key] = int(value)
-            else:
-                parsed[key] = float(value)
-        out.append(parsed)
-    return out
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 class EpochMetricsCSV(Callback):
@@ -117,7 +93,7 @@ class EpochMetricsCSV(Callback):
         for r in self.rows:
             writer.writerow({k: ("" if r.get(k) is None else _fmt(r[k])) for k in columns})
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomic(self.path, buf.getvalue())
+        atomic_write_text(self.path, buf.getvalue())
 
 
 class BestAndLastCheckpoint(ModelCheckpoint):

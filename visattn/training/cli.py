@@ -11,6 +11,8 @@ What the CLI adds to plain LightningCLI:
   ``--ckpt_path last`` resumes the newest ``version_N`` that has ``checkpoints/last.ckpt``, in
   the same directory (so its metrics.csv continues), or fails saying where it looked.
 * ``seed_everything`` defaults to 0 (reproducible unless asked otherwise).
+* The progress bar shows the run's version as an integer (``v_num: 0``, not ``0.000``), and
+  the model summary counts FLOPs on one image at the data's size.
 * A config file may start with ``_base_: [piece.yaml, ...]`` (paths relative to the file), as
   in mmpretrain: the pieces are applied first, in order, then the file itself, exactly as if
   each had been given with its own ``--config`` (later values win; dicts such as
@@ -27,8 +29,15 @@ from typing import Any
 import yaml
 from jsonargparse import Namespace
 from lightning.pytorch import Trainer
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.callbacks import (
+    Callback,
+    ModelCheckpoint,
+    ProgressBar,
+    RichProgressBar,
+    TQDMProgressBar,
+)
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.utilities.imports import _RICH_AVAILABLE
 
 from ..data.datamodule import VisattnDataModule
 from .callbacks import BestAndLastCheckpoint, EpochMetricsCSV, RunSummary
@@ -58,7 +67,11 @@ def _expand_config(path: str, seen: tuple[str, ...] = ()) -> list[str]:
     key = str(file.resolve())
     if key in seen:
         raise ValueError(f"config {path}: _base_ cycle through {' -> '.join(seen)}")
-    content = yaml.safe_load(file.read_text()) or {}
+    try:
+        with open(file) as f:  # a file object: YAML's error marks then name the file
+            content = yaml.safe_load(f) or {}
+    except yaml.YAMLError as e:
+        raise ValueError(f"config {path}: not valid YAML: {e}") from e
     if not isinstance(content, dict) or "_base_" not in content:
         return [path]
     bases = content.pop("_base_")
@@ -91,6 +104,34 @@ def expand_config_args(args: list[str]) -> list[str]:
         for item in _expand_config(value):
             out += ["--config", item]
     return out
+
+
+class _VersionAsText:
+    """Progress-bar mixin: the logger's version shown as written (``v_num: 3``); Rich formats
+    every number with three decimals (``v_num: 0.000``)."""
+
+    def get_metrics(self, trainer: Trainer, pl_module: Any) -> dict[str, Any]:
+        items = super().get_metrics(trainer, pl_module)  # type: ignore[misc]
+        if "v_num" in items:
+            items["v_num"] = str(items["v_num"])
+        return items
+
+
+class VisattnRichProgressBar(_VersionAsText, RichProgressBar):
+    """Lightning's Rich progress bar, showing the run's version as an integer."""
+
+
+class VisattnTQDMProgressBar(_VersionAsText, TQDMProgressBar):
+    """Lightning's tqdm progress bar (used when Rich is not installed)."""
+
+
+def _default_progress_bar(config: dict[str, Any], callbacks: list[Callback]) -> list[Callback]:
+    """Lightning's default bar (Rich when installed, else tqdm) with the version fixed, unless
+    the run turns the bar off or brings its own."""
+    given = [*(config.get("callbacks") or []), *callbacks]
+    if config.get("enable_progress_bar") is False or any(isinstance(c, ProgressBar) for c in given):
+        return []
+    return [VisattnRichProgressBar() if _RICH_AVAILABLE else VisattnTQDMProgressBar()]
 
 
 class VisattnCLI(LightningCLI):
@@ -154,8 +195,10 @@ class VisattnCLI(LightningCLI):
         if config.get("fast_dev_run"):
             # a smoke test writes nothing (Lightning would still save last.ckpt into the cwd)
             callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
-            return super()._instantiate_trainer(config, [*callbacks, RunSummary()])
-        callbacks = [*callbacks, EpochMetricsCSV(), RunSummary()]
+            callbacks = [*callbacks, RunSummary()]
+        else:
+            callbacks = [*callbacks, EpochMetricsCSV(), RunSummary()]
+        callbacks += _default_progress_bar(config, callbacks)
         return super()._instantiate_trainer(config, callbacks)
 
     @property

@@ -194,6 +194,17 @@ class ClassificationModule(pl.LightningModule):
         self._val_bad = torch.zeros((), dtype=torch.bool)
         self._rng_to_restore: dict[str, Any] | None = None
 
+    def setup(self, stage: str) -> None:
+        """One example image at the data's size (``example_input_array``), so that Lightning's
+        model summary counts the network's FLOPs and shows tensor sizes. Not with ``compile``:
+        that forward would compile the network once more for a batch of one."""
+        if self.example_input_array is not None or self.hparams.compile:
+            return
+        dm = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
+        shape = getattr(dm, "image_shape", None) or getattr(self.net, "default_input_size", None)
+        if shape is not None:
+            self.example_input_array = torch.zeros(1, *shape)
+
     @property
     def memory_format(self) -> str:
         """``"channels_last"`` or ``"NCHW"``: the format the network runs in."""

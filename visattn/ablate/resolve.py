@@ -1,0 +1,234 @@
+"""What a sweep's runs resolve to before anything trains: up-front validation of every variant and
+the width of equal-budget baselines.
+
+* :func:`resolve_run` parses one run's ``train_cls.py`` arguments with the real command-line
+  parser (base configs, ``_base_`` pieces, overrides) and builds its data module and Lightning
+  module, so a misspelt key (``trainer.max_epocs``), a wrong type, an unknown placement key
+  (``positon``) or a placement that matches nothing fails here, naming the variant.
+* :func:`check_variants` does it for one run per variant, before the first run trains.
+* :func:`match_width` widens a baseline ResNet (``model.model_kwargs.width``, which scales every
+  stage's channels and the stem) until its parameters or multiply-accumulates are within
+  :data:`TOLERANCE` of another variant's: an equal-budget baseline (sweep key ``match``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "TOLERANCE",
+    "BudgetMatch",
+    "ResolvedRun",
+    "check_variants",
+    "match_width",
+    "resolve_run",
+]
+
+#: Largest relative difference accepted between a widened baseline and its target.
+TOLERANCE = 0.02
+
+
+@dataclass(frozen=True)
+class ResolvedRun:
+    """The model options and input shape one run trains with."""
+
+    model: str
+    num_classes: int
+    attention: Any
+    model_kwargs: dict[str, Any]
+    input_shape: tuple[int, int, int]  # (C, H, W)
+    params: int
+
+
+def resolve_run(args: Sequence[str]) -> ResolvedRun:
+    """Parse ``args`` (a ``train_cls.py fit ...`` argument list) and build its data module and
+    network without training or writing anything.
+
+    Raises:
+        Whatever the command line or the builders raise for bad input (``jsonargparse``'s
+        ``ArgumentError`` for unknown keys and wrong types, ``ValueError``/``TypeError``/
+        ``KeyError`` for bad placements and block options).
+    """
+    from ..profile import count_params
+    from ..training.cli import VisattnCLI
+
+    class _ParseOnly(VisattnCLI):
+        def _set_seed(self) -> None:  # parsing must not touch the global RNG
+            pass
+
+        def before_instantiate_classes(self) -> None:  # no logger, no checkpoint lookup
+            pass
+
+        def instantiate_classes(self) -> None:  # model and data only: no Trainer, no folders
+            instantiate = getattr(self.parser, "instantiate", None)  # jsonargparse >= 4.49
+            if instantiate is None:
+                instantiate = self.parser.instantiate_classes
+            self.config_init = instantiate(self.config)
+            self.datamodule = self._get(self.config_init, "data")
+            self.model = self._get(self.config_init, "model")
+
+    argv = list(args[1:] if args and args[0] in ("fit", "test", "validate") else args)
+    cli = _ParseOnly(args=argv, run=False, parser_kwargs={"exit_on_error": False})
+    hp = cli.model.hparams
+    shape = getattr(cli.datamodule, "image_shape", None) or cli.model.net.default_input_size
+    return ResolvedRun(
+        model=hp["model"],
+        num_classes=int(hp["num_classes"]),
+        attention=hp.get("attention"),
+        model_kwargs=dict(hp.get("model_kwargs") or {}),
+        input_shape=tuple(int(s) for s in shape),
+        params=count_params(cli.model.net),
+    )
+
+
+_CAUSE = re.compile(r"not accepted|unknown|did you mean|must be|invalid", re.IGNORECASE)
+
+
+def _first_line(exc: BaseException) -> str:
+    """The error's first line, plus the lines that name the cause when the first one only
+    introduces them (jsonargparse: 'Parser key "model.attention":' ... 'Option 'positon' is
+    not accepted')."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    if not lines:
+        return type(exc).__name__
+    text = lines[0]
+    if text.endswith(":"):
+        causes = [ln.lstrip("- ") for ln in lines[1:] if _CAUSE.search(ln)][:2]
+        text = " ".join([text, *causes])
+    return f"{type(exc).__name__}: {text}"
+
+
+def check_variants(runs: Sequence[Any], what: str = "sweep") -> None:
+    """Resolve the first run of every variant (``runs``: :class:`visattn.ablate.sweep.Run`).
+
+    Raises:
+        ValueError: one line per variant that does not parse or build, naming it and the error.
+    """
+    seen: set[str] = set()
+    errors = []
+    for run in runs:
+        if run.variant in seen:
+            continue
+        seen.add(run.variant)
+        try:
+            resolve_run(run.args)
+        except Exception as exc:  # every kind of bad input: report them all at once
+            errors.append(f"  variant {run.variant!r}: {_first_line(exc)}")
+    if errors:
+        raise ValueError(
+            f"{what}: {len(errors)} variant(s) would fail before training, nothing was run:\n"
+            + "\n".join(errors)
+        )
+
+
+@dataclass(frozen=True)
+class BudgetMatch:
+    """An equal-budget baseline: ``base`` widened by ``width`` has ``achieved`` params (or MACs)
+    against ``target`` for variant ``of``."""
+
+    quantity: str  # "params" or "macs"
+    of: str
+    base: str
+    width: float
+    achieved: int
+    target: int
+    model_kwargs: dict[str, Any]
+
+    @property
+    def relative(self) -> float:
+        return self.achieved / self.target - 1.0
+
+    def note(self, name: str) -> str:
+        return (
+            f"`{name}`: `{self.base}` widened x{self.width:g} (`model.model_kwargs.width`) to "
+            f"{self.achieved:,} {self.quantity} against `{self.of}`'s {self.target:,} "
+            f"({self.relative * 100:+.2f}%): an equal-budget baseline."
+        )
+
+
+def _measure(resolved: ResolvedRun, width: float | None, quantity: str) -> int:
+    import torch
+
+    from ..models import create_model
+    from ..profile import count_macs, count_params
+
+    kwargs = dict(resolved.model_kwargs)
+    if width is not None:
+        kwargs["width"] = width
+    with torch.no_grad():
+        net = create_model(
+            resolved.model,
+            num_classes=resolved.num_classes,
+            attention=resolved.attention,
+            **kwargs,
+        )
+        if quantity == "params":
+            return count_params(net)
+        return int(count_macs(net.eval(), (1, *resolved.input_shape)))
+
+
+def match_width(
+    base: ResolvedRun,
+    target: ResolvedRun,
+    quantity: str = "params",
+    *,
+    tolerance: float = TOLERANCE,
+    names: tuple[str, str] = ("baseline", "variant"),
+) -> tuple[float, int, int]:
+    """The channel width multiplier of ``base`` whose ``quantity`` (``"params"`` or ``"macs"``)
+    is closest to ``target``'s.
+
+    The count grows with the width in steps (channels are rounded), so the search bisects on
+    the width to 1e-4 between 1/8 and 16 and keeps the closer of the two widths around the
+    target.
+
+    Returns:
+        ``(width, achieved, target)``.
+
+    Raises:
+        ValueError: ``quantity`` is unknown, the backbone has no ``width`` option, or no width
+            comes within ``tolerance``.
+    """
+    if quantity not in ("params", "macs"):
+        raise ValueError(f"match: quantity must be 'params' or 'macs', got {quantity!r}")
+    goal = _measure(target, None, quantity)
+    try:
+        at = {1.0: _measure(base, 1.0, quantity)}
+    except TypeError as e:
+        raise ValueError(
+            f"match: {names[0]}'s model {base.model!r} has no 'width' option to widen ({e}); "
+            "use a ResNet backbone"
+        ) from e
+
+    def count(w: float) -> int:
+        w = round(w, 4)
+        if w not in at:
+            at[w] = _measure(base, w, quantity)
+        return at[w]
+
+    lo, hi = 0.125, 16.0
+    if count(lo) > goal or count(hi) < goal:
+        raise ValueError(
+            f"match: {names[1]}'s {quantity} ({goal:,}) are out of reach of {names[0]} widened "
+            "between x0.125 and x16"
+        )
+    while hi - lo > 1e-4:  # invariant: count(lo) <= goal <= count(hi)
+        mid = round((lo + hi) / 2, 4)
+        if mid in (lo, hi):
+            break
+        if count(mid) < goal:
+            lo = mid
+        else:
+            hi = mid
+    width = min((lo, hi), key=lambda w: (abs(count(w) - goal), abs(w - 1.0)))
+    achieved = count(width)
+    if abs(achieved / goal - 1.0) > tolerance:
+        raise ValueError(
+            f"match: the closest width of {names[0]} (x{round(width, 4):g}) has {achieved:,} "
+            f"{quantity} against {names[1]}'s {goal:,} ({(achieved / goal - 1) * 100:+.1f}%, "
+            f"more than {tolerance:.0%})"
+        )
+    return round(width, 4), achieved, goal

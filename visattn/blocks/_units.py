@@ -1,0 +1,150 @@
+"""Residual units shared by blocks and models: the pre-activation bottleneck of He et al. and
+the parameter-free zero-padding shortcut. They sit here, below both, so that blocks (the
+Residual Attention module) never import :mod:`visattn.models`, and the models' ResNets reuse
+the same class.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from timm.layers import DropPath
+
+__all__ = [
+    "BLOCK_POSITIONS",
+    "PreActBottleneck",
+    "ZeroPadShortcut",
+    "conv1x1",
+    "conv3x3",
+    "make_shortcut",
+]
+
+#: attention slots of a residual block (see :class:`visattn.models.resnet.SlottedBlock`)
+BLOCK_POSITIONS = ("pre", "inner", "standard", "identity", "post")
+
+
+def conv3x3(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
+    return nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+
+
+def conv1x1(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
+    return nn.Conv2d(cin, cout, 1, stride, bias=False)
+
+
+class ZeroPadShortcut(nn.Module):
+    """Shortcut option A of He et al. (CVPR 2016): identity on the first ``in_channels``
+    channels, zeros for the extra ones, spatial subsampling by ``stride``. No parameters.
+
+    Shapes: ``(N, Cin, H, W) -> (N, Cout, ceil(H / stride), ceil(W / stride))``.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, stride: int = 1) -> None:
+        super().__init__()
+        if out_channels < in_channels:
+            raise ValueError(
+                f"shortcut A pads channels and cannot reduce {in_channels} to {out_channels}; "
+                "use shortcut='B'"
+            )
+        self.extra = out_channels - in_channels
+        self.stride = stride
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.stride > 1:
+            x = x[:, :, :: self.stride, :: self.stride]
+        return F.pad(x, (0, 0, 0, 0, 0, self.extra)) if self.extra else x
+
+    def extra_repr(self) -> str:
+        return f"extra_channels={self.extra}, stride={self.stride}"
+
+
+def make_shortcut(
+    cin: int, cout: int, stride: int, kind: str, *, norm: bool = True
+) -> nn.Module | None:
+    """``None`` (identity) when the shape is kept, else option ``"A"`` (zero padding) or ``"B"``
+    (1x1 projection, followed by BatchNorm when ``norm``)."""
+    if stride == 1 and cin == cout:
+        return None
+    if kind == "A":
+        return ZeroPadShortcut(cin, cout, stride)
+    if kind == "B":
+        conv = conv1x1(cin, cout, stride)
+        return nn.Sequential(conv, nn.BatchNorm2d(cout)) if norm else conv
+    raise ValueError(f"shortcut must be 'A' (zero padding) or 'B' (1x1 projection), got {kind!r}")
+
+
+class PreActBottleneck(nn.Module):
+    """Pre-activation bottleneck (He, Zhang, Ren, Sun, "Identity Mappings in Deep Residual
+    Networks", ECCV 2016, Fig. 1b / 4e): ``BN-ReLU-1x1 - BN-ReLU-3x3(stride) - BN-ReLU-1x1``
+    plus the shortcut, which is the identity or, when the shape changes, a 1x1 projection
+    (option B, no BN) or zero padding (option A) of the *pre-activated* input (as in the
+    authors' code, the first BN-ReLU is shared). The unit of ``preresnet164_cifar`` and of the
+    Residual Attention Network (Wang et al., CVPR 2017). Convolutions have no bias.
+
+    Attention slots (``nn.Identity`` until a placement fills them, no state_dict keys):
+    ``attn_pre`` sees ``relu(bn1(x))`` (the input of the first convolution); ``attn_inner`` the
+    output of the 3x3 convolution (before ``bn3``, the next stage's pre-activation);
+    ``attn_standard`` the output of ``conv3``; there is no final activation, so ``attn_post``
+    sees the unit's output.
+
+    Args:
+        in_channels: ``Cin``.
+        planes: inner width ``b`` of the bottleneck.
+        stride: stride of the 3x3 convolution (and of the shortcut).
+        out_channels: ``Cout``, ``4 * planes`` by default.
+        shortcut: ``"B"`` 1x1 projection or ``"A"`` zero padding where the shape changes.
+        drop_path: stochastic depth rate on the residual branch.
+
+    Shapes: ``(N, Cin, H, W) -> (N, Cout, ceil(H / stride), ceil(W / stride))``.
+
+    Parameters: ``2 * Cin + Cin * b + 4 * b + 9 * b * b + b * Cout``, plus ``Cin * Cout`` with a
+    projection.
+    """
+
+    expansion = 4
+
+    def __init__(
+        self,
+        in_channels: int,
+        planes: int,
+        stride: int = 1,
+        *,
+        out_channels: int | None = None,
+        shortcut: str = "B",
+        drop_path: float = 0.0,
+    ) -> None:
+        super().__init__()
+        for option, value in (("in_channels", in_channels), ("planes", planes), ("stride", stride)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(
+                    f"PreActBottleneck: {option} must be a positive int, got {value!r}"
+                )
+        out = planes * self.expansion if out_channels is None else out_channels
+        self.in_channels, self.mid_channels, self.out_channels = in_channels, planes, out
+        self.stride = stride
+        self.bn1 = nn.BatchNorm2d(in_channels)
+        self.conv1 = conv1x1(in_channels, planes)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.conv2 = conv3x3(planes, planes, stride)
+        self.bn3 = nn.BatchNorm2d(planes)
+        self.conv3 = conv1x1(planes, out)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = make_shortcut(in_channels, out, stride, shortcut, norm=False)
+        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+        for position in BLOCK_POSITIONS:
+            setattr(self, f"attn_{position}", nn.Identity())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pre = self.relu(self.bn1(x))
+        shortcut = x if self.downsample is None else self.downsample(pre)
+        out = self.conv1(self.attn_pre(pre))
+        out = self.conv2(self.relu(self.bn2(out)))
+        out = self.attn_inner(out)
+        out = self.conv3(self.relu(self.bn3(out)))
+        out = self.drop_path(self.attn_standard(out))
+        out = out + self.attn_identity(shortcut)
+        return self.attn_post(out)
+
+    def zero_init_last(self) -> None:
+        """Zero the last layer of the residual branch, so the unit starts as the identity."""
+        nn.init.zeros_(self.conv3.weight)

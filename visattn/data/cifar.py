@@ -1,0 +1,175 @@
+"""CIFAR-10/100 read from the python pickles of Krizhevsky (2009), in torchvision's layout,
+with an integrity check.
+
+Layout: ``ROOT/cifar-10-batches-py/data_batch_1..5, test_batch``; ``ROOT/cifar-100-python/train,
+test``. Each file's md5 is compared with torchvision's list of the official archive's sums before
+anything is unpickled; a copy that differs (re-packed, truncated) is refused with a message
+naming the file, unless ``verify=False`` (then a warning is logged).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import pickle
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["CIFAR_SPECS", "DatasetIntegrityError", "load_cifar", "locate_cifar", "md5sum"]
+
+log = logging.getLogger(__name__)
+
+
+class DatasetIntegrityError(RuntimeError):
+    """A dataset file's checksum differs from the official one."""
+
+
+def _torchvision_spec(cls: Any, label_key: str) -> dict[str, Any]:
+    return {
+        "folder": cls.base_folder,
+        "train": [tuple(x) for x in cls.train_list],
+        "test": [tuple(x) for x in cls.test_list],
+        "meta": (cls.meta["filename"], cls.meta["md5"], cls.meta["key"]),
+        "label_key": label_key,
+        "torchvision": cls,
+    }
+
+
+def _specs() -> dict[str, dict[str, Any]]:
+    from torchvision.datasets import CIFAR10, CIFAR100
+
+    return {
+        "cifar10": _torchvision_spec(CIFAR10, "labels"),
+        "cifar100": _torchvision_spec(CIFAR100, "fine_labels"),
+    }
+
+
+#: file names and md5 sums of the official archives, taken from torchvision.
+CIFAR_SPECS: dict[str, dict[str, Any]] = _specs()
+
+
+def md5sum(path: str | Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.md5()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _cifar_folder(name: str, root: Path) -> Path:
+    """``root/<folder>``, or ``root`` itself when it already is the batches folder."""
+    spec = CIFAR_SPECS[name]
+    folder = root / spec["folder"]
+    if not folder.is_dir() and (root / spec["train"][0][0]).is_file():
+        return root
+    return folder
+
+
+def _missing_message(name: str, folder: Path, missing: list[str]) -> str:
+    return (
+        f"{name} not found: looked for {folder} (missing: {', '.join(missing)}). "
+        f"Either download it with --data.download true (into --data.root), or point "
+        f"--data.root PATH at the folder that contains {CIFAR_SPECS[name]['folder']}/."
+    )
+
+
+def locate_cifar(name: str, root: str | Path, *, download: bool = False) -> Path:
+    """The folder holding ``name``'s files under ``root``, downloading the official archive
+    (torchvision's URL and md5) first when files are missing and ``download`` is set.
+
+    Raises:
+        FileNotFoundError: files missing and ``download`` off; names the path and both fixes.
+    """
+    if name not in CIFAR_SPECS:
+        raise ValueError(f"unknown CIFAR dataset {name!r}; choose from {sorted(CIFAR_SPECS)}")
+    spec = CIFAR_SPECS[name]
+    root = Path(root).expanduser()
+    wanted = [f for f, _ in (*spec["train"], *spec["test"])] + [spec["meta"][0]]
+    folder = _cifar_folder(name, root)
+    missing = [f for f in wanted if not (folder / f).is_file()]
+    if missing and download:
+        from torchvision.datasets.utils import download_and_extract_archive
+
+        cls = spec["torchvision"]
+        root.mkdir(parents=True, exist_ok=True)
+        download_and_extract_archive(cls.url, str(root), filename=cls.filename, md5=cls.tgz_md5)
+        folder = root / spec["folder"]
+        missing = [f for f in wanted if not (folder / f).is_file()]
+    if missing:
+        raise FileNotFoundError(_missing_message(name, folder, missing))
+    return folder
+
+
+def load_cifar(
+    name: str,
+    root: str | Path,
+    *,
+    train: bool,
+    verify: bool = True,
+    download: bool = False,
+) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Read one CIFAR split into memory.
+
+    Args:
+        name: ``"cifar10"`` or ``"cifar100"`` (fine labels).
+        root: folder holding ``cifar-10-batches-py/`` (or ``cifar-100-python/``), or that folder.
+        train: the 50,000 training images, else the 10,000 test images.
+        verify: compare every file's md5 with the official archive's (torchvision's list).
+        download: fetch and extract the official archive into ``root`` first if files are missing.
+
+    Returns:
+        ``images`` ``(N, 32, 32, 3)`` uint8 RGB, ``labels`` ``(N,)`` int64, class names.
+
+    Raises:
+        FileNotFoundError: files missing and ``download`` is off (the message names the path).
+        DatasetIntegrityError: an md5 differs and ``verify`` is on.
+    """
+    if name not in CIFAR_SPECS:
+        raise ValueError(f"unknown CIFAR dataset {name!r}; choose from {sorted(CIFAR_SPECS)}")
+    spec = CIFAR_SPECS[name]
+    root = Path(root).expanduser()
+    files = spec["train"] if train else spec["test"]
+    meta_name, meta_md5, meta_key = spec["meta"]
+    wanted = [*files, (meta_name, meta_md5)]
+    folder = locate_cifar(name, root, download=download)
+
+    if verify:
+        for fname, expected in wanted:
+            actual = md5sum(folder / fname)
+            if actual != expected:
+                raise DatasetIntegrityError(
+                    f"{name}: integrity check failed for {folder / fname}: md5 {actual}, "
+                    f"expected {expected} (the official archive's). The file is corrupted or "
+                    "a re-packed copy; re-download it with --data.download true into an empty "
+                    "--data.root, or, if this is a re-packed copy you trust, pass "
+                    "--data.verify false (a warning is then logged)."
+                )
+    else:
+        log.warning(
+            "%s: integrity check disabled (--data.verify false): reading %s without comparing "
+            "md5 sums with the official archive; results may not be comparable to published ones",
+            name,
+            folder,
+        )
+
+    images, labels = [], []
+    for fname, _ in files:
+        entry = _unpickle(folder / fname)
+        data = np.asarray(entry["data"], dtype=np.uint8)
+        if data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
+            raise ValueError(f"{folder / fname}: 'data' has shape {data.shape}, expected (N, 3072)")
+        images.append(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
+        labels.append(np.asarray(entry[spec["label_key"]], dtype=np.int64))
+    names = _unpickle(folder / meta_name)[meta_key]
+    classes = [c.decode() if isinstance(c, bytes) else str(c) for c in names]
+    return np.ascontiguousarray(np.concatenate(images)), np.concatenate(labels), classes
+
+
+def _unpickle(path: Path) -> dict[str, Any]:
+    # The official files are Python-2 pickles of dicts with bytes keys; latin1 keeps the uint8
+    # arrays intact. Pickles can run code: only read files you trust (see the md5 check).
+    with open(path, "rb") as f:
+        entry = pickle.load(f, encoding="latin1")
+    return {k.decode() if isinstance(k, bytes) else k: v for k, v in entry.items()}

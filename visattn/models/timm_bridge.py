@@ -1,0 +1,93 @@
+"""The bridge to timm: every model in :func:`visattn.list_models` is a timm model
+``visattn_<name>``, built through timm's ``build_model_with_cfg``, so timm's options work:
+
+* ``features_only=True`` with ``out_indices`` (timm's ``FeatureGetterNet`` over the model's
+  ``forward_intermediates``), ``feature_info``;
+* ``pretrained=True`` with ``pretrained_cfg_overlay=dict(file=PATH)``: a visattn checkpoint or
+  torchvision / timm ResNet weights, loaded by :func:`visattn.models.load_checkpoint`
+  (attention keys reported as new; the classifier kept at its initialisation when
+  ``num_classes`` differs). Without a file, ``pretrained=True`` raises ``ValueError``: visattn
+  has no weights to download;
+* the builder's options and placements (``attention=``), as for :func:`visattn.create_model`.
+
+Entrypoints live in the real module :mod:`visattn.models.timm_entrypoints`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+from typing import Any
+
+import torch.nn as nn
+from timm.models import build_model_with_cfg, is_model
+from timm.models import register_model as timm_register
+
+from . import timm_entrypoints
+from .factory import create_model, pretrained_cfg_for
+from .registry import get_model_spec
+
+__all__ = ["create_timm_model", "register_timm_model", "register_timm_models"]
+
+_TIMM_ONLY = ("pretrained_cfg", "pretrained_cfg_overlay", "cache_dir")
+
+
+def create_timm_model(name: str, pretrained: bool = False, **kwargs: Any) -> nn.Module:
+    """What ``timm.create_model(f"visattn_{name}", pretrained, **kwargs)`` runs."""
+    spec = get_model_spec(name)
+    timm_name = f"visattn_{spec.name}"
+    overlay = dict(kwargs.pop("pretrained_cfg_overlay", None) or {})
+    cfg = kwargs.pop("pretrained_cfg", None)
+    kwargs.pop("cache_dir", None)
+    if pretrained and not (overlay.get("file") or (isinstance(cfg, dict) and cfg.get("file"))):
+        raise ValueError(
+            f"{timm_name} has no pretrained weights to download; pass a local state_dict "
+            "(visattn checkpoint, torchvision or timm ResNet weights) with "
+            "pretrained_cfg_overlay=dict(file='weights.pth'), or use "
+            "visattn.create_model(..., checkpoint_path=...)"
+        )
+    options = {k: v for k, v in kwargs.items() if k not in ("features_only", "out_indices")}
+    ours = pretrained_cfg_for(
+        spec,
+        num_classes=options.get("num_classes"),
+        in_chans=options.get("in_chans", 3),
+        options=options,
+    )
+    return build_model_with_cfg(
+        functools.partial(create_model, spec.name),
+        timm_name,
+        pretrained,
+        pretrained_cfg=cfg,
+        pretrained_cfg_overlay={**ours, **overlay},
+        feature_cfg={"feature_cls": "getter", "out_indices": tuple(range(spec.feature_levels))},
+        **kwargs,
+    )
+
+
+def register_timm_model(name: str) -> str:
+    """Register ``visattn_<name>`` in timm (once); returns the timm name."""
+    timm_name = f"visattn_{name}"
+    if is_model(timm_name):
+        return timm_name
+    spec = get_model_spec(name)
+
+    def entrypoint(pretrained: bool = False, **kwargs: Any) -> nn.Module:
+        return create_timm_model(name, pretrained, **kwargs)
+
+    entrypoint.__name__ = entrypoint.__qualname__ = timm_name
+    entrypoint.__module__ = timm_entrypoints.__name__
+    entrypoint.__doc__ = f"visattn model {name!r} ({spec.paper}); see visattn.create_model."
+    setattr(timm_entrypoints, timm_name, entrypoint)
+    timm_entrypoints.default_cfgs[timm_name] = pretrained_cfg_for(spec)
+    timm_register(entrypoint)
+    return timm_name
+
+
+def register_timm_models(names: Iterable[str] | None = None) -> list[str]:
+    """Register ``visattn_<name>`` for each of ``names`` (default: :func:`list_models`);
+    returns the timm names."""
+    if names is None:
+        from .registry import list_models
+
+        return sorted(f"visattn_{n}" for n in list_models())
+    return sorted(register_timm_model(n) for n in names)

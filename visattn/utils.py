@@ -1,0 +1,148 @@
+"""Small file helpers shared by training, the ablation runner and the visualiser.
+
+* :func:`atomic_write_bytes` / :func:`atomic_write_text`: readers see the old file or the new
+  one, never a partial one (temporary file in the same folder, fsync, ``os.replace``).
+* :func:`read_metrics_csv` / :func:`read_metric_curve`: the per-epoch ``metrics.csv`` every run
+  writes (``visattn.training.callbacks.EpochMetricsCSV``).
+* :func:`file_digest`: size and SHA-256 of a file (checkpoint integrity in sweep markers).
+* :func:`load_run`: the trained network and data module of a training checkpoint.
+
+Nothing here imports Lightning at module level, so sweep files and reports can be read without
+the ``train`` extra; :func:`load_run` needs it.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch.nn as nn
+
+__all__ = [
+    "LoadedRun",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "file_digest",
+    "load_run",
+    "read_metric_curve",
+    "read_metrics_csv",
+]
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see either the old or the new file, never a
+    partial one: a temporary file in the same folder, flushed and fsynced, then ``os.replace``.
+    An interruption (even ``KeyboardInterrupt``) leaves the old file and no temporary behind."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """:func:`atomic_write_bytes` for UTF-8 text."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def read_metrics_csv(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Rows of a ``metrics.csv`` as dicts: ``epoch``/``step`` ints, other cells floats, empty
+    cells ``None``."""
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    out = []
+    for row in rows:
+        parsed: dict[str, Any] = {}
+        for key, value in row.items():
+            if value in ("", None):
+                parsed[key] = None
+            elif key in ("epoch", "step"):
+                parsed[key] = int(float(value))
+            else:
+                parsed[key] = float(value)
+        out.append(parsed)
+    return out
+
+
+def read_metric_curve(path: str | os.PathLike, key: str = "val/acc") -> dict[int, float]:
+    """``{epoch: value}`` of ``key`` in a ``metrics.csv`` (the last non-empty value of each
+    epoch). A missing file or column gives an empty dict."""
+    if not Path(path).is_file():
+        return {}
+    curve: dict[int, float] = {}
+    for row in read_metrics_csv(path):
+        if row.get(key) is not None and row.get("epoch") is not None:
+            curve[row["epoch"]] = row[key]
+    return curve
+
+
+def file_digest(path: str | os.PathLike, chunk: int = 1 << 20) -> dict[str, Any]:
+    """``{"size": bytes, "sha256": hex digest}`` of a file."""
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+            size += len(block)
+    return {"size": size, "sha256": h.hexdigest()}
+
+
+@dataclass
+class LoadedRun:
+    """A trained run: its network (eval mode, on the requested device), the Lightning module's
+    hyper-parameters and the data module rebuilt from the checkpoint (not yet set up)."""
+
+    net: nn.Module
+    hparams: dict[str, Any]
+    datamodule: Any
+
+
+def load_run(
+    ckpt_path: str | os.PathLike,
+    *,
+    data_overrides: Mapping[str, Any] | None = None,
+    device: str = "cpu",
+) -> LoadedRun:
+    """Load a checkpoint written by ``train_cls.py`` (or the ablation runner).
+
+    The network comes from ``ClassificationModule.load_from_checkpoint`` (its hyper-parameters
+    rebuild it), the data module from ``VisattnDataModule.load_from_checkpoint`` with
+    ``num_workers=0`` and ``data_overrides`` applied (e.g. ``{"root": "/data/cifar"}`` when the
+    data moved since training).
+
+    Raises:
+        FileNotFoundError: ``ckpt_path`` does not exist.
+        ValueError: the file is not a training checkpoint (e.g. a YAML config).
+    """
+    path = Path(ckpt_path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {path} does not exist")
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic[:2] != b"PK" and magic[:1] != b"\x80":  # torch.save: a zip archive or a raw pickle
+        raise ValueError(
+            f"{path} is not a checkpoint (expected a .ckpt written by train_cls.py, e.g. "
+            "<run>/lightning_logs/version_0/checkpoints/last.ckpt)"
+        )
+    from .data.datamodule import VisattnDataModule
+    from .training.module import ClassificationModule
+
+    module = ClassificationModule.load_from_checkpoint(path, map_location="cpu")
+    net = module.net.to(device).eval()
+    dm = VisattnDataModule.load_from_checkpoint(
+        path, map_location="cpu", **{"num_workers": 0, **dict(data_overrides or {})}
+    )
+    return LoadedRun(net=net, hparams=dict(module.hparams), datamodule=dm)
