@@ -74,6 +74,7 @@ def _positions_last(z: torch.Tensor) -> torch.Tensor:
 
 
 def _covariance(z: torch.Tensor) -> torch.Tensor:
+    """The covariance with autograd's own backward (the TorchScript path)."""
     z = _positions_last(z)
     z = z - z.mean(dim=2, keepdim=True)
     return torch.bmm(z, z.transpose(1, 2)).div_(z.shape[2])
@@ -155,7 +156,8 @@ class GlobalSecondOrderPooling(nn.Module):
 
     def _row_conv(self, cov: torch.Tensor) -> torch.Tensor:
         """``self.row_conv`` on ``(N, C', C')``: row ``i`` of ``Sigma_n`` against the 4 kernels of
-        group ``i``, ``(N, C', C') -> (N, 4C', 1, 1)``, as an einsum."""
+        group ``i``, ``(N, C', C') -> (N, 4C', 1, 1)``, as an einsum. The module itself is not
+        called, so forward hooks registered on ``row_conv`` do not run."""
         rd = self.rd_channels
         r = torch.einsum("nij,ikj->nik", cov, self.row_conv.weight.view(rd, 4, rd))
         r = r.reshape(cov.shape[0], 4 * rd, 1, 1)
