@@ -4,6 +4,7 @@ time, peak memory, and the ratio to timm's version of the same block where timm 
     python benchmarks/bench_blocks.py                      # full run, CPU fp32
     python benchmarks/bench_blocks.py --quick              # reduced, under a minute
     python benchmarks/bench_blocks.py --device cuda --dtype bf16 --out results/blocks_cuda_bf16.csv
+    python benchmarks/bench_blocks.py --channels-last      # channels-last inputs, vs NCHW too
 
 Method (see benchmarks/README.md):
 
@@ -20,6 +21,11 @@ Method (see benchmarks/README.md):
 * ``ratio_vs_timm``: visattn ``fwdbwd_ms`` / timm ``fwdbwd_ms`` (goal <= 1.05).
 * ``check``: the twin is given the visattn block's (randomised) weights and both are run on the
   same input in train and eval mode; ``same`` means the outputs agree to float32 rounding.
+* ``--channels-last``: the visattn block and its timm twin are converted with
+  ``.to(memory_format=torch.channels_last)`` and fed channels-last input (as inside a channels-last
+  network); ``ratio_vs_timm`` then compares the two in that format, and the same visattn block in
+  NCHW (``impl`` ``visattn_nchw``, interleaved with them) gives ``cl_vs_nchw`` = visattn
+  channels-last ``fwdbwd_ms`` / visattn NCHW ``fwdbwd_ms`` (and ``cl_vs_nchw_fwd`` for the forward).
 * GSoP: the visattn block against the same block whose covariance is computed the way the official
   code does (``X I_hat X^T`` with the ``(HW) x (HW)`` centring matrix ``I_hat``, repeated over
   the batch, and its hand-written backward), at several map sizes; ``ratio_vs_ref`` =
@@ -69,6 +75,7 @@ COLUMNS = [
     "options",
     "device",
     "dtype",
+    "memory_format",
     "params",
     "macs",
     "fwd_ms",
@@ -76,6 +83,8 @@ COLUMNS = [
     "peak_mb",
     "ratio_vs_timm",
     "ratio_vs_ref",
+    "cl_vs_nchw",
+    "cl_vs_nchw_fwd",
     "check",
     "note",
 ]
@@ -688,16 +697,23 @@ def measure(
     args: argparse.Namespace,
     device: torch.device,
     dtype: torch.dtype,
+    formats: dict[str, torch.memory_format] | None = None,
 ) -> dict[str, dict[str, float]]:
-    """fwd_ms, fwdbwd_ms (interleaved over the implementations), peak_mb, params, macs."""
+    """fwd_ms, fwdbwd_ms (interleaved over the implementations), peak_mb, params, macs.
+
+    ``formats``: the memory format of each implementation's input and output gradient (default
+    contiguous); the modules are expected to be converted to it already."""
+    formats = {k: (formats or {}).get(k, torch.contiguous_format) for k in modules}
     gen = torch.Generator(device="cpu").manual_seed(args.seed)
-    x = torch.randn(shape, generator=gen).to(device, dtype)
+    x0 = torch.randn(shape, generator=gen).to(device, dtype)
     with torch.no_grad():
-        out_shape = next(iter(modules.values()))(x).shape
-    gy = torch.randn(out_shape, generator=gen).to(device, dtype)
-    xg = x.clone().requires_grad_(True)
+        out_shape = next(iter(modules.values()))(x0).shape
+    gy0 = torch.randn(out_shape, generator=gen).to(device, dtype)
+    xs = {f: x0.contiguous(memory_format=f) for f in set(formats.values())}
+    gys = {f: gy0.contiguous(memory_format=f) for f in set(formats.values())}
+    xgs = {f: xs[f].clone(memory_format=torch.preserve_format).requires_grad_(True) for f in xs}
     out: dict[str, dict[str, float]] = {
-        k: {"params": count_params(m), "macs": count_macs(m, x)} for k, m in modules.items()
+        k: {"params": count_params(m), "macs": count_macs(m, x0)} for k, m in modules.items()
     }
     for m in modules.values():
         m.eval()
@@ -710,18 +726,18 @@ def measure(
         clock=args.clock,
     )
     for k, ms in interleaved_median_ms(
-        {k: _fwd_fn(m, x) for k, m in modules.items()}, **kw
+        {k: _fwd_fn(m, xs[formats[k]]) for k, m in modules.items()}, **kw
     ).items():
         out[k]["fwd_ms"] = ms
     for m in modules.values():
         m.train()
-    fns = {k: _fwdbwd_fn(m, xg, gy) for k, m in modules.items()}
+    fns = {k: _fwdbwd_fn(m, xgs[formats[k]], gys[formats[k]]) for k, m in modules.items()}
     for k, ms in interleaved_median_ms(fns, **kw).items():
         out[k]["fwdbwd_ms"] = ms
     for k, fn in fns.items():
         # gradients from the timing runs are freed *before* profiling: a free of a block allocated
         # before the profiler started has no known size and would make the peak look smaller
-        xg.grad = None
+        xgs[formats[k]].grad = None
         for p in modules[k].parameters():
             p.grad = None
         out[k]["peak_mb"] = peak_memory_mb(fn, device)
@@ -749,7 +765,13 @@ def bench_block(
     if spec is not None and spec.sized is not None:
         options = {**options, **spec.sized(shape)}
     block = visattn.create_block(name, c, **options).to(device, dtype)
+    cl = getattr(args, "channels_last", False)
     modules = {"visattn": block}
+    formats = {}
+    if cl:  # the NCHW block is a copy: same weights, its own contiguous parameters
+        modules["visattn_nchw"] = copy.deepcopy(block)
+        block.to(memory_format=torch.channels_last)
+        formats = {"visattn": torch.channels_last}
     if spec is not None and any(s % spec.multiple for s in shape[2:]):
         note = f"no twin at this shape: timm needs H, W multiples of {spec.multiple}"
         spec = None
@@ -758,13 +780,20 @@ def bench_block(
         check = check_twin(block, twin, spec, c, shape[2:] if spec.sized else None)
         note = spec.note
         modules["timm"] = twin
-    res = measure(modules, shape, args, device, dtype)
+        if cl:
+            twin.to(memory_format=torch.channels_last)
+            formats["timm"] = torch.channels_last
+    res = measure(modules, shape, args, device, dtype, formats)
     rows = []
     for impl, r in res.items():
         row = dict(block=name, shape=_shape_str(shape), impl=impl, **r)
         row["options"] = ",".join(f"{k}={v}" for k, v in options.items())
+        row["memory_format"] = "nchw" if impl == "visattn_nchw" or not cl else "channels_last"
         if impl == "visattn" and "timm" in res:
             row["ratio_vs_timm"] = r["fwdbwd_ms"] / res["timm"]["fwdbwd_ms"]
+        if impl == "visattn" and "visattn_nchw" in res:
+            row["cl_vs_nchw"] = r["fwdbwd_ms"] / res["visattn_nchw"]["fwdbwd_ms"]
+            row["cl_vs_nchw_fwd"] = r["fwd_ms"] / res["visattn_nchw"]["fwd_ms"]
         if impl == "timm" or (note and "timm" not in res):
             row.update(check=check, note=(f"timm '{twin_key}': " if twin_key else "") + note)
         rows.append(row)
@@ -839,6 +868,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shapes", type=_parse_shapes, default=None, help="NxCxHxW,... (default: two)")
     p.add_argument("--gsop-shapes", type=_parse_shapes, default=None, help="GSoP reference shapes")
     p.add_argument("--no-gsop-reference", action="store_true", help="skip the GSoP comparison")
+    p.add_argument(
+        "--channels-last",
+        action="store_true",
+        help="channels-last blocks and inputs (timm's twin too), each block also timed in NCHW: "
+        "cl_vs_nchw column (the GSoP reference comparison stays NCHW)",
+    )
     p.add_argument("--warmup", type=int, default=None, help="warm-up calls (default 3, quick 1)")
     p.add_argument(
         "--repeats",
@@ -918,8 +953,21 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows + gsop_rows:
         r.update(device=str(device), dtype=args.dtype)
 
-    print("## Blocks\n")
-    print(markdown_table(rows, TABLE_COLUMNS))
+    print(
+        "## Blocks" + (" (channels-last, and each block in NCHW)\n" if args.channels_last else "\n")
+    )
+    columns = [*TABLE_COLUMNS, "cl_vs_nchw"] if args.channels_last else TABLE_COLUMNS
+    print(markdown_table(rows, columns))
+    if args.channels_last:
+        print("\n## visattn channels-last / NCHW (fwd+bwd; fwd), > 1.10 = more than 10% slower\n")
+        for r in rows:
+            if r.get("cl_vs_nchw") is not None and r["impl"] == "visattn":
+                flag = " SLOWER IN CHANNELS-LAST" if r["cl_vs_nchw"] > 1.10 else ""
+                label = f"{r['block']} [{r['options']}]" if r["options"] else r["block"]
+                print(
+                    f"- {label} {r['shape']}: {r['cl_vs_nchw']:.2f}; {r['cl_vs_nchw_fwd']:.2f}"
+                    + flag
+                )
     twinned = [r for r in rows if r.get("ratio_vs_timm") is not None]
     if twinned:
         print("\n## visattn / timm (fwd+bwd), goal <= 1.05\n")

@@ -65,17 +65,22 @@ COLUMNS = [
     "ms_per_step",
     "ratio_vs_plain",
     "epoch_s",
+    "first_step_s",
     "note",
 ]
 TABLE_COLUMNS = [
     "kind",
     "model",
     "impl",
+    "precision",
+    "channels_last",
+    "compile",
     "batch_size",
     "images_per_s",
     "ms_per_step",
     "ratio_vs_plain",
     "epoch_s",
+    "first_step_s",
     "note",
 ]
 IMPLS = ("plain", "lightning_min", "lightning_default")
@@ -106,8 +111,11 @@ def _autocast(device: torch.device, precision: str):
     return torch.autocast(device.type, enabled=False)
 
 
-def plain_loop(module: ClassificationModule, batches, warmup: int, device, precision: str) -> float:
-    """Seconds for ``len(batches) - warmup`` steps of a hand-written loop on ``module.net``."""
+def plain_loop(
+    module: ClassificationModule, batches, warmup: int, device, precision: str
+) -> tuple[float, float]:
+    """Seconds for ``len(batches) - warmup`` steps of a hand-written loop on ``module.net``, and
+    the wall seconds of its first step (with ``--compile``: the compilation)."""
     h = module.hparams
     module.to(device)  # Trainer.fit's teardown moves the module back to the CPU
     net = module.net
@@ -121,11 +129,15 @@ def plain_loop(module: ClassificationModule, batches, warmup: int, device, preci
         weight_decay=h.weight_decay,
     )
     t0 = None
+    first = time.perf_counter()
     for i, (x, y) in enumerate(batches):
+        if i == 1:
+            synchronize(device)
+            first = time.perf_counter() - first
         if i == warmup:
             synchronize(device)
             t0 = _clock()
-        if h.channels_last:
+        if module.channels_last:  # the module's resolved format (hparams may hold None: auto)
             x = x.contiguous(memory_format=torch.channels_last)
         with _autocast(device, precision):
             loss = F.cross_entropy(forward(x), y, label_smoothing=h.label_smoothing)
@@ -133,22 +145,29 @@ def plain_loop(module: ClassificationModule, batches, warmup: int, device, preci
         loss.backward()
         opt.step()
     synchronize(device)
-    return _clock() - t0
+    return _clock() - t0, first
 
 
 class _StepTimer(pl.Callback):
-    """Wall time from the start of batch ``first`` to the end of batch ``last``."""
+    """Time from the start of batch ``first`` to the end of batch ``last``; ``first_step_s``:
+    wall seconds of batch 0 (with ``--compile``: the compilation)."""
 
     def __init__(self, first: int, last: int, device: torch.device) -> None:
         self.first, self.last, self.device = first, last, device
         self.t0 = self.t1 = None
+        self.first_step_s = float("nan")
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if batch_idx == 0:
+            self._w0 = time.perf_counter()
         if batch_idx == self.first:
             synchronize(self.device)
             self.t0 = _clock()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if batch_idx == 0:
+            synchronize(self.device)
+            self.first_step_s = time.perf_counter() - self._w0
         if batch_idx == self.last:
             synchronize(self.device)
             self.t1 = _clock()
@@ -189,13 +208,15 @@ class _InMemory:
         return len(self.batches)
 
 
-def lightning_loop(module, batches, warmup: int, impl: str, device, precision: str) -> float:
+def lightning_loop(
+    module, batches, warmup: int, impl: str, device, precision: str
+) -> tuple[float, float]:
     timer = _StepTimer(warmup, len(batches) - 1, device)
     with tempfile.TemporaryDirectory() as root:
         trainer = _trainer(impl, device, precision, root, [timer])
         with contextlib.redirect_stdout(sys.stderr):  # progress bar/summary: keep stdout = tables
             trainer.fit(module, train_dataloaders=_InMemory(batches))
-    return timer.t1 - timer.t0
+    return timer.t1 - timer.t0, timer.first_step_s
 
 
 def bench_model(name: str, args: argparse.Namespace, device: torch.device) -> list[dict]:
@@ -203,15 +224,18 @@ def bench_model(name: str, args: argparse.Namespace, device: torch.device) -> li
     module = ClassificationModule(
         model=name, num_classes=10, channels_last=args.channels_last, compile=args.compile
     ).to(device)
+    args.resolved_channels_last = module.channels_last
     batches = make_batches(args.warmup + args.steps, args.batch_size, 10, device, args.seed)
     seconds: dict[str, list[float]] = {k: [] for k in args.impls}
+    first_step: dict[str, float] = {}  # round 0: with --compile the first impl pays compilation
     for r in range(args.rounds):
         for impl in args.impls if r % 2 == 0 else reversed(args.impls):
             if impl == "plain":
-                s = plain_loop(module, batches, args.warmup, device, args.precision)
+                s, f = plain_loop(module, batches, args.warmup, device, args.precision)
             else:
-                s = lightning_loop(module, batches, args.warmup, impl, device, args.precision)
+                s, f = lightning_loop(module, batches, args.warmup, impl, device, args.precision)
             seconds[impl].append(s)
+            first_step.setdefault(impl, f)
             print(f"  {name} {impl} round {r}: {s:.2f}s", file=sys.stderr, flush=True)
     rows = []
     for impl, ss in seconds.items():
@@ -226,6 +250,7 @@ def bench_model(name: str, args: argparse.Namespace, device: torch.device) -> li
                 ms_per_step=1000 * s / args.steps,
                 epoch_s=CIFAR_TRAIN_IMAGES / ips,
                 steps=args.steps,
+                first_step_s=first_step[impl],
             )
         )
     plain = next((r for r in rows if r["impl"] == "plain"), None)
@@ -367,7 +392,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--impls", default=",".join(IMPLS), help=f"subset of {','.join(IMPLS)}")
     p.add_argument("--device", default="cpu")
     p.add_argument("--precision", default="32", choices=("32", "bf16"))
-    p.add_argument("--channels-last", action="store_true")
+    p.add_argument(
+        "--channels-last",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="channels-last network and inputs (default: ClassificationModule's choice, "
+        "channels-last for convolutional backbones)",
+    )
     p.add_argument("--compile", action="store_true", help="torch.compile the network")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--steps", type=int, default=None, help="timed steps (default 20, quick 4)")
@@ -444,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
         r.update(
             device=str(device),
             precision=args.precision,
-            channels_last=args.channels_last,
+            channels_last=getattr(args, "resolved_channels_last", args.channels_last),
             compile=args.compile,
             batch_size=args.batch_size,
             threads=torch.get_num_threads(),

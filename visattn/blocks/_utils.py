@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import torch
 import torch.nn as nn
 
 _ACTIVATIONS: dict[str, type[nn.Module]] = {
@@ -68,3 +69,13 @@ def eca_kernel_size(channels: int, gamma: float = 2.0, b: float = 1.0) -> int:
     """ECA-Net Eq. (12): k = |log2(C)/gamma + b/gamma|_odd (nearest odd number, at least 1)."""
     t = int(abs(math.log2(channels) / gamma + b / gamma))
     return t if t % 2 else t + 1
+
+
+def same_memory_format(y: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``y`` in the memory format of ``like``: channels-last if ``like`` is (and not also
+    contiguous), else ``y`` unchanged. For blocks whose grouped reshapes copy a channels-last input
+    into NCHW order, so that their output keeps the format they received."""
+    cl = like.dim() == 4 and like.is_contiguous(memory_format=torch.channels_last)
+    if cl and not like.is_contiguous():
+        return y.contiguous(memory_format=torch.channels_last)
+    return y

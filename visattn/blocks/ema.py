@@ -6,9 +6,11 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ._utils import check_positive_int
+from ._utils import check_positive_int, same_memory_format
 from .capture import is_capturing, record_attention
 from .registry import register_block
+
+torch.fx.wrap("same_memory_format")  # a leaf for torch.fx: it reads the input's strides
 
 __all__ = ["EfficientMultiScaleAttention", "default_groups"]
 
@@ -94,7 +96,7 @@ class EfficientMultiScaleAttention(nn.Module):
             if is_capturing(self):
                 full = gate.expand(-1, self.group_channels, -1, -1)
                 record_attention(self, full.reshape(n, ch, h, w))
-        return (g * gate).reshape(n, ch, h, w)
+        return same_memory_format((g * gate).reshape(n, ch, h, w), x)
 
     def extra_repr(self) -> str:
         return f"groups={self.groups}, group_channels={self.group_channels}"

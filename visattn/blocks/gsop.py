@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
+from timm.layers import register_notrace_function
+from torch.autograd.function import once_differentiable
 
 from ._utils import check_positive_int, get_layer
 from .capture import record_attention
@@ -12,6 +14,33 @@ from .identity import ScaledSigmoid
 from .registry import register_block
 
 
+class _CentredCovariance(torch.autograd.Function):
+    """``Sigma = 1/M Zc Zc^T``, ``Zc = Z - mean``, ``Z`` ``(N, C', M)``, with a symmetric backward.
+
+    Backward (the official ``MPNCOV.CovpoolLayer``'s ``dZ = (G + G^T) Z I_hat``, with
+    ``Z I_hat = Zc / M`` and no ``M x M`` matrix): ``dZ = 1/M (G + G^T) Zc``. Its rows already have
+    zero mean (they are combinations of the zero-mean rows of ``Zc``), so the centring needs no
+    gradient term of its own. One ``(C' x C') x (C' x M)`` product instead of autograd's two plus
+    the element-wise work of the mean subtraction. Only ``Zc`` is saved (``N C' M`` values).
+    """
+
+    @staticmethod
+    def forward(ctx, z: torch.Tensor) -> torch.Tensor:
+        zc = z - z.mean(dim=2, keepdim=True)
+        ctx.save_for_backward(zc)
+        return torch.bmm(zc, zc.transpose(1, 2)).div_(z.shape[2])
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        (zc,) = ctx.saved_tensors
+        sym = (grad + grad.transpose(1, 2)).div_(zc.shape[2])  # (N, C', C'), symmetric
+        # (Zc^T S)^T = S Zc (S symmetric): computed transposed so that the gradient has the
+        # layout of Zc (an (N, M, C') buffer for a channels-last input) and needs no copy later
+        return torch.bmm(zc.transpose(1, 2), sym).transpose(1, 2)
+
+
+@register_notrace_function  # timm's FX feature path: a leaf call, traced as one node
 def _covariance_fp32(z: torch.Tensor) -> torch.Tensor:
     """Per-image covariance of the ``C'`` channels of ``z`` ``(N, C', H, W)``, in float32 or wider.
 
@@ -19,12 +48,39 @@ def _covariance_fp32(z: torch.Tensor) -> torch.Tensor:
     code computes as ``Z I_hat Z^T``). Centring subtracts the per-channel mean, so no ``M x M``
     matrix is ever built: memory is ``O(N C' M + N C'^2)``. Autocast is switched off and the input
     cast up, so the covariance is float32 whatever the surrounding autocast dtype (float64 input
-    stays float64).
+    stays float64). A channels-last ``z`` is read in place (no copy to ``(N, C', M)``).
+
+    The backward is :class:`_CentredCovariance`'s. Under TorchScript (which applies no autocast
+    by default and cannot call an autograd Function) it skips the context and the values come
+    from the same operations with autograd's own backward.
+
+    ``torch.fx`` calls it as one node (``torch.fx.wrap`` below): its autocast region takes the
+    device type from the input, which a symbolic trace cannot know, and the traced graph keeps the
+    float32 computation because the function itself runs at call time.
     """
+    if torch.jit.is_scripting():  # TorchScript's autocast needs a constant device type
+        return _covariance(z)
     with torch.autocast(device_type=z.device.type, enabled=False):
-        z = z.flatten(2).to(torch.promote_types(z.dtype, torch.float32))
-        z = z - z.mean(dim=2, keepdim=True)
-        return torch.bmm(z, z.transpose(1, 2)).div_(z.shape[2])
+        return _CentredCovariance.apply(_positions_last(z))
+
+
+def _positions_last(z: torch.Tensor) -> torch.Tensor:
+    """``(N, C', H, W) -> (N, C', HW)`` in float32 or wider; a view of a channels-last ``z``."""
+    z = z.to(torch.promote_types(z.dtype, torch.float32))
+    n, c, h, w = z.shape
+    if z.is_contiguous() or not z.is_contiguous(memory_format=torch.channels_last):
+        return z.reshape(n, c, h * w)
+    return z.permute(0, 2, 3, 1).reshape(n, h * w, c).transpose(1, 2)  # (N, HW, C') in memory
+
+
+def _covariance(z: torch.Tensor) -> torch.Tensor:
+    """The covariance with autograd's own backward (the TorchScript path)."""
+    z = _positions_last(z)
+    z = z - z.mean(dim=2, keepdim=True)
+    return torch.bmm(z, z.transpose(1, 2)).div_(z.shape[2])
+
+
+torch.fx.wrap("_covariance_fp32")  # plain torch.fx.symbolic_trace and torchvision's tracer
 
 
 @register_block("gsop", family="channel", paper="Gao et al., CVPR 2019")
@@ -40,7 +96,10 @@ class GlobalSecondOrderPooling(nn.Module):
     * row-wise normalisation: a ``BatchNorm2d(C')`` over the covariance seen as ``(N, C', C', 1)``,
       i.e. each row ``i`` normalised over the batch and its ``C'`` entries (official ``row_bn``);
     * row-wise convolution: a grouped convolution, ``groups = C'``, kernel ``(C', 1)`` covering one
-      row of ``Sigma``, producing ``4 C'`` outputs (4 per row) -> ``(N, 4C', 1, 1)``;
+      row of ``Sigma``, producing ``4 C'`` outputs (4 per row) -> ``(N, 4C', 1, 1)``
+      (``self.row_conv``'s weights, applied as one batched product ``r[n, i, k] =
+      sum_j W[i, k, j] Sigma_n[i, j] + b[i, k]``: the same function, without the grouped
+      convolution's per-group overhead, about 3x faster on CPU);
     * excitation: a 1x1 convolution ``4C' -> C`` and a sigmoid; scale ``Y = s * X``.
 
     Differences from the official code (``ZilinGao/Global-Second-order-Pooling-Convolutional-
@@ -90,10 +149,20 @@ class GlobalSecondOrderPooling(nn.Module):
         z = self.act(self.bn(self.reduce(x)))
         cov = _covariance_fp32(z)  # (N, C', C'), float32 under autocast
         cov = cov.to(self.row_norm.weight.dtype).unsqueeze(-1)  # a bfloat16 model gets bfloat16
-        r = self.row_conv(self.row_norm(cov))  # (N, 4C', 1, 1)
+        r = self._row_conv(self.row_norm(cov).squeeze(-1))  # (N, 4C', 1, 1)
         s = self.gate(self.fc(r)).to(x.dtype)
         record_attention(self, s)
         return x * s
+
+    def _row_conv(self, cov: torch.Tensor) -> torch.Tensor:
+        """``self.row_conv`` on ``(N, C', C')``: row ``i`` of ``Sigma_n`` against the 4 kernels of
+        group ``i``, ``(N, C', C') -> (N, 4C', 1, 1)``, as an einsum. The module itself is not
+        called, so forward hooks registered on ``row_conv`` do not run."""
+        rd = self.rd_channels
+        r = torch.einsum("nij,ikj->nik", cov, self.row_conv.weight.view(rd, 4, rd))
+        r = r.reshape(cov.shape[0], 4 * rd, 1, 1)
+        bias = self.row_conv.bias
+        return r if bias is None else r + bias.view(1, 4 * rd, 1, 1)
 
     def extra_repr(self) -> str:
         return f"rd_channels={self.rd_channels}"

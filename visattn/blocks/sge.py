@@ -78,8 +78,8 @@ class SpatialGroupEnhance(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n, c, h, w = x.shape
-        xg = x.reshape(n * self.groups, c // self.groups, h, w)
-        ci = (xg * xg.mean((2, 3), keepdim=True)).sum(1).view(n, self.groups, h * w)  # g . x_i
+        xg = x.reshape(n, self.groups, c // self.groups, h, w)  # a view in either memory format
+        ci = (xg * xg.mean((3, 4), keepdim=True)).sum(2).reshape(n, self.groups, h * w)  # g . x_i
         ci = ci - ci.mean(2, keepdim=True)
         var = ci.pow(2).sum(2, keepdim=True) / _stats.variance_divisor(h * w, self.unbiased)
         ci = ci / (_stats.safe_std(var) + self.eps)
@@ -87,7 +87,7 @@ class SpatialGroupEnhance(nn.Module):
         if not torch.jit.is_scripting():  # noqa: SIM102 (TorchScript must not see is_capturing)
             if is_capturing(self):
                 record_attention(self, a.repeat_interleave(c // self.groups, dim=1))
-        return (xg * a.view(n * self.groups, 1, h, w)).view(n, c, h, w)
+        return (xg * a.view(n, self.groups, 1, h, w)).reshape(n, c, h, w)
 
     def extra_repr(self) -> str:
         return f"groups={self.groups}, std={'unbiased' if self.unbiased else 'biased'!r}"

@@ -7,9 +7,11 @@ import torch
 import torch.nn as nn
 
 from . import _stats
-from ._utils import get_layer
+from ._utils import get_layer, same_memory_format
 from .capture import is_capturing, record_attention
 from .registry import register_block
+
+torch.fx.wrap("same_memory_format")  # a leaf for torch.fx: it reads the input's strides
 
 
 @register_block("shuffle", family="hybrid", paper="Zhang et al., ICASSP 2021")
@@ -80,7 +82,8 @@ class ShuffleAttention(nn.Module):
                 record_attention(self, a)
         out = torch.cat((x0 * a0, x1 * a1), 1)  # (N G, C / G, H, W), group by group
         # channel shuffle with 2 groups: (N, 2, C/2, H, W) -> (N, C/2, 2, H, W)
-        return out.reshape(n, 2, c // 2, h, w).transpose(1, 2).reshape(n, c, h, w)
+        out = out.reshape(n, 2, c // 2, h, w).transpose(1, 2).reshape(n, c, h, w)
+        return same_memory_format(out, x)
 
     def extra_repr(self) -> str:
         return f"groups={self.groups}"
