@@ -241,3 +241,27 @@ def test_short_real_cifar10_run_loss_falls(tmp_path: Path) -> None:
         f"wall {s['wall_s']:.0f} s",
         file=sys.stderr,
     )
+
+
+def test_a_later_placement_replaces_the_earlier_one_whole() -> None:
+    """jsonargparse merges dataclass values field by field; a later whole placement (a config
+    piece or --model.attention) must not inherit the earlier one's stages, position or args."""
+    from visattn.training.cli import VisattnCLI
+
+    def attention(*args: str) -> dict:
+        cli = VisattnCLI(
+            args=[*args, "--trainer.fast_dev_run=true"],
+            parser_kwargs={"exit_on_error": False},
+            run=False,
+        )
+        return cli.model.hparams.attention
+
+    bat = str(REPO / "configs/attention/bat.yaml")
+    se = str(REPO / "configs/attention/se.yaml")
+    quick = str(REPO / "configs/quickstart.yaml")
+    got = attention("--config", quick, "--config", bat, "--config", se)
+    assert got["name"] == "se" and got["stages"] == "all" and got["position"] == "standard"
+    got = attention("--config", quick, "--config", se, "--model.attention={name: eca}")
+    assert got["name"] == "eca" and got["args"] == {}
+    got = attention("--config", quick, "--config", se, "--model.attention.args.reduction=8")
+    assert got["name"] == "se" and got["args"] == {"reduction": 8}

@@ -87,8 +87,29 @@ def _expand_config(path: str, seen: tuple[str, ...] = ()) -> list[str]:
     return out
 
 
+_RESET_ATTENTION = "--model.attention=null"
+
+
+def _sets_attention(item: str) -> bool:
+    """True if the ``--config`` value (a file or a YAML string) sets ``model.attention``."""
+    try:
+        content = yaml.safe_load(Path(item).read_text() if Path(item).is_file() else item)
+    except (OSError, ValueError, yaml.YAMLError):
+        return False
+    model = content.get("model") if isinstance(content, dict) else None
+    return isinstance(model, dict) and "attention" in model
+
+
 def expand_config_args(args: list[str]) -> list[str]:
-    """Replace every ``--config FILE`` whose file has ``_base_`` by one ``--config`` per piece."""
+    """Replace every ``--config FILE`` whose file has ``_base_`` by one ``--config`` per piece,
+    and make every later ``model.attention`` replace the earlier one.
+
+    jsonargparse merges a placement given over another field by field (a placement is a
+    dataclass), so ``quickstart.yaml`` (cbam) followed by ``--model.attention '{name: eca}'``
+    would build eca with cbam's leftover fields. A reset to null before each whole-placement
+    value (a config piece that sets it, or ``--model.attention VALUE``) makes the last one win
+    whole; dotted overrides such as ``--model.attention.args.reduction 8`` still refine it.
+    """
     out: list[str] = []
     i = 0
     while i < len(args):
@@ -98,10 +119,13 @@ def expand_config_args(args: list[str]) -> list[str]:
         elif arg.startswith("--config="):
             value, i = arg.split("=", 1)[1], i + 1
         else:
+            if arg == "--model.attention" or arg.startswith("--model.attention="):
+                out.append(_RESET_ATTENTION)
             out.append(arg)
             i += 1
             continue
         for item in _expand_config(value):
+            out += [_RESET_ATTENTION] if _sets_attention(item) else []
             out += ["--config", item]
     return out
 
