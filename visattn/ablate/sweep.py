@@ -1,6 +1,6 @@
 """Sweep files: parsing, validation and expansion into runs (variants x seeds).
 
-A sweep file (format fixed in the project's API.md) is a YAML mapping::
+A sweep file (its format is described in the README) is a YAML mapping::
 
     name: se_positions
     base: [configs/quickstart.yaml]          # config files stacked as with --config
