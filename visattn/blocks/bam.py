@@ -85,7 +85,8 @@ class BAM(nn.Module):
         mc = self.channel(x.mean((2, 3), keepdim=True))  # (N, C, 1, 1)
         ms = self.spatial(x)  # (N, 1, H, W)
         m = torch.sigmoid(mc + ms if self.combine == "sum" else mc * ms)
-        record_attention(self, m)
+        if not torch.jit.is_scripting():
+            record_attention(self, m)
         return torch.addcmul(x, x, m)  # F + F * M(F)
 
     def extra_repr(self) -> str:

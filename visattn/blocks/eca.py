@@ -64,7 +64,8 @@ class EfficientChannelAttention(nn.Module):
         n, c = x.shape[:2]
         y = self.conv(x.mean((2, 3)).view(n, 1, c))
         w = self.gate(y).view(n, c, 1, 1)
-        record_attention(self, w)
+        if not torch.jit.is_scripting():
+            record_attention(self, w)
         return x * w
 
     def extra_repr(self) -> str:

@@ -76,5 +76,6 @@ class GlobalContext(nn.Module):
         a = self.conv_attn(x).view(n, 1, h * w).softmax(dim=-1)  # (N, 1, HW)
         context = torch.bmm(x.flatten(2), a.to(x.dtype).transpose(1, 2)).view(n, c, 1, 1)
         t = self.fc2(self.act(self.norm(self.fc1(context))))
-        record_attention(self, a.view(n, 1, h, w))
+        if not torch.jit.is_scripting():
+            record_attention(self, a.view(n, 1, h, w))
         return x + t

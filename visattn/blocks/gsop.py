@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
+from timm.layers import register_notrace_function
 
 from ._utils import check_positive_int, get_layer
 from .capture import record_attention
 from .registry import register_block
 
 
+@register_notrace_function  # timm's FX feature path: a leaf call, traced as one node
 def _covariance_fp32(z: torch.Tensor) -> torch.Tensor:
     """Per-image covariance of the ``C'`` channels of ``z`` ``(N, C', H, W)``, in float32 or wider.
 
@@ -18,12 +20,26 @@ def _covariance_fp32(z: torch.Tensor) -> torch.Tensor:
     code computes as ``Z I_hat Z^T``). Centring subtracts the per-channel mean, so no ``M x M``
     matrix is ever built: memory is ``O(N C' M + N C'^2)``. Autocast is switched off and the input
     cast up, so the covariance is float32 whatever the surrounding autocast dtype (float64 input
-    stays float64).
+    stays float64). Under TorchScript (which applies no autocast by default) it skips the
+    context.
+
+    ``torch.fx`` calls it as one node (``torch.fx.wrap`` below): its autocast region takes the
+    device type from the input, which a symbolic trace cannot know, and the traced graph keeps the
+    float32 computation because the function itself runs at call time.
     """
+    if torch.jit.is_scripting():  # TorchScript's autocast needs a constant device type
+        return _covariance(z)
     with torch.autocast(device_type=z.device.type, enabled=False):
-        z = z.flatten(2).to(torch.promote_types(z.dtype, torch.float32))
-        z = z - z.mean(dim=2, keepdim=True)
-        return torch.bmm(z, z.transpose(1, 2)).div_(z.shape[2])
+        return _covariance(z)
+
+
+def _covariance(z: torch.Tensor) -> torch.Tensor:
+    z = z.flatten(2).to(torch.promote_types(z.dtype, torch.float32))
+    z = z - z.mean(dim=2, keepdim=True)
+    return torch.bmm(z, z.transpose(1, 2)).div_(z.shape[2])
+
+
+torch.fx.wrap("_covariance_fp32")  # plain torch.fx.symbolic_trace and torchvision's tracer
 
 
 @register_block("gsop", family="channel", paper="Gao et al., CVPR 2019")
@@ -85,7 +101,8 @@ class GlobalSecondOrderPooling(nn.Module):
         cov = cov.to(self.row_norm.weight.dtype).unsqueeze(-1)  # a bfloat16 model gets bfloat16
         r = self.row_conv(self.row_norm(cov))  # (N, 4C', 1, 1)
         s = self.gate(self.fc(r)).to(x.dtype)
-        record_attention(self, s)
+        if not torch.jit.is_scripting():
+            record_attention(self, s)
         return x * s
 
     def extra_repr(self) -> str:
