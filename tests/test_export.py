@@ -63,13 +63,15 @@ def test_every_block_exports_and_matches_in_onnxruntime(name: str, tmp_path: Pat
     assert report.exporter == "dynamo"
     assert [s[0] for s in report.checked] == [1, 3, 3]
     assert report.checked[-1][2:] != SIZE[1:]
-    assert report.max_abs_diff < 1e-4
     # the file stands on its own: a fresh session on a batch of 5 agrees as well
     sess = ort.InferenceSession(str(report.path), providers=["CPUExecutionProvider"])
     x = torch.randn(5, 3, 10, 14)
     (got,) = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})
     with torch.no_grad():
-        torch.testing.assert_close(torch.from_numpy(got), net(x), rtol=1e-4, atol=1e-4)
+        ref = net(x)
+    scale = max(1.0, float(ref.abs().max()))  # float32 rounding grows with the output's size
+    assert report.max_abs_diff < 1e-4 * scale
+    torch.testing.assert_close(torch.from_numpy(got), ref, rtol=1e-4, atol=1e-5 * scale)
 
 
 GLOBAL_MAX = [("se", {"pool": "max"}), ("cbam", {"pool_types": ["max"]}), ("cbam", {})]
