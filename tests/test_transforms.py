@@ -148,12 +148,18 @@ def test_named_model_compiles_with_torchscript_and_matches_eager(name: str) -> N
         assert len(stage) == len(list(stage)) and not isinstance(stage[-1], nn.Identity)
 
 
-def test_injected_torchvision_resnet_scripts_and_traces() -> None:
-    tv = pytest.importorskip("torchvision.models")
-    model = tv.resnet18(num_classes=5)
+@pytest.mark.parametrize("source", ["torchvision", "timm"])
+def test_injected_torchvision_and_timm_resnets_script_and_trace(source: str) -> None:
+    if source == "torchvision":
+        model = pytest.importorskip("torchvision.models").resnet18(num_classes=5)
+    else:
+        model = pytest.importorskip("timm").create_model("resnet18", num_classes=5)
     visattn.inject(
         model,
-        [{"name": "se"}, {"name": "bam", "position": "stage", "stages": [2]}],
+        [
+            {"name": "cbam", "position": "inner"},
+            {"name": "gsop", "position": "stage", "stages": [2]},
+        ],
     )
     _randomize(model)
     x = torch.randn(2, 3, 64, 64)
