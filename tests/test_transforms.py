@@ -121,19 +121,39 @@ def _model(name: str) -> tuple[nn.Module, torch.Tensor]:
     return model, torch.randn(2, c, h, w)
 
 
+def _stages(model: nn.Module) -> list[str]:
+    names = getattr(model, "stage_names", None)
+    if names is not None:
+        return list(names)
+    return [f"stages.{i}" for i in range(len(model.stages))]  # ResidualAttentionNet
+
+
 @pytest.mark.parametrize("name", _models())
 def test_named_model_traces_and_feature_extraction_works(name: str) -> None:
+    """symbolic_trace gives the eager logits; create_feature_extractor returns every stage's
+    output (the last graph node inside each stage) equal to the stage module's output."""
     model, x = _model(name)
     gm = torch.fx.symbolic_trace(model)
     nodes = get_graph_node_names(model)[1]
-    mid = nodes[len(nodes) // 2]
-    extractor = create_feature_extractor(model, return_nodes={mid: "mid", nodes[-1]: "out"})
+    stages = _stages(model)
+    last = {s: [n for n in nodes if n == s or n.startswith(s + ".")][-1] for s in stages}
+    extractor = create_feature_extractor(
+        model, return_nodes={**{last[s]: s for s in stages}, nodes[-1]: "out"}
+    )
+    seen: dict[str, torch.Tensor] = {}
+    hooks = [
+        model.get_submodule(s).register_forward_hook(lambda m, i, o, s=s: seen.__setitem__(s, o))
+        for s in stages
+    ]
     with torch.no_grad():
         ref = model(x)
+        for h in hooks:
+            h.remove()
         torch.testing.assert_close(gm(x), ref, rtol=0, atol=0)
         feats = extractor(x)
     torch.testing.assert_close(feats["out"], ref, rtol=0, atol=0)
-    assert feats["mid"].dim() == 4 and feats["mid"].shape[0] == 2
+    for s in stages:
+        torch.testing.assert_close(feats[s], seen[s], rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("name", _models())
