@@ -188,6 +188,16 @@ def _ort_runner(session: Any) -> Any:
     return run
 
 
+def _require(*modules: str) -> None:
+    """Fail early, with the install line, when an optional export dependency is missing (rather
+    than blaming a block for it)."""
+    import importlib.util
+
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ImportError(f"ONNX export needs {', '.join(missing)}: pip install 'visattn[export]'")
+
+
 def _pick_exporter(model: nn.Module, exporter: str, opset: int | None) -> str:
     if exporter not in EXPORTERS:
         raise ValueError(
@@ -359,11 +369,15 @@ def export_onnx(
     Raises:
         ExportError: the export failed (the message names the attention block at fault when one
             is) or onnxruntime's outputs differ from PyTorch's.
-        ImportError: ``check=True`` without onnxruntime installed.
+        ImportError: onnx (and onnxscript for the dynamo exporter, onnxruntime for the check)
+            is not installed.
     """
     _check_model(model)
     size = _input_size(model, input_size)
     exp = _pick_exporter(model, exporter, opset)
+    _require(
+        "onnx", *(["onnxscript"] if exp == "dynamo" else []), *(["onnxruntime"] if check else [])
+    )
     if batch_size < 1 or (dynamic_batch and batch_size < 2):
         raise ValueError(
             f"export_onnx: batch_size must be >= 2 for a dynamic batch (1 would be specialised), "
