@@ -171,11 +171,18 @@ def test_torch_export_program_round_trips(tmp_path: Path) -> None:
     ],
 )
 def test_every_named_model_exports_and_matches_in_onnxruntime(name: str, tmp_path: Path) -> None:
-    model = _randomize(visattn.create_model(name))
+    """The model's own initialisation (random weights through 50-150 layers would overflow),
+    with its attention blocks randomised so none is the identity (GC, nonlocal start as one)."""
+    model = visattn.create_model(name).eval()
+    for m in model.modules():
+        if registry.is_block(m):
+            _randomize(m)
     report = export_onnx(model, tmp_path / f"{name}.onnx")
     assert report.exporter == "dynamo"
     assert [s[1:] for s in report.checked] == [model.default_input_size] * 2
-    assert report.max_abs_diff < 1e-3
+    with torch.no_grad():
+        scale = max(1.0, float(model(torch.randn(2, *model.default_input_size)).abs().max()))
+    assert report.max_abs_diff < 1e-4 * scale
 
 
 # ---- command line ----------------------------------------------------------------------------
