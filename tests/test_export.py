@@ -171,12 +171,17 @@ def test_torch_export_program_round_trips(tmp_path: Path) -> None:
     ],
 )
 def test_every_named_model_exports_and_matches_in_onnxruntime(name: str, tmp_path: Path) -> None:
-    """The model's own initialisation (random weights through 50-150 layers would overflow),
-    with its attention blocks randomised so none is the identity (GC, nonlocal start as one)."""
+    """The model's own initialisation (random weights through 20-150 layers overflow), with the
+    zero-initialised tensors of its attention blocks (GC's and nonlocal's last layer) made small
+    and random, so no block is the identity."""
     model = visattn.create_model(name).eval()
-    for m in model.modules():
-        if registry.is_block(m):
-            _randomize(m)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for m in model.modules():
+            if registry.is_block(m):
+                for p in m.parameters():
+                    if not p.any():
+                        p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
     report = export_onnx(model, tmp_path / f"{name}.onnx")
     assert report.exporter == "dynamo"
     assert [s[1:] for s in report.checked] == [model.default_input_size] * 2
