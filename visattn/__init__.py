@@ -2,7 +2,7 @@
 
 The public API (see README): blocks (``register_block``, ``list_blocks``, ``block_info``,
 ``create_block``), attention maps (``capture_attention``) and models (``create_model``,
-``list_models``, ``inject``).
+``list_models``, ``inject``) and deployment (``export_onnx``).
 """
 
 from .blocks import (
@@ -12,6 +12,7 @@ from .blocks import (
     list_blocks,
     register_block,
 )
+from .export import export_onnx
 from .models import create_model, inject, list_models
 
 __version__ = "0.1.0"
@@ -22,6 +23,7 @@ __all__ = [
     "capture_attention",
     "create_block",
     "create_model",
+    "export_onnx",
     "inject",
     "list_blocks",
     "list_models",

@@ -1,4 +1,6 @@
-"""``python -m visattn blocks`` / ``python -m visattn models [PATTERN]``: the zoo as tables."""
+"""``python -m visattn blocks`` / ``python -m visattn models [PATTERN]``: the zoo as tables;
+``python -m visattn export (--ckpt RUN.ckpt | --model NAME) --out model.onnx``: a network as an
+ONNX file checked in onnxruntime (or a ``.pt2`` torch.export program)."""
 
 from __future__ import annotations
 
@@ -63,6 +65,90 @@ def models_table(pattern: str | None = None) -> str:
     return _table(["model", "params", "MACs", "input", "classes", "paper"], rows)
 
 
+def load_for_export(
+    ckpt: str | None, model: str | None, num_classes: int | None
+) -> tuple[torch.nn.Module, tuple[int, int, int], str]:
+    """The network to export, its input size ``(C, H, W)`` and a line saying what it is.
+
+    A checkpoint written by ``train_cls.py`` rebuilds its network from the saved hyperparameters
+    (``ClassificationModule.load_from_checkpoint``); its input size and normalisation come from
+    the saved data-module options when present. A model name builds the untrained registered
+    model at its default input size.
+    """
+    if (ckpt is None) == (model is None):
+        raise ValueError("give exactly one of --ckpt PATH and --model NAME")
+    if model is not None:
+        spec = get_model_spec(model)
+        net = create_model(model, num_classes=num_classes or spec.num_classes)
+        return net, tuple(net.default_input_size), f"{model} (untrained)"
+    if num_classes is not None:
+        raise ValueError("--num-classes applies to --model; a checkpoint keeps its own")
+    from pathlib import Path
+
+    if not Path(ckpt).is_file():
+        raise FileNotFoundError(f"checkpoint {ckpt} does not exist")
+    try:
+        from .training.module import ClassificationModule
+    except ImportError as e:
+        raise ImportError(
+            f"loading a training checkpoint needs the train extra: pip install 'visattn[train]' "
+            f"({e})"
+        ) from e
+    module = ClassificationModule.load_from_checkpoint(ckpt, map_location="cpu")
+    net = module.net
+    size = tuple(net.default_input_size)
+    what = f"{module.hparams.model} from {ckpt}"
+    saved = torch.load(ckpt, map_location="cpu", weights_only=False)
+    if saved.get("datamodule_hyper_parameters"):
+        from .data.datamodule import VisattnDataModule
+
+        dm = VisattnDataModule.load_from_checkpoint(ckpt, map_location="cpu", num_workers=0)
+        size = dm.image_shape
+        what += (
+            f"; inputs normalised with mean {tuple(round(m, 4) for m in dm.mean)}, "
+            f"std {tuple(round(s, 4) for s in dm.std)}"
+        )
+    return net, size, what
+
+
+def export_command(args: argparse.Namespace) -> int:
+    from .export import ExportError, export_onnx, export_program
+
+    try:
+        net, size, what = load_for_export(args.ckpt, args.model, args.num_classes)
+    except (ValueError, KeyError, FileNotFoundError, ImportError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.image_size is not None:
+        size = (size[0], args.image_size, args.image_size)
+    print(f"model: {what}; input {'x'.join(map(str, size))}")
+    common = dict(
+        input_size=size, dynamic_batch=not args.static_batch, dynamic_size=args.dynamic_size
+    )
+    try:
+        if args.out.endswith(".pt2"):
+            report = export_program(net, args.out, **common)
+        elif args.out.endswith(".onnx"):
+            report = export_onnx(
+                net,
+                args.out,
+                opset=args.opset,
+                exporter=args.exporter,
+                rtol=args.rtol,
+                atol=args.atol,
+                **common,
+            )
+        else:
+            print(f"error: --out must end in .onnx or .pt2, got {args.out}", file=sys.stderr)
+            return 2
+    except ExportError as e:
+        print(f"FAILED: {e}", file=sys.stderr)
+        return 1
+    print(report.summary())
+    print("ok")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m visattn", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -72,7 +158,25 @@ def main(argv: list[str] | None = None) -> int:
     pb.add_argument("--size", type=int, default=14)
     pm = sub.add_parser("models", help="list the registered models")
     pm.add_argument("pattern", nargs="?", default=None, help="fnmatch pattern, e.g. '*cifar*'")
+    pe = sub.add_parser(
+        "export",
+        help="export a checkpoint or a registered model to ONNX (checked in onnxruntime) or .pt2",
+    )
+    src = pe.add_mutually_exclusive_group(required=True)
+    src.add_argument("--ckpt", help="checkpoint written by train_cls.py")
+    src.add_argument("--model", help="registered model name (untrained weights)")
+    pe.add_argument("--out", required=True, help="output file, .onnx or .pt2")
+    pe.add_argument("--num-classes", type=int, help="classes of --model (default: its paper's)")
+    pe.add_argument("--image-size", type=int, help="input height and width (default: the model's)")
+    pe.add_argument("--opset", type=int, help="ONNX opset (default: the exporter's)")
+    pe.add_argument("--exporter", choices=["auto", "dynamo", "torchscript"], default="auto")
+    pe.add_argument("--static-batch", action="store_true", help="fix the batch at 2")
+    pe.add_argument("--dynamic-size", action="store_true", help="symbolic height and width too")
+    pe.add_argument("--rtol", type=float, default=1e-3, help="check tolerance (relative)")
+    pe.add_argument("--atol", type=float, default=1e-4, help="check tolerance (absolute)")
     args = parser.parse_args(argv)
+    if args.command == "export":
+        return export_command(args)
     if args.command == "blocks":
         print(blocks_table(args.channels, args.size, args.family))
     else:

@@ -95,7 +95,8 @@ class BAM(nn.Module):
         m = torch.sigmoid(mc + ms if self.combine == "sum" else mc * ms)
         if self.attn_scale is not None:
             m = m * self.attn_scale
-        record_attention(self, m)
+        if not torch.jit.is_scripting():
+            record_attention(self, m)
         return torch.addcmul(x, x, m)  # F + F * M(F)
 
     def extra_repr(self) -> str:

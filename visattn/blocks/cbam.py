@@ -56,12 +56,14 @@ class ChannelGate(nn.Module):
         if self.light:
             z = 0.5 * x.mean((2, 3), keepdim=True) + 0.5 * x.amax((2, 3), keepdim=True)
             return self.gate(self.fc2(self.act(self.fc1(z))))
-        pools = [
-            x.mean((2, 3), keepdim=True) if p == "avg" else x.amax((2, 3), keepdim=True)
-            for p in self.pool_types
-        ]
+        pools: list[torch.Tensor] = []  # a loop, not a comprehension: TorchScript compiles it
+        for p in self.pool_types:
+            pools.append(
+                x.mean((2, 3), keepdim=True) if p == "avg" else x.amax((2, 3), keepdim=True)
+            )
         z = self.fc2(self.act(self.fc1(torch.cat(pools, dim=0))))  # (P*N, C, 1, 1)
-        return self.gate(z.view(len(pools), x.shape[0], *z.shape[1:]).sum(dim=0))
+        # explicit sizes (no unpacking of z.shape): torch.fx cannot iterate a traced shape
+        return self.gate(z.view(len(pools), -1, z.shape[1], 1, 1).sum(dim=0))
 
 
 def _check_pool_types(pool_types: Sequence[str]) -> tuple[str, ...]:
@@ -157,8 +159,11 @@ class CBAM(nn.Module):
             ms = self.spatial(x)
             x = x * ms
             mc = self.channel(x)
-        if is_capturing(self):  # the (N, C, H, W) map costs a full pass: only build it when asked
-            record_attention(self, mc * ms)
+        # not one `and` test: TorchScript only skips the body of a bare is_scripting() test
+        if not torch.jit.is_scripting():  # noqa: SIM102  (scripted blocks record nothing)
+            # the (N, C, H, W) map costs a full pass: only build it when asked
+            if is_capturing(self):
+                record_attention(self, mc * ms)
         return x * (mc if self.order == "spatial_first" else ms)
 
     def extra_repr(self) -> str:

@@ -93,6 +93,9 @@ class CoordinateAttention(nn.Module):
             return x * g
         g_h = self.gate_h(self.conv_h(f_h))  # (N, C, H, 1)
         g_w = self.gate_w(self.conv_w(f_w.transpose(2, 3)))  # (N, C, 1, W)
-        if is_capturing(self):  # the (N, C, H, W) map costs a full pass: only build it when asked
-            record_attention(self, g_h * g_w)
+        # not one `and` test: TorchScript only skips the body of a bare is_scripting() test
+        if not torch.jit.is_scripting():  # noqa: SIM102  (scripted blocks record nothing)
+            # the (N, C, H, W) map costs a full pass: only build it when asked
+            if is_capturing(self):
+                record_attention(self, g_h * g_w)
         return x * g_w * g_h

@@ -104,7 +104,8 @@ class EfficientChannelAttention(nn.Module):
         if self.circular_pad > 0:
             y = F.pad(y, (self.circular_pad, self.circular_pad), mode="circular")
         w = self.gate(self.conv(y)).view(n, c, 1, 1)
-        record_attention(self, w)
+        if not torch.jit.is_scripting():
+            record_attention(self, w)
         return x * w
 
     def extra_repr(self) -> str:

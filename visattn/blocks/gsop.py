@@ -151,7 +151,8 @@ class GlobalSecondOrderPooling(nn.Module):
         cov = cov.to(self.row_norm.weight.dtype).unsqueeze(-1)  # a bfloat16 model gets bfloat16
         r = self._row_conv(self.row_norm(cov).squeeze(-1))  # (N, 4C', 1, 1)
         s = self.gate(self.fc(r)).to(x.dtype)
-        record_attention(self, s)
+        if not torch.jit.is_scripting():
+            record_attention(self, s)
         return x * s
 
     def _row_conv(self, cov: torch.Tensor) -> torch.Tensor:

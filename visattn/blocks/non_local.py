@@ -25,12 +25,18 @@ COSINE_TEMPERATURE = 0.1
 
 def _split_heads(t: torch.Tensor, heads: int) -> torch.Tensor:
     """``(N, h*d, H, W) -> (N, h, H*W, d)``."""
-    n, c, h, w = t.shape
-    return t.reshape(n, heads, c // heads, h * w).transpose(-1, -2)  # no -1: N may be 0
+    # no -1 (N may be 0); shape entries one by one (TorchScript cannot unpack a list)
+    return t.reshape(t.shape[0], heads, t.shape[1] // heads, t.shape[2] * t.shape[3]).transpose(
+        -1, -2
+    )
 
 
 def window_mask(
-    size: tuple[int, int], key_size: tuple[int, int], window: int, stride: int, device=None
+    size: tuple[int, int],
+    key_size: tuple[int, int],
+    window: int,
+    stride: int,
+    device: torch.device | None = None,
 ) -> torch.Tensor:
     """Boolean ``(H*W, Hk*Wk)`` mask, True where query ``(i, j)`` may attend key ``(a, b)``.
 
@@ -43,6 +49,15 @@ def window_mask(
     cols = (torch.arange(w, device=device) // stride)[:, None] - torch.arange(wk, device=device)
     rows, cols = rows.abs() <= half, cols.abs() <= half  # (H, Hk), (W, Wk)
     return (rows[:, None, :, None] & cols[None, :, None, :]).reshape(h * w, hk * wk)
+
+
+def _keys_kept(k: int, keys: int) -> int:
+    """``min(k, keys)``: top-k never asks for more keys than exist. A leaf for ``torch.fx``
+    (``torch.fx.wrap`` below), where the number of keys is only known when the graph runs."""
+    return min(k, keys)
+
+
+torch.fx.wrap("_keys_kept")
 
 
 @register_block("nonlocal", family="spatial", paper="Wang et al., CVPR 2018")
@@ -243,9 +258,10 @@ class NonLocal(nn.Module):
 
     def _scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         """``(N, h, HW, d), (N, h, HWk, d) -> (N, h, HW, HWk)``."""
-        if self.score == "additive":
+        w = self.score_vector  # set exactly for score="additive" (a None test TorchScript folds)
+        if w is not None:
             e = torch.tanh(q.unsqueeze(-2) + k.unsqueeze(-3))  # (N, h, HW, HWk, d)
-            s = torch.einsum("nhqkd,hd->nhqk", e, self.score_vector.to(e.dtype))
+            s = torch.einsum("nhqkd,hd->nhqk", e, w.to(e.dtype))
         elif self.score == "cosine":
             s = F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-1, -2)
         else:  # dot, scaled_dot, gaussian
@@ -260,27 +276,41 @@ class NonLocal(nn.Module):
         return self.selection == "soft" and self.score != "additive" and self.record != "full"
 
     def _select(self, s: torch.Tensor) -> torch.Tensor:
-        if self.selection == "soft":
+        k = self.k  # None exactly for selection="soft" (checked in __init__)
+        if k is None:
             return torch.softmax(s, dim=-1)
-        top, idx = s.topk(min(self.k, s.shape[-1]), dim=-1)
+        top, idx = s.topk(_keys_kept(k, s.shape[-1]), dim=-1)
         return torch.zeros_like(s).scatter(-1, idx, torch.softmax(top, dim=-1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        n, _, h, w = x.shape
+        n, h, w = x.shape[0], x.shape[2], x.shape[3]
         if self.subsample_order == "before":  # official code: pool the input, then phi and g
             xp = self._pool(x)
             v = self.g(xp)
-            k = xp if self.theta is None else self.phi(xp)
+            if self.theta is None or self.phi is None:  # gaussian: raw input
+                k = xp
+            else:
+                k = self.phi(xp)
         else:  # the paper: phi and g at full resolution, then pool
             v = self._pool(self.g(x))
-            k = self._pool(x) if self.theta is None else self._pool(self.phi(x))
-        hk, wk = v.shape[-2:]
-        q = x if self.theta is None else self.theta(x)  # gaussian: raw input
-        q, k, v = (_split_heads(t, self.heads) for t in (q, k, v))
-        allowed = None
+            if self.theta is None or self.phi is None:
+                k = self._pool(x)
+            else:
+                k = self._pool(self.phi(x))
+        hk, wk = v.shape[2], v.shape[3]
+        if self.theta is None or self.phi is None:
+            q = x
+        else:
+            q = self.theta(x)
+        heads = self.heads
+        q, k, v = _split_heads(q, heads), _split_heads(k, heads), _split_heads(v, heads)
+        allowed: torch.Tensor | None = None
         if self.window is not None:
             allowed = window_mask((h, w), (hk, wk), self.window, self.subsample, x.device)
-        if self._fused_ok() and not is_capturing(self):
+        capturing = False
+        if not torch.jit.is_scripting():
+            capturing = is_capturing(self)
+        if self._fused_ok() and not capturing:
             # Same function through the fused kernel: no (HW x HWk) weights kept for backward.
             if self.score == "cosine":
                 q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
@@ -293,14 +323,17 @@ class NonLocal(nn.Module):
             s = s.masked_fill(~allowed, float("-inf"))
         a = self._select(s)  # (N, heads, HW, HWk)
         y = (a.to(v.dtype) @ v).transpose(-1, -2).reshape(n, self.inner_channels, h, w)
-        if self.record == "full":
-            record_attention(self, a)
-        elif is_capturing(self):  # the summary costs a pass over all weights: only when asked
-            received = a.mean(dim=(1, 2)).reshape(n, 1, hk, wk)
-            if self.subsample > 1:
-                s_ = self.subsample
-                received = received.repeat_interleave(s_, 2).repeat_interleave(s_, 3)[..., :h, :w]
-            record_attention(self, received)
+        if not torch.jit.is_scripting():
+            if self.record == "full":
+                record_attention(self, a)
+            elif capturing:  # the summary costs a pass over all weights: only when asked
+                received = a.mean(dim=(1, 2)).reshape(n, 1, hk, wk)
+                if self.subsample > 1:
+                    s_ = self.subsample
+                    received = received.repeat_interleave(s_, 2).repeat_interleave(s_, 3)
+                    record_attention(self, received[..., :h, :w])
+                else:
+                    record_attention(self, received)
         return x + self.norm(self.w_z(y))
 
     def extra_repr(self) -> str:

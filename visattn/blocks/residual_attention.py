@@ -28,9 +28,7 @@ def _units(channels: int, n: int) -> nn.Sequential:
     return nn.Sequential(*(_unit(channels) for _ in range(n)))
 
 
-def _upsample(
-    t: torch.Tensor, size: torch.Size | tuple[int, int], align_corners: bool
-) -> torch.Tensor:
+def _upsample(t: torch.Tensor, size: tuple[int, int], align_corners: bool) -> torch.Tensor:
     return F.interpolate(t, size=size, mode="bilinear", align_corners=align_corners)
 
 
@@ -140,34 +138,44 @@ class ResidualAttention(nn.Module):
 
     def mask_logits(self, x: torch.Tensor) -> torch.Tensor:
         """The mask branch before its activation: ``(N, C, H, W) -> (N, C, H, W)``."""
-        skips = []
+        # ModuleLists are only iterated, never indexed by a variable: TorchScript compiles that
+        skips: list[torch.Tensor] = []
         m = x
         for level, down in enumerate(self.down):
             m = down(self.pool(m))
-            if level < len(self.skips):
-                skips.append(self.skips[level](m))
+            for j, skip_unit in enumerate(self.skips):
+                if j == level:
+                    skips.append(skip_unit(m))
         # top-down: up[i] runs at the resolution of level i (innermost last)
-        for level in range(len(self.up) - 1, 0, -1):
-            m = self.up[level](m)
+        depth = len(self.up)
+        for level in range(depth - 1, 0, -1):
+            for j, up in enumerate(self.up):
+                if j == level:
+                    m = up(m)
             skip = skips[level - 1]
-            m = _upsample(m, skip.shape[-2:], self.align_corners) + skip
-        m = _upsample(self.up[0](m), x.shape[-2:], self.align_corners)
+            m = _upsample(m, (skip.shape[2], skip.shape[3]), self.align_corners) + skip
+        for j, up in enumerate(self.up):
+            if j == 0:
+                m = up(m)
+        m = _upsample(m, (x.shape[2], x.shape[3]), self.align_corners)
         return self.mask_head(m)
 
-    def activate(self, s: torch.Tensor) -> torch.Tensor:
-        """The mask activation ``f`` of Eqs. 4-6 applied to the mask logits ``s``."""
+    def activate(self, s: torch.Tensor, eps: float = SPATIAL_NORM_EPS) -> torch.Tensor:
+        """The mask activation ``f`` of Eqs. 4-6 applied to the mask logits ``s`` (``eps`` in
+        the square root of Eq. 6)."""
         if self.mask == "mixed":
             return torch.sigmoid(s)
         if self.mask == "channel":
             return F.normalize(s, p=2.0, dim=1)
         mean = s.mean(dim=(2, 3), keepdim=True)
         var = s.var(dim=(2, 3), keepdim=True, unbiased=False)
-        return torch.sigmoid((s - mean) * torch.rsqrt(var + SPATIAL_NORM_EPS))
+        return torch.sigmoid((s - mean) * torch.rsqrt(var + eps))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.pre(x)
         trunk = self.trunk(x)
         m = self.activate(self.mask_logits(x))
-        record_attention(self, m)
+        if not torch.jit.is_scripting():
+            record_attention(self, m)
         out = (1 + m) * trunk if self.learning == "arl" else m * trunk
         return self.post(out)

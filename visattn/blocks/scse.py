@@ -79,12 +79,15 @@ class ConcurrentSqueezeExcite(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         s = self.channel_gate(self.fc2(self.act(self.fc1(x.mean((2, 3), keepdim=True)))))
         q = self.spatial_gate(self.conv_sq(x))
-        if is_capturing(self):  # the (N, C, H, W) map costs full passes: only build it when asked
-            if self.combine == "add":
-                w = s + q  # s U + q U = (s + q) U
-            else:  # max(sU, qU) = U * (max(s, q) where U >= 0 else min(s, q))
-                w = torch.where(x >= 0, torch.maximum(s, q), torch.minimum(s, q))
-            record_attention(self, w)
+        # not one `and` test: TorchScript only skips the body of a bare is_scripting() test
+        if not torch.jit.is_scripting():  # noqa: SIM102  (scripted blocks record nothing)
+            # the (N, C, H, W) map costs full passes: only build it when asked
+            if is_capturing(self):
+                if self.combine == "add":
+                    w = s + q  # s U + q U = (s + q) U
+                else:  # max(sU, qU) = U * (max(s, q) where U >= 0 else min(s, q))
+                    w = torch.where(x >= 0, torch.maximum(s, q), torch.minimum(s, q))
+                record_attention(self, w)
         if self.combine == "add":
             return torch.addcmul(x * s, x, q)
         return torch.maximum(x * s, x * q)

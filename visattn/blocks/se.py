@@ -62,5 +62,6 @@ class SqueezeExcite(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         z = x.mean((2, 3), keepdim=True) if self.pool == "avg" else F.adaptive_max_pool2d(x, 1)
         s = self.gate(self.fc2(self.act(self.fc1(z))))
-        record_attention(self, s)
+        if not torch.jit.is_scripting():
+            record_attention(self, s)
         return x * s

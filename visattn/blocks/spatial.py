@@ -96,5 +96,6 @@ class SpatialAttention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         s = self.spatial(x)
-        record_attention(self, s)
+        if not torch.jit.is_scripting():
+            record_attention(self, s)
         return x * s

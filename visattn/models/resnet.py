@@ -64,10 +64,8 @@ class SlottedBlock(nn.Module):
     the forward calls whatever module that attribute holds.
     """
 
-    in_channels: int
-    mid_channels: int
-    out_channels: int
-    conv_slot: str = "conv2"
+    # no class-level annotations of in/mid/out_channels: TorchScript cannot read postponed ones
+    conv_slot = "conv2"
 
     def init_slots(self) -> None:
         for position in BLOCK_POSITIONS:
@@ -196,12 +194,13 @@ class PreActBottleneck(_PreActUnit, SlottedBlock):
     ``conv2`` (the 3x3)."""
 
 
-class ResNetStage(nn.Module):
+class ResNetStage(nn.Sequential):
     """A stage: residual blocks registered as ``"0"``, ``"1"``, ... (torchvision's names),
     followed by the stage slot ``attn_stage``.
 
     Indexing, ``len`` and iteration cover the blocks only, so ``model.layer4[-1]`` is the last
-    residual block as in torchvision.
+    residual block as in torchvision. It is an ``nn.Sequential`` (children in order, the slot
+    last) so that TorchScript, which only iterates such containers, compiles its forward.
 
     Shapes: the blocks' composition.
     """
@@ -235,8 +234,24 @@ class ResNetStage(nn.Module):
     def __iter__(self) -> Iterator[nn.Module]:
         return (self._modules[str(i)] for i in range(self.num_blocks))
 
+    def __prepare_scriptable__(self) -> ResNetStage:
+        """Called by ``torch.jit.script``: the scripted forward relies on the slot being the last
+        child."""
+        names = list(self._modules)
+        if names != [*map(str, range(self.num_blocks)), "attn_stage"]:
+            raise TypeError(
+                f"ResNetStage children must be the blocks then 'attn_stage' to be scripted, "
+                f"got {names}"
+            )
+        return self
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for block in self:
+        if torch.jit.is_scripting():
+            # TorchScript iterates every child of a Sequential in order: blocks, then the slot
+            for module in self:
+                x = module(x)
+            return x
+        for block in self:  # the blocks only (see __iter__)
             x = block(x)
         return self.attn_stage(x)
 
@@ -307,6 +322,8 @@ class ResNet(TimmModelMixin, nn.Module):
             )
         if len(layers) != len(planes):
             raise ValueError(f"layers {list(layers)} and planes {list(planes)} differ in length")
+        if not 1 <= len(layers) <= 4:
+            raise ValueError(f"a ResNet has 1 to 4 stages (layer1..layer4), got {len(layers)}")
         if not 0.0 <= drop_rate < 1.0 or not 0.0 <= drop_path_rate < 1.0:
             raise ValueError("drop_rate and drop_path_rate must be in [0, 1)")
         preact = block is PreActBottleneck
@@ -380,6 +397,22 @@ class ResNet(TimmModelMixin, nn.Module):
 
     def feature_stages(self) -> list[nn.Module]:
         return self.stages()
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """``(N, in_chans, H, W) -> (N, num_features, H', W')``."""
+        if not torch.jit.is_scripting():
+            return super().forward_features(x)  # the feature API's loop (grad checkpointing)
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        # the stages written out (at most four, see __init__): TorchScript cannot look up a
+        # variable list of named submodules, but folds hasattr
+        x = self.layer1(x)
+        if hasattr(self, "layer2"):
+            x = self.layer2(x)
+        if hasattr(self, "layer3"):
+            x = self.layer3(x)
+        if hasattr(self, "layer4"):
+            x = self.layer4(x)
+        return self.forward_norm(x)
 
     def forward_norm(self, x: torch.Tensor) -> torch.Tensor:
         return self.relu_final(self.bn_final(x))

@@ -1,0 +1,134 @@
+"""Batch-1 CPU inference latency: onnxruntime against eager PyTorch, per named model.
+
+    python benchmarks/bench_onnx.py                                   # a few models
+    python benchmarks/bench_onnx.py --models resnet50,se_resnet50 --clock wall --threads 2
+
+For each model (untrained weights, eval mode) the script exports an ONNX file with
+``visattn.export_onnx`` (dynamo exporter by default, dynamic batch; the export checks the file in
+onnxruntime against PyTorch and fails on a mismatch), then times one image at the model's input
+size through ``model(x)`` under ``torch.inference_mode`` and through an onnxruntime
+``CPUExecutionProvider`` session with the same number of intra-op threads. The two are sampled
+interleaved (``_common.interleaved_median_ms``), medians reported. ``ratio_ort_vs_eager`` =
+onnxruntime ms / eager ms: below 1 onnxruntime is faster.
+
+``--clock cpu`` (default) counts CPU seconds of this process instead of wall time, so waiting for
+a core on a machine shared with other jobs does not count; with one thread it measures the work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (
+    interleaved_median_ms,
+    machine_description,
+    markdown_table,
+    write_csv,
+)
+
+import visattn
+
+DEFAULT_MODELS = ("resnet20_cifar", "se_resnet56_cifar", "cbam_resnet56_cifar", "resnet50")
+COLUMNS = (
+    "model",
+    "input",
+    "exporter",
+    "export_s",
+    "max_abs_diff",
+    "eager_ms",
+    "onnxruntime_ms",
+    "ratio_ort_vs_eager",
+)
+
+
+def bench_model(name: str, args: argparse.Namespace, tmp: Path) -> dict:
+    import onnxruntime as ort
+
+    model = visattn.create_model(name).eval()
+    size = tuple(model.default_input_size)
+    t0 = time.perf_counter()
+    report = visattn.export_onnx(model, tmp / f"{name}.onnx", exporter=args.exporter)
+    export_s = time.perf_counter() - t0
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = args.threads
+    opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(str(report.path), opts, providers=["CPUExecutionProvider"])
+    x = torch.randn(1, *size)
+    feed = {sess.get_inputs()[0].name: x.numpy()}
+
+    def eager() -> None:
+        with torch.inference_mode():
+            model(x)
+
+    def onnxruntime() -> None:
+        sess.run(None, feed)
+
+    ms = interleaved_median_ms(
+        {"eager": eager, "onnxruntime": onnxruntime},
+        device="cpu",
+        warmup=args.warmup,
+        repeats=args.repeats,
+        min_sample_s=args.min_sample,
+        clock=args.clock,
+    )
+    return {
+        "model": name,
+        "input": "x".join(map(str, size)),
+        "exporter": report.exporter,
+        "export_s": export_s,
+        "max_abs_diff": report.max_abs_diff,
+        "eager_ms": ms["eager"],
+        "onnxruntime_ms": ms["onnxruntime"],
+        "ratio_ort_vs_eager": ms["onnxruntime"] / ms["eager"],
+    }
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", default=",".join(DEFAULT_MODELS), help="comma-separated names")
+    p.add_argument("--exporter", default="auto", choices=["auto", "dynamo", "torchscript"])
+    p.add_argument("--threads", type=int, default=1, help="torch and onnxruntime intra-op threads")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--min-sample", type=float, default=0.05, help="seconds per timing sample")
+    p.add_argument("--clock", choices=["cpu", "wall"], default="cpu")
+    p.add_argument("--out", default=None, help="CSV path (a .md with the table is written next)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    torch.set_num_threads(args.threads)
+    names = [n for n in args.models.split(",") if n]
+    for n in names:
+        visattn.models.get_model_spec(n)  # unknown names fail before any work
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            rows.append(bench_model(name, args, Path(tmp)))
+            print(markdown_table(rows[-1:], COLUMNS), flush=True)
+    table = markdown_table(rows, COLUMNS)
+    print(table)
+    if args.out:
+        write_csv(rows, args.out, COLUMNS)
+        info = machine_description("cpu")
+        md = Path(args.out).with_suffix(".md")
+        md.write_text(
+            "# ONNX Runtime vs eager PyTorch, batch 1, CPU\n\n"
+            f"command: `python benchmarks/bench_onnx.py {' '.join(argv or sys.argv[1:])}`\n\n"
+            + "".join(f"- {k}: {v}\n" for k, v in info.items())
+            + f"\nthreads {args.threads}, warmup {args.warmup}, repeats {args.repeats}, "
+            f"clock {args.clock}, median of interleaved samples\n\n{table}\n"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

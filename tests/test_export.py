@@ -1,0 +1,283 @@
+"""Deployment: every registered block and named model exports to ONNX and gives PyTorch's outputs in
+onnxruntime; torch.export programs; the ``python -m visattn export`` command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+
+import visattn
+from visattn.blocks import registry
+from visattn.export import ExportError, export_onnx, export_program
+
+ort = pytest.importorskip("onnxruntime")
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxscript")
+
+C = 16
+SIZE = (3, 12, 12)
+# CI budget: the dynamo exporter takes tens of seconds per ResNet on 2 shared cores, so one
+# small named model runs by default and the rest are marked slow
+FAST_MODELS = {"se_resnet20_cifar"}
+
+
+def _randomize(net: nn.Module) -> nn.Module:
+    """Non-trivial weights and BN statistics, so no block is the identity (nonlocal and GC start
+    as one) and a wrong graph cannot hide behind zeros."""
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in net.named_parameters():
+            if p.dim() > 1:
+                p.copy_(torch.randn(p.shape, generator=gen) * 1.5 / p[0].numel() ** 0.5)
+            elif name.endswith("weight"):
+                p.copy_(torch.rand(p.shape, generator=gen) + 0.5)
+            else:
+                p.copy_(torch.rand(p.shape, generator=gen) - 0.5)
+        for name, b in net.named_buffers():
+            if name.endswith("running_mean"):
+                b.copy_(torch.randn(b.shape, generator=gen) * 0.1)
+            elif name.endswith("running_var"):
+                b.copy_(torch.rand(b.shape, generator=gen) + 0.5)
+    return net.eval()
+
+
+def _net(name: str, **kwargs) -> nn.Module:
+    return _randomize(
+        nn.Sequential(nn.Conv2d(3, C, 3, padding=1), visattn.create_block(name, C, **kwargs))
+    )
+
+
+def _op_types(path: Path) -> set[str]:
+    return {n.op_type for n in onnx.load(str(path)).graph.node}
+
+
+@pytest.mark.parametrize("name", visattn.list_blocks())
+def test_every_block_exports_and_matches_in_onnxruntime(name: str, tmp_path: Path) -> None:
+    """One graph with symbolic batch, height and width: batch 1 and 3 (traced with 2) and a second
+    spatial size, all equal to PyTorch in onnxruntime's CPU provider."""
+    net = _net(name)
+    report = export_onnx(net, tmp_path / f"{name}.onnx", input_size=SIZE, dynamic_size=True)
+    assert report.exporter == "dynamo"
+    assert [s[0] for s in report.checked] == [1, 3, 3]
+    assert report.checked[-1][2:] != SIZE[1:]
+    # the file stands on its own: a fresh session on a batch of 5 agrees as well
+    sess = ort.InferenceSession(str(report.path), providers=["CPUExecutionProvider"])
+    x = torch.randn(5, 3, 10, 14)
+    (got,) = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})
+    with torch.no_grad():
+        ref = net(x)
+    scale = max(1.0, float(ref.abs().max()))  # float32 rounding grows with the output's size
+    assert report.max_abs_diff < 1e-4 * scale
+    torch.testing.assert_close(torch.from_numpy(got), ref, rtol=1e-4, atol=1e-5 * scale)
+
+
+GLOBAL_MAX = [("se", {"pool": "max"}), ("cbam", {"pool_types": ["max"]}), ("cbam", {})]
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+@pytest.mark.parametrize(("name", "kwargs"), GLOBAL_MAX, ids=["se_max", "cbam_max", "cbam"])
+def test_global_max_pooling_stays_global_at_another_input_size(
+    name: str, kwargs: dict, exporter: str, tmp_path: Path
+) -> None:
+    """pytorch/pytorch#98189: AdaptiveMaxPool2d(1) could become a MaxPool whose window is the
+    traced size, wrong at any other size. Here it is a global reduction at every size."""
+    path = tmp_path / "m.onnx"
+    report = export_onnx(
+        _net(name, **kwargs), path, input_size=SIZE, dynamic_size=True, exporter=exporter
+    )
+    assert report.exporter == exporter
+    ops = _op_types(path)
+    assert "MaxPool" not in ops
+    assert ops & {"ReduceMax", "GlobalMaxPool"}
+
+
+def _temporary_block(monkeypatch: pytest.MonkeyPatch, name: str, forward) -> type[nn.Module]:
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+
+    @visattn.register_block(name, family="channel", paper="test")
+    class Block(nn.Module):
+        def __init__(self, channels: int) -> None:
+            super().__init__()
+            self.scale = nn.Parameter(torch.ones(channels, 1, 1))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return forward(self, x)
+
+    return Block
+
+
+def test_a_block_that_cannot_export_is_named_with_the_reason(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # data-dependent Python control flow
+        return x * self.scale if float(x.sum()) > 0 else x
+
+    _temporary_block(monkeypatch, "data_branch", forward)
+    net = nn.Sequential(nn.Conv2d(3, C, 3, padding=1), visattn.create_block("data_branch", C))
+    with pytest.raises(ExportError, match=r"block 'data_branch' at 1 \(Block\): \w+"):
+        export_onnx(net, tmp_path / "m.onnx", input_size=SIZE)
+
+
+def test_a_graph_that_computes_something_else_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # exports a different function
+        return x if torch.compiler.is_exporting() else x * self.scale * 2
+
+    _temporary_block(monkeypatch, "two_faced", forward)
+    net = nn.Sequential(nn.Conv2d(3, C, 3, padding=1), visattn.create_block("two_faced", C))
+    with pytest.raises(ExportError, match=r"differs from PyTorch.*block 'two_faced' at 1"):
+        export_onnx(net, tmp_path / "m.onnx", input_size=SIZE)
+
+
+def test_export_restores_training_mode_and_refuses_an_open_capture(tmp_path: Path) -> None:
+    net = _net("se").train()
+    export_onnx(
+        net, tmp_path / "m.onnx", input_size=SIZE, dynamic_batch=False, exporter="torchscript"
+    )
+    assert net.training
+    with visattn.capture_attention(net), pytest.raises(ExportError, match="capture_attention"):
+        export_onnx(net, tmp_path / "m.onnx", input_size=SIZE)
+    with pytest.raises(ValueError, match="exporter"):
+        export_onnx(net, tmp_path / "m.onnx", input_size=SIZE, exporter="tflite")
+    with pytest.raises(ValueError, match="input_size"):
+        export_onnx(nn.Conv2d(3, 3, 1), tmp_path / "m.onnx")
+
+
+def test_old_opsets_use_the_torchscript_exporter(tmp_path: Path) -> None:
+    report = export_onnx(_net("eca"), tmp_path / "m.onnx", input_size=SIZE, opset=17)
+    assert (report.exporter, report.opset) == ("torchscript", 17)
+    assert report.max_abs_diff < 1e-4
+
+
+def test_torch_export_program_round_trips(tmp_path: Path) -> None:
+    net = _net("cbam")
+    report = export_program(net, tmp_path / "m.pt2", input_size=SIZE, dynamic_size=True)
+    assert report.format == "pt2" and report.max_abs_diff < 1e-5
+    loaded = torch.export.load(str(tmp_path / "m.pt2")).module()
+    x = torch.randn(4, 3, 9, 13)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x), net(x))
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        n if n in FAST_MODELS else pytest.param(n, marks=pytest.mark.slow)
+        for n in visattn.list_models()
+    ],
+)
+def test_every_named_model_exports_and_matches_in_onnxruntime(name: str, tmp_path: Path) -> None:
+    """The model's own initialisation (random weights through 20-150 layers overflow), with the
+    zero-initialised tensors of its attention blocks (GC's and nonlocal's last layer) made small
+    and random, so no block is the identity."""
+    model = visattn.create_model(name).eval()
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for m in model.modules():
+            if registry.is_block(m):
+                for p in m.parameters():
+                    if not p.any():
+                        p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
+    report = export_onnx(model, tmp_path / f"{name}.onnx")
+    assert report.exporter == "dynamo"
+    assert [s[1:] for s in report.checked] == [model.default_input_size] * 2
+    with torch.no_grad():
+        scale = max(1.0, float(model(torch.randn(2, *model.default_input_size)).abs().max()))
+    assert report.max_abs_diff < 1e-4 * scale
+
+
+# ---- command line ----------------------------------------------------------------------------
+
+
+def test_cli_exports_a_registered_model_and_reports_the_difference(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from visattn.__main__ import main
+
+    out = tmp_path / "m.onnx"
+    rc = main(
+        [
+            "export",
+            "--model",
+            "resnet20_cifar",
+            "--out",
+            str(out),
+            "--exporter",
+            "torchscript",
+            "--num-classes",
+            "7",
+        ]
+    )
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    assert out.is_file() and "max |diff| = " in text and text.rstrip().endswith("ok")
+    sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    assert sess.get_outputs()[0].shape[-1] == 7
+
+
+def test_cli_refuses_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from visattn.__main__ import main
+
+    assert main(["export", "--model", "resnet_20", "--out", str(tmp_path / "m.onnx")]) == 2
+    assert "resnet20" in capsys.readouterr().err  # the close match
+    assert main(["export", "--model", "resnet20_cifar", "--out", str(tmp_path / "m.tf")]) == 2
+    assert main(["export", "--ckpt", str(tmp_path / "none.ckpt"), "--out", "m.onnx"]) == 2
+    with pytest.raises(SystemExit):
+        main(["export", "--out", "m.onnx"])
+
+
+def _checkpoint(tmp_path: Path) -> Path:
+    """A train_cls.py-style checkpoint without training: the module's and data module's saved
+    hyperparameters and the network's weights."""
+    lightning = pytest.importorskip("lightning")
+    from visattn.data.datamodule import VisattnDataModule
+    from visattn.training.module import ClassificationModule
+
+    module = ClassificationModule(model="resnet20_cifar", num_classes=4, attention={"name": "eca"})
+    _randomize(module.net)
+    dm = VisattnDataModule(dataset="shapes", num_workers=0)
+    path = tmp_path / "run.ckpt"
+    torch.save(
+        {
+            "state_dict": module.state_dict(),
+            "hyper_parameters": dict(module.hparams),
+            "datamodule_hyper_parameters": dict(dm.hparams),
+            "pytorch-lightning_version": lightning.__version__,
+        },
+        path,
+    )
+    return path
+
+
+def test_cli_exports_a_checkpoint_with_its_weights(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from visattn.__main__ import load_for_export, main
+
+    ckpt = _checkpoint(tmp_path)
+    net, size, what = load_for_export(str(ckpt), None, None)
+    assert size == (3, 32, 32) and "resnet20_cifar" in what and "mean" in what
+    out = tmp_path / "run.onnx"
+    rc = main(["export", "--ckpt", str(ckpt), "--out", str(out), "--exporter", "torchscript"])
+    assert rc == 0, capsys.readouterr().err
+    sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    x = torch.randn(2, *size)
+    (got,) = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})
+    with torch.no_grad():  # the trained weights, not a fresh network
+        torch.testing.assert_close(torch.from_numpy(got), net.eval()(x), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_cli_writes_a_torch_export_program_from_a_checkpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from visattn.__main__ import main
+
+    out = tmp_path / "run.pt2"
+    assert main(["export", "--ckpt", str(_checkpoint(tmp_path)), "--out", str(out)]) == 0
+    assert "torch.export" in capsys.readouterr().out
+    assert torch.export.load(str(out)).module()(torch.randn(1, 3, 32, 32)).shape == (1, 4)

@@ -1,0 +1,513 @@
+"""Deployment: ONNX files checked in onnxruntime, and ``torch.export`` programs (``.pt2``).
+
+:func:`export_onnx` writes a model (in eval mode) to ONNX with :func:`torch.onnx.export` and then
+runs the file in onnxruntime (``CPUExecutionProvider``) on random batches, comparing against
+PyTorch; it returns the largest difference and raises :class:`ExportError` when the outputs
+disagree, so a wrong graph is never reported as a success. :func:`export_program` does the same
+for a ``torch.export`` program saved as ``.pt2`` and reloaded.
+
+Exporters (option ``exporter``):
+
+* ``"dynamo"`` (the default for every visattn block and model): ``torch.export`` captures the
+  graph and onnxscript translates it (``torch.onnx.export(..., dynamo=True)``). The batch (and,
+  with ``dynamic_size``, height and width) are symbolic dimensions of one graph. It emits opset 18
+  or later.
+* ``"torchscript"``: the older tracing exporter (``dynamo=False``). ``"auto"`` uses it only where
+  the dynamo exporter cannot be used: for an ``opset`` below 18 (the dynamo exporter's operator
+  library starts at opset 18; older runtimes need the tracing exporter), and for a model that is
+  already a ``torch.jit.ScriptModule`` (``torch.export`` cannot capture TorchScript).
+
+A model that cannot be exported raises :class:`ExportError` naming the attention block at fault
+(its registry name, module path and the exporter's reason), found by exporting and checking each
+registered block of the model on its own.
+
+Global max pooling: blocks pool with ``amax`` over the spatial dimensions (or, for the ``max``
+option of SE, ``adaptive_max_pool2d(x, 1)``, which both exporters write as a global reduction), so
+the graph stays correct at input sizes other than the traced one; ``dynamic_size=True`` exports
+with symbolic height and width and checks a second size.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from .blocks.capture import is_capturing
+from .blocks.registry import is_block
+
+__all__ = ["ExportError", "ExportReport", "export_onnx", "export_program"]
+
+EXPORTERS = ("auto", "dynamo", "torchscript")
+MIN_DYNAMO_OPSET = 18
+INPUT_NAME = "input"
+OUTPUT_NAME = "output"
+
+
+class ExportError(RuntimeError):
+    """An export failed, or the exported graph does not compute what the PyTorch model does."""
+
+
+@dataclass(frozen=True)
+class ExportReport:
+    """What :func:`export_onnx` / :func:`export_program` wrote and how it was checked.
+
+    ``max_abs_diff`` is the largest ``|exported - PyTorch|`` over every checked batch (``nan``
+    when ``check=False``); ``checked`` lists the input shapes run.
+    """
+
+    path: Path
+    format: str  # "onnx" | "pt2"
+    exporter: str  # "dynamo" | "torchscript" | "torch.export"
+    opset: int | None
+    input_size: tuple[int, int, int]
+    dynamic_batch: bool
+    dynamic_size: bool
+    max_abs_diff: float
+    checked: tuple[tuple[int, ...], ...]
+    runtime: str
+
+    def summary(self) -> str:
+        size = self.path.stat().st_size / 2**20 if self.path.exists() else float("nan")
+        how = self.exporter + (f", opset {self.opset}" if self.opset is not None else "")
+        lines = [f"exported {self.path} ({self.format}, {how}, {size:.1f} MiB)"]
+        if self.checked:
+            shapes = ", ".join("x".join(map(str, s)) for s in self.checked)
+            lines.append(
+                f"checked in {self.runtime} against PyTorch on inputs {shapes}: "
+                f"max |diff| = {self.max_abs_diff:.3g}"
+            )
+        return "\n".join(lines)
+
+
+# ---- helpers ---------------------------------------------------------------------------------
+
+
+def _input_size(model: nn.Module, input_size: Sequence[int] | None) -> tuple[int, int, int]:
+    size = input_size if input_size is not None else getattr(model, "default_input_size", None)
+    if size is None:
+        raise ValueError(
+            f"export: {type(model).__name__} has no default_input_size; pass input_size=(C, H, W)"
+        )
+    size = tuple(int(s) for s in size)
+    if len(size) != 3 or min(size) < 1:
+        raise ValueError(f"export: input_size must be (C, H, W) of positive ints, got {size}")
+    return size  # type: ignore[return-value]
+
+
+def _check_model(model: nn.Module) -> None:
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"export: expected an nn.Module, got {type(model).__name__}")
+    capturing = [p or type(model).__name__ for p, m in model.named_modules() if is_capturing(m)]
+    if capturing:
+        raise ExportError(
+            f"export: capture_attention is active on {capturing[0]}; close the capture "
+            "context before exporting"
+        )
+
+
+def _outputs(out: Any) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in _outputs(o)]
+    if isinstance(out, dict):
+        return [t for o in out.values() for t in _outputs(o)]
+    raise ExportError(f"export: cannot compare a model output of type {type(out).__name__}")
+
+
+def _check_shapes(
+    input_size: tuple[int, int, int], dynamic_batch: bool, dynamic_size: bool, batch: int
+) -> list[tuple[int, ...]]:
+    """Inputs the check runs: two batch sizes other than the traced one through a dynamic-batch
+    graph (the traced one otherwise), and a second spatial size through a dynamic-size graph."""
+    c, h, w = input_size
+    batches = [1, batch + 1] if dynamic_batch else [batch]
+    shapes: list[tuple[int, ...]] = [(b, c, h, w) for b in batches]
+    if dynamic_size:
+        shapes.append((batches[-1], c, h + h // 2 + 1, w + w // 4 + 1))
+    return shapes
+
+
+def _compare(
+    run: Any, model: nn.Module, shapes: list[tuple[int, ...]], rtol: float, atol: float, what: str
+) -> float:
+    """Largest ``|run(x) - model(x)|`` over random inputs of ``shapes``; raises on a mismatch."""
+    worst = 0.0
+    gen = torch.Generator().manual_seed(0)
+    for shape in shapes:
+        x = torch.randn(shape, generator=gen)
+        with torch.no_grad():
+            ref = _outputs(model(x))
+        got = run(x)
+        if len(got) != len(ref):
+            raise ExportError(f"{what}: {len(got)} outputs, PyTorch gives {len(ref)}")
+        for g, r in zip(got, ref):
+            g = torch.as_tensor(g)
+            if g.shape != r.shape:
+                raise ExportError(
+                    f"{what}: output shape {tuple(g.shape)} for input {shape}, PyTorch gives "
+                    f"{tuple(r.shape)}"
+                )
+            diff = (g.to(r.dtype) - r).abs()
+            worst = max(worst, float(diff.max()) if diff.numel() else 0.0)
+            # relative to the output's largest magnitude: float32 rounding of a sum is set by
+            # the size of its terms, so an element-wise relative bound fails on small logits
+            bound = atol + rtol * float(r.abs().max()) if r.numel() else atol
+            if diff.numel() and float(diff.max()) > bound:
+                raise ExportError(
+                    f"{what}: output differs from PyTorch for input {shape}: max |diff| = "
+                    f"{float(diff.max()):.3g} > atol {atol:g} + rtol {rtol:g} * max|PyTorch|"
+                )
+    return worst
+
+
+def _ort_session(path: Path) -> Any:
+    try:
+        import onnxruntime as ort
+    except ImportError as e:
+        raise ImportError(
+            "checking an ONNX export needs onnxruntime: pip install 'visattn[export]' "
+            "(or pass check=False)"
+        ) from e
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+def _ort_runner(session: Any) -> Any:
+    name = session.get_inputs()[0].name
+
+    def run(x: torch.Tensor) -> list[torch.Tensor]:
+        return [torch.from_numpy(o) for o in session.run(None, {name: x.numpy()})]
+
+    return run
+
+
+def _require(*modules: str) -> None:
+    """Fail early, with the install line, when an optional export dependency is missing (rather
+    than blaming a block for it)."""
+    import importlib.util
+
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ImportError(f"ONNX export needs {', '.join(missing)}: pip install 'visattn[export]'")
+
+
+def _pick_exporter(model: nn.Module, exporter: str, opset: int | None) -> str:
+    if exporter not in EXPORTERS:
+        raise ValueError(
+            f"export_onnx: exporter must be one of {list(EXPORTERS)}, got {exporter!r}"
+        )
+    if exporter != "auto":
+        if exporter == "dynamo" and isinstance(model, torch.jit.ScriptModule):
+            raise ValueError("export_onnx: the dynamo exporter cannot export a ScriptModule")
+        return exporter
+    if isinstance(model, torch.jit.ScriptModule):
+        return "torchscript"
+    if opset is not None and opset < MIN_DYNAMO_OPSET:
+        return "torchscript"
+    return "dynamo"
+
+
+def _write_onnx(
+    model: nn.Module,
+    x: torch.Tensor,
+    path: Path,
+    exporter: str,
+    opset: int | None,
+    dynamic_batch: bool,
+    dynamic_size: bool,
+) -> None:
+    axes = ([0] if dynamic_batch else []) + ([2, 3] if dynamic_size else [])
+    if exporter == "dynamo":
+        dims = {a: torch.export.Dim.DYNAMIC for a in axes}
+        torch.onnx.export(
+            model,
+            (x,),
+            str(path),
+            dynamo=True,
+            opset_version=opset,
+            input_names=[INPUT_NAME],
+            output_names=[OUTPUT_NAME],
+            dynamic_shapes=({**dims},) if dims else None,
+            external_data=False,
+            verbose=False,
+        )
+    else:
+        names = {0: "batch", 2: "height", 3: "width"}
+        torch.onnx.export(
+            model,
+            (x,),
+            str(path),
+            dynamo=False,
+            opset_version=opset,
+            input_names=[INPUT_NAME],
+            output_names=[OUTPUT_NAME],
+            dynamic_axes={INPUT_NAME: {a: names[a] for a in axes}, OUTPUT_NAME: {0: "batch"}}
+            if axes
+            else None,
+        )
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    for line in text.splitlines():
+        if line.strip():
+            return f"{type(e).__name__}: {line.strip()}"[:300]
+    return type(e).__name__
+
+
+def _block_inputs(model: nn.Module, x: torch.Tensor) -> list[tuple[str, nn.Module, torch.Size]]:
+    """Registered blocks of ``model`` with the input shape each one sees for ``x``."""
+    found: dict[int, tuple[str, nn.Module, torch.Size]] = {}
+    hooks = []
+    for path, m in model.named_modules():
+        if is_block(m):
+
+            def hook(mod: nn.Module, args: tuple[Any, ...], p: str = path) -> None:
+                if id(mod) not in found and args and isinstance(args[0], torch.Tensor):
+                    found[id(mod)] = (p, mod, args[0].shape)
+
+            hooks.append(m.register_forward_pre_hook(hook))
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        for h in hooks:
+            h.remove()
+    return list(found.values())
+
+
+def _culprit(
+    model: nn.Module, x: torch.Tensor, exporter: str, opset: int | None, dynamic_size: bool
+) -> str | None:
+    """Export and check each distinct registered block of ``model`` alone; describe the first
+    one that fails (``None`` if every block passes on its own)."""
+    try:
+        blocks = _block_inputs(model, x)
+    except Exception:  # the model does not even run: nothing to blame on a block
+        return None
+    seen: set[tuple[Any, ...]] = set()
+    with tempfile.TemporaryDirectory() as tmp:
+        for path, blk, shape in blocks:
+            key = (type(blk), blk.extra_repr(), tuple(shape))
+            if key in seen:
+                continue
+            seen.add(key)
+            name = getattr(blk, "block_name", type(blk).__name__)
+            bx = torch.randn(2, *shape[1:])
+            f = Path(tmp) / "block.onnx"
+            try:
+                _write_onnx(blk, bx, f, exporter, opset, True, dynamic_size)
+                run = _ort_runner(_ort_session(f))
+                size = (shape[1], shape[2], shape[3]) if len(shape) == 4 else None
+                if size is not None:
+                    _compare(run, blk, _check_shapes(size, True, dynamic_size, 2), 1e-3, 1e-4, "")
+            except ImportError:
+                raise
+            except Exception as e:
+                where = f" at {path}" if path else ""
+                return f"block '{name}'{where} ({type(blk).__name__}): {_first_line(e)}"
+    return None
+
+
+def _fail(
+    what: str,
+    e: BaseException,
+    model: nn.Module,
+    x: torch.Tensor,
+    exporter: str,
+    opset: int | None,
+    dynamic_size: bool,
+) -> ExportError:
+    culprit = _culprit(model, x, exporter, opset, dynamic_size)
+    if culprit is not None:
+        return ExportError(f"{what} with the {exporter} exporter: {culprit}")
+    return ExportError(f"{what} with the {exporter} exporter: {_first_line(e)}")
+
+
+# ---- public ----------------------------------------------------------------------------------
+
+
+def export_onnx(
+    model: nn.Module,
+    path: str | os.PathLike[str],
+    input_size: Sequence[int] | None = None,
+    *,
+    dynamic_batch: bool = True,
+    dynamic_size: bool = False,
+    opset: int | None = None,
+    exporter: str = "auto",
+    check: bool = True,
+    batch_size: int = 2,
+    rtol: float = 1e-3,
+    atol: float = 1e-4,
+) -> ExportReport:
+    """Export ``model`` (in eval mode) to an ONNX file and check it in onnxruntime.
+
+    Args:
+        model: the network; it is put in eval mode for the export and restored afterwards.
+        path: the ``.onnx`` file to write (parent folders are created; weights are stored inside).
+        input_size: ``(C, H, W)`` of one image; default ``model.default_input_size``.
+        dynamic_batch: the batch is a symbolic dimension of the graph (checked at two batch
+            sizes other than the traced ``batch_size``); otherwise fixed to ``batch_size``.
+        dynamic_size: height and width are symbolic too (checked at a second spatial size).
+        opset: ONNX opset; ``None`` takes the exporter's default.
+        exporter: ``"auto"`` | ``"dynamo"`` | ``"torchscript"`` (see the module docstring).
+        check: run the file in onnxruntime (CPUExecutionProvider) on random inputs and compare.
+        batch_size: batch of the example input the graph is traced with.
+        rtol, atol: the check passes when ``|onnx - torch| <= atol + rtol * max|torch|``
+            everywhere (``max`` over the output tensor).
+
+    Returns:
+        An :class:`ExportReport` with the largest absolute difference found.
+
+    Raises:
+        ExportError: the export failed (the message names the attention block at fault when one
+            is) or onnxruntime's outputs differ from PyTorch's.
+        ImportError: onnx (and onnxscript for the dynamo exporter, onnxruntime for the check)
+            is not installed.
+    """
+    _check_model(model)
+    size = _input_size(model, input_size)
+    exp = _pick_exporter(model, exporter, opset)
+    _require(
+        "onnx", *(["onnxscript"] if exp == "dynamo" else []), *(["onnxruntime"] if check else [])
+    )
+    if batch_size < 1 or (dynamic_batch and batch_size < 2):
+        raise ValueError(
+            f"export_onnx: batch_size must be >= 2 for a dynamic batch (1 would be specialised), "
+            f"got {batch_size}"
+        )
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    was_training = model.training
+    model.eval()
+    try:
+        x = torch.randn(batch_size, *size)
+        try:
+            _write_onnx(model, x, out, exp, opset, dynamic_batch, dynamic_size)
+        except Exception as e:
+            raise _fail("export_onnx failed", e, model, x, exp, opset, dynamic_size) from e
+        import onnx
+
+        actual_opset = next(
+            (
+                o.version
+                for o in onnx.load(str(out), load_external_data=False).opset_import
+                if o.domain in ("", "ai.onnx")
+            ),
+            None,
+        )
+        worst, shapes = float("nan"), []
+        runtime = "not checked"
+        if check:
+            import onnxruntime as ort
+
+            runtime = f"onnxruntime {ort.__version__} (CPUExecutionProvider)"
+            shapes = _check_shapes(size, dynamic_batch, dynamic_size, batch_size)
+            run = _ort_runner(_ort_session(out))
+            try:
+                worst = _compare(run, model, shapes, rtol, atol, f"{out} in onnxruntime")
+            except ExportError as e:
+                culprit = _culprit(model, x, exp, opset, dynamic_size)
+                more = f"; first failing block: {culprit}" if culprit else ""
+                raise ExportError(f"{e}{more}") from None
+    finally:
+        model.train(was_training)
+    return ExportReport(
+        path=out,
+        format="onnx",
+        exporter=exp,
+        opset=actual_opset,
+        input_size=size,
+        dynamic_batch=dynamic_batch,
+        dynamic_size=dynamic_size,
+        max_abs_diff=worst,
+        checked=tuple(shapes),
+        runtime=runtime,
+    )
+
+
+def export_program(
+    model: nn.Module,
+    path: str | os.PathLike[str],
+    input_size: Sequence[int] | None = None,
+    *,
+    dynamic_batch: bool = True,
+    dynamic_size: bool = False,
+    check: bool = True,
+    batch_size: int = 2,
+    rtol: float = 1e-5,
+    atol: float = 1e-5,
+) -> ExportReport:
+    """Export ``model`` (in eval mode) with :func:`torch.export.export` and save the program as
+    ``.pt2`` (:func:`torch.export.save`), for deployment that stays in PyTorch; reload it with
+    ``torch.export.load(path).module()``.
+
+    The check reloads the file and compares it with the model on random inputs (two batch sizes
+    with ``dynamic_batch``, a second spatial size with ``dynamic_size``). Arguments and errors as
+    for :func:`export_onnx`.
+    """
+    _check_model(model)
+    size = _input_size(model, input_size)
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    was_training = model.training
+    model.eval()
+    try:
+        x = torch.randn(batch_size, *size)
+        axes = ([0] if dynamic_batch else []) + ([2, 3] if dynamic_size else [])
+        dims = {a: torch.export.Dim.DYNAMIC for a in axes}
+        try:
+            program = torch.export.export(model, (x,), dynamic_shapes=({**dims},) if dims else None)
+        except Exception as e:
+            culprit = _culprit_program(model, x)
+            raise ExportError(f"export_program failed: {culprit or _first_line(e)}") from e
+        torch.export.save(program, str(out))
+        worst, shapes = float("nan"), []
+        if check:
+            loaded = torch.export.load(str(out)).module()
+            shapes = _check_shapes(size, dynamic_batch, dynamic_size, batch_size)
+
+            def run(t: torch.Tensor) -> list[torch.Tensor]:
+                with torch.no_grad():
+                    return _outputs(loaded(t))
+
+            worst = _compare(run, model, shapes, rtol, atol, f"{out} reloaded")
+    finally:
+        model.train(was_training)
+    return ExportReport(
+        path=out,
+        format="pt2",
+        exporter="torch.export",
+        opset=None,
+        input_size=size,
+        dynamic_batch=dynamic_batch,
+        dynamic_size=dynamic_size,
+        max_abs_diff=worst,
+        checked=tuple(shapes),
+        runtime=f"torch {torch.__version__}" if check else "not checked",
+    )
+
+
+def _culprit_program(model: nn.Module, x: torch.Tensor) -> str | None:
+    try:
+        blocks = _block_inputs(model, x)
+    except Exception:
+        return None
+    for path, blk, shape in blocks:
+        try:
+            torch.export.export(blk, (torch.randn(2, *shape[1:]),))
+        except Exception as e:
+            name = getattr(blk, "block_name", type(blk).__name__)
+            where = f" at {path}" if path else ""
+            return f"block '{name}'{where} ({type(blk).__name__}): {_first_line(e)}"
+    return None
