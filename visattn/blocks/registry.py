@@ -101,7 +101,8 @@ def check_block_input(module: nn.Module, inputs: tuple[torch.Tensor]) -> None:
     if torch.jit.is_scripting():
         if inputs[0].dim() != 4:
             raise ValueError("attention block: expected input of shape (N, C, H, W)")
-    elif inputs and inputs[0].dim() != 4:
+    elif inputs and not isinstance(inputs[0], torch.fx.Proxy) and inputs[0].dim() != 4:
+        # (under torch.fx the input is a Proxy: its rank is not known while tracing)
         name = getattr(module, "block_name", type(module).__name__)
         raise ValueError(
             f"block '{name}': expected input of shape (N, C, H, W), got {tuple(inputs[0].shape)}"

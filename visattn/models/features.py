@@ -32,8 +32,9 @@ __all__ = ["TimmModelMixin"]
 class TimmModelMixin:
     """timm's classification and feature interface (see the module docstring)."""
 
+    # (``feature_info``, a list of dicts set by each model, is not annotated here: TorchScript
+    # would try to type it from the annotation)
     grad_checkpointing: bool = False
-    feature_info: list[dict]
 
     # ------------------------------------------------------------------ head
 

@@ -191,6 +191,12 @@ class ResidualAttentionNet(TimmModelMixin, nn.Module):
     def feature_stages(self) -> list[nn.Module]:
         return list(self.stages)
 
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """``(N, in_chans, H, W) -> (N, num_features, H', W')``."""
+        if not torch.jit.is_scripting():
+            return super().forward_features(x)  # the feature API's loop (grad checkpointing)
+        return self.act(self.norm(self.stages(self.stem(x))))
+
     def forward_norm(self, x: torch.Tensor) -> torch.Tensor:
         return self.act(self.norm(x))
 
