@@ -17,6 +17,20 @@ def _conv_bn_act(c_in: int, c_out: int, act: type[nn.Module]) -> nn.Sequential:
     return nn.Sequential(nn.Conv2d(c_in, c_out, 1, bias=False), nn.BatchNorm2d(c_out), act())
 
 
+def _pad_to_multiple(x: torch.Tensor, s: int) -> torch.Tensor:
+    """``x`` ``(N, C, H, W)`` zero-padded at the bottom/right to multiples of ``s`` (unchanged if
+    already). ``torch.fx`` calls it as one node (``torch.fx.wrap`` below): the test on the size
+    is only known when the graph runs."""
+    h, w = x.shape[2], x.shape[3]
+    ph, pw = -(-h // s) * s - h, -(-w // s) * s - w
+    if ph or pw:
+        x = F.pad(x, (0, pw, 0, ph))
+    return x
+
+
+torch.fx.wrap("_pad_to_multiple")
+
+
 class BilinearAttnTransform(nn.Module):
     """The grouped bilinear attentional transform ``Y = P X Q`` (the paper's grouped BA transform),
     ``(N, C', H, W) -> (N, C', H, W)``; not registered, :class:`BatNonLocal` uses it.
@@ -55,11 +69,10 @@ class BilinearAttnTransform(nn.Module):
 
     def apply_transforms(self, x: torch.Tensor, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         """``(P kron I_t) X (Q kron I_u)`` per group, without building the ``H x H`` matrices."""
-        n, c, h, w = x.shape
+        n, c, h, w = x.shape[0], x.shape[1], x.shape[2], x.shape[3]
         s, g = self.block_size, self.groups
-        hp, wp = -(-h // s) * s, -(-w // s) * s
-        if hp != h or wp != w:
-            x = F.pad(x, (0, wp - w, 0, hp - h))
+        x = _pad_to_multiple(x, s)
+        hp, wp = x.shape[2], x.shape[3]
         y = torch.einsum("ngij,ngcjtw->ngcitw", p, x.reshape(n, g, c // g, s, hp // s, wp))
         y = torch.einsum("ngchju,ngjk->ngchku", y.reshape(n, g, c // g, hp, s, wp // s), q)
         return y.reshape(n, c, hp, wp)[:, :, :h, :w]

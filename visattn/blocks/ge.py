@@ -31,6 +31,27 @@ def _check_extent(extent: int | str, variant: str) -> int:
     return extent
 
 
+def _check_feat_size(x: torch.Tensor, fs: tuple[int, int]) -> None:
+    if x.shape[-2] != fs[0] or x.shape[-1] != fs[1]:
+        raise ValueError(
+            f"block 'ge': built for {fs[0]}x{fs[1]} inputs (feat_size), "
+            f"got {x.shape[-2]}x{x.shape[-1]}"
+        )
+
+
+def _gate_to_size(g: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """The gate ``g`` brought to ``x``'s ``H x W`` by nearest-neighbour interpolation (a
+    ``1 x 1`` gate is left to broadcast)."""
+    if g.shape[-2] != 1 or g.shape[-1] != 1:
+        g = F.interpolate(g, size=(x.shape[-2], x.shape[-1]), mode="nearest")
+    return g
+
+
+# torch.fx calls these as one node each: their tests on sizes are only known when the graph runs
+torch.fx.wrap("_check_feat_size")
+torch.fx.wrap("_gate_to_size")
+
+
 @register_block("ge", family="hybrid", paper="Hu et al., NeurIPS 2018")
 class GatherExcite(nn.Module):
     """Gather-Excite block: ``y = x * sigmoid(interp(xi_G(x)))`` (Sec. 3 of the paper).
@@ -171,19 +192,15 @@ class GatherExcite(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         fs = self.feat_size
         if not torch.jit.is_scripting():  # noqa: SIM102 (scripting skips the inner test)
-            if fs is not None and tuple(x.shape[-2:]) != fs:
-                raise ValueError(
-                    f"block 'ge': built for {fs[0]}x{fs[1]} inputs (feat_size), "
-                    f"got {x.shape[-2]}x{x.shape[-1]}"
-                )
+            if fs is not None:
+                _check_feat_size(x, fs)
         g = self._gather(x)
         if self.mlp is not None:
             g = self.mlp(g)
         if self.context_scale is not None:
             g = g * self.context_scale
         g = self.gate(g)
-        if g.shape[-2] != 1 or g.shape[-1] != 1:
-            g = F.interpolate(g, size=x.shape[-2:], mode="nearest")
+        g = _gate_to_size(g, x)
         if not torch.jit.is_scripting():
             record_attention(self, g)
         return x * g

@@ -17,7 +17,12 @@ __all__ = ["BottleneckMHSA", "relative_index", "relative_logits"]
 
 
 def relative_index(
-    n_query: int, n_key: int, table: int, *, query_step: int = 1, shift: int = 0, device=None
+    n_query: int,
+    n_key: int,
+    table: int,
+    query_step: int = 1,
+    shift: int = 0,
+    device: torch.device | None = None,
 ) -> torch.Tensor:
     """``(n_query, n_key)`` rows of a relative-position table of ``2 * table - 1`` entries.
 
@@ -43,7 +48,7 @@ def relative_logits(
     ``q``: ``(B, Hq, Wq, d)``; ``rel_h``/``rel_w``: ``(R, d)`` tables; ``idx_h``: ``(Hq, Hk)``,
     ``idx_w``: ``(Wq, Wk)`` table rows. Returns ``(B, Hq * Wq, Hk * Wk)``.
     """
-    b, hq, wq, _ = q.shape
+    b, hq, wq = q.shape[0], q.shape[1], q.shape[2]
     hk, wk = idx_h.shape[1], idx_w.shape[1]
     lw = torch.gather(q @ rel_w.t(), -1, idx_w.expand(b, hq, wq, wk))  # (B, Hq, Wq, Wk)
     lh = torch.gather(q @ rel_h.t(), -1, idx_h[:, None, :].expand(b, hq, wq, hk))  # (.., Hk)
@@ -137,7 +142,7 @@ class BottleneckMHSA(nn.Module):
         nn.init.normal_(self.rel_w, std=self.scale)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        n, _, h, w = x.shape
+        n, h, w = x.shape[0], x.shape[2], x.shape[3]
         heads, d, dv = self.heads, self.dim_head, self.out_channels // self.heads
         q, k, v = torch.split(self.qkv(x), [heads * d, heads * d, self.out_channels], dim=1)
         q = q.reshape(n * heads, d, h * w).transpose(1, 2)  # (B, HW, d)
@@ -150,8 +155,9 @@ class BottleneckMHSA(nn.Module):
             (qs if self.scale_pos else q).reshape(-1, h, w, d), self.rel_h, self.rel_w, idx_h, idx_w
         )
         a = torch.softmax(torch.baddbmm(rel, qs, k.transpose(1, 2)), dim=-1)
-        if not torch.jit.is_scripting() and is_capturing(self):
-            record_attention(self, a.view(n, heads * h * w, h, w).mean(1, keepdim=True))
+        if not torch.jit.is_scripting():  # noqa: SIM102 (scripting skips the inner test)
+            if is_capturing(self):
+                record_attention(self, a.view(n, heads * h * w, h, w).mean(1, keepdim=True))
         y = a @ v
         y = y.transpose(1, 2).reshape(n, self.out_channels, h, w)
         if self.stride > 1:

@@ -139,11 +139,15 @@ class SelectiveKernel(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         m = len(self.paths)
+        us: list[torch.Tensor] = []  # loops, not comprehensions: TorchScript
         if self.split_input:
             xs = x.chunk(m, dim=1)
-            u = torch.stack([p(xi) for p, xi in zip(self.paths, xs)], dim=1)
+            for i, path in enumerate(self.paths):
+                us.append(path(xs[i]))
         else:
-            u = torch.stack([p(x) for p in self.paths], dim=1)  # (N, M, C', H, W)
+            for path in self.paths:
+                us.append(path(x))
+        u = torch.stack(us, dim=1)  # (N, M, C', H, W)
         s = u.sum(1).mean((2, 3), keepdim=True)  # (N, C', 1, 1)
         z = self.act(self.bn(self.fc_reduce(s)))
         n = x.shape[0]

@@ -121,7 +121,7 @@ class SplitAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         u = self.act0(self.bn0(self.conv(x)))  # (N, R C', H, W), split-major
         n, r, c = u.shape[0], self.radix, self.out_channels
-        splits = u.view(n, r, c, *u.shape[2:])
+        splits = u.view(n, r, c, u.shape[2], u.shape[3])
         s = splits.sum(1).mean((2, 3), keepdim=True)
         logits = self.fc2(self.act1(self.bn1(self.fc1(s))))  # (N, R C', 1, 1), group-major
         if r > 1:
