@@ -54,11 +54,23 @@ def _op_types(path: Path) -> set[str]:
     return {n.op_type for n in onnx.load(str(path)).graph.node}
 
 
+# blocks that zero-pad H and W to a multiple of their block size: they export for one spatial size
+PAD_TO_BLOCK = {"bat", "halo"}
+
+
 @pytest.mark.parametrize("name", visattn.list_blocks())
 def test_every_block_exports_and_matches_in_onnxruntime(name: str, tmp_path: Path) -> None:
     """One graph with symbolic batch, height and width: batch 1 and 3 (traced with 2) and a second
     spatial size, all equal to PyTorch in onnxruntime's CPU provider."""
     net = _net(name)
+    if name in PAD_TO_BLOCK:
+        # a graph with symbolic H, W computes the wrong padding in onnxruntime; the check refuses
+        # it naming the block, and a graph for one spatial size matches
+        with pytest.raises(ExportError, match=f"block '{name}'"):
+            export_onnx(net, tmp_path / f"{name}.onnx", input_size=SIZE, dynamic_size=True)
+        report = export_onnx(net, tmp_path / f"{name}.onnx", input_size=SIZE)
+        assert [s[0] for s in report.checked] == [1, 3] and report.max_abs_diff < 1e-4
+        return
     report = export_onnx(net, tmp_path / f"{name}.onnx", input_size=SIZE, dynamic_size=True)
     assert report.exporter == "dynamo"
     assert [s[0] for s in report.checked] == [1, 3, 3]

@@ -135,6 +135,11 @@ def _check_shapes(
     return shapes
 
 
+def _first(e: BaseException) -> str:
+    text = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")
+    return f"{type(e).__name__}: {text}"[:300]
+
+
 def _compare(
     run: Any, model: nn.Module, shapes: list[tuple[int, ...]], rtol: float, atol: float, what: str
 ) -> float:
@@ -145,7 +150,10 @@ def _compare(
         x = torch.randn(shape, generator=gen)
         with torch.no_grad():
             ref = _outputs(model(x))
-        got = run(x)
+        try:
+            got = run(x)
+        except Exception as e:  # onnxruntime refuses to run the graph at this shape
+            raise ExportError(f"{what}: the graph fails at input {shape}: {_first(e)}") from e
         if len(got) != len(ref):
             raise ExportError(f"{what}: {len(got)} outputs, PyTorch gives {len(ref)}")
         for g, r in zip(got, ref):

@@ -78,4 +78,4 @@ def same_memory_format(y: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     cl = like.dim() == 4 and like.is_contiguous(memory_format=torch.channels_last)
     if cl and not like.is_contiguous():
         return y.contiguous(memory_format=torch.channels_last)
-    return y
+    return y.contiguous() if like.is_contiguous() else y

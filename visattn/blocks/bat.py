@@ -31,6 +31,20 @@ def _pad_to_multiple(x: torch.Tensor, s: int) -> torch.Tensor:
 torch.fx.wrap("_pad_to_multiple")
 
 
+@torch.fx.wrap
+def _adaptive_max(a: torch.Tensor, s: int, dim: int) -> torch.Tensor:
+    """``F.adaptive_max_pool2d`` to ``s`` bins along ``dim`` (2: rows, 3: columns) and 1 along the
+    other, written as ``s`` window maxima with the same windows (``floor(i L / s)`` to
+    ``ceil((i + 1) L / s)``): the ONNX exporter has no non-global adaptive max pooling."""
+    length = a.shape[dim]
+    parts: list[torch.Tensor] = []
+    for i in range(s):
+        lo, hi = (i * length) // s, ((i + 1) * length + s - 1) // s
+        part = a[:, :, lo:hi, :] if dim == 2 else a[:, :, :, lo:hi]
+        parts.append(part.amax(dim=(2, 3), keepdim=True))
+    return torch.cat(parts, dim=dim)
+
+
 class BilinearAttnTransform(nn.Module):
     """The grouped bilinear attentional transform ``Y = P X Q`` (the paper's grouped BA transform),
     ``(N, C', H, W) -> (N, C', H, W)``; not registered, :class:`BatNonLocal` uses it.
@@ -63,8 +77,8 @@ class BilinearAttnTransform(nn.Module):
         """``P`` (rows sum to 1) and ``Q`` (columns sum to 1), each ``(N, G, s, s)``."""
         n, s, g = x.shape[0], self.block_size, self.groups
         a = self.conv1(x)
-        p = self.conv_p(F.adaptive_max_pool2d(a, (s, 1))).view(n, g, s, s).sigmoid()
-        q = self.conv_q(F.adaptive_max_pool2d(a, (1, s))).view(n, g, s, s).sigmoid()
+        p = self.conv_p(_adaptive_max(a, s, 2)).view(n, g, s, s).sigmoid()
+        q = self.conv_q(_adaptive_max(a, s, 3)).view(n, g, s, s).sigmoid()
         return p / p.sum(dim=3, keepdim=True), q / q.sum(dim=2, keepdim=True)
 
     def apply_transforms(self, x: torch.Tensor, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:

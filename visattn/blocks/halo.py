@@ -7,10 +7,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._utils import check_choice, check_positive_int
+from ._utils import check_choice, check_positive_int, same_memory_format
 from .capture import is_capturing, record_attention
 from .mhsa import relative_index, relative_logits
 from .registry import register_block
+
+# format bookkeeping outside the traced graph (torch.fx cannot branch on a proxy)
+torch.fx.wrap("same_memory_format")
 
 __all__ = ["HaloAttention"]
 
@@ -146,7 +149,7 @@ class HaloAttention(nn.Module):
         y = y.reshape(n, self.out_channels, nh * bq, nw * bq)[..., :hq, :wq]
         if self.pool_stride > 1:
             y = F.avg_pool2d(y, self.pool_stride, self.pool_stride, ceil_mode=True)
-        return y
+        return same_memory_format(y, x)
 
     def _received(self, a: torch.Tensor, n: int, h: int, w: int, hq: int, wq: int) -> torch.Tensor:
         """``(N, 1, H, W)``: weights summed over the real queries (padding excluded) and the

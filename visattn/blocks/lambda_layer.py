@@ -7,9 +7,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._utils import check_positive_int
+from ._utils import check_positive_int, same_memory_format
 from .capture import record_attention
 from .registry import register_block
+
+# format bookkeeping outside the traced graph (torch.fx cannot branch on a proxy)
+torch.fx.wrap("same_memory_format")
 
 __all__ = ["LambdaLayer"]
 
@@ -120,7 +123,7 @@ class LambdaLayer(nn.Module):
         y = y.reshape(n, self.out_channels, h, w)
         if self.stride > 1:
             y = F.avg_pool2d(y, self.stride, self.stride, ceil_mode=True)
-        return y
+        return same_memory_format(y, x)
 
     def extra_repr(self) -> str:
         return (

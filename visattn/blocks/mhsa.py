@@ -9,9 +9,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._utils import check_positive_int
+from ._utils import check_positive_int, same_memory_format
 from .capture import is_capturing, record_attention
 from .registry import register_block
+
+# format bookkeeping outside the traced graph (torch.fx cannot branch on a proxy)
+torch.fx.wrap("same_memory_format")
 
 __all__ = ["BottleneckMHSA", "relative_index", "relative_logits"]
 
@@ -162,7 +165,7 @@ class BottleneckMHSA(nn.Module):
         y = y.transpose(1, 2).reshape(n, self.out_channels, h, w)
         if self.stride > 1:
             y = F.avg_pool2d(y, 2, 2, ceil_mode=True)
-        return y
+        return same_memory_format(y, x)
 
     def extra_repr(self) -> str:
         return (

@@ -7,9 +7,12 @@ from collections.abc import Sequence
 import torch
 import torch.nn as nn
 
-from ._utils import check_positive_int, reduced_channels
+from ._utils import check_positive_int, reduced_channels, same_memory_format
 from .capture import record_attention
 from .registry import register_block
+
+# format bookkeeping outside the traced graph (torch.fx cannot branch on a proxy)
+torch.fx.wrap("same_memory_format")
 
 __all__ = ["SelectiveKernel"]
 
@@ -154,7 +157,7 @@ class SelectiveKernel(nn.Module):
         a = self.fc_select(z).view(n, m, self.out_channels, 1, 1).softmax(dim=1)
         if not torch.jit.is_scripting():
             record_attention(self, a[:, 0])
-        return (u * a).sum(1)
+        return same_memory_format((u * a).sum(1), x)
 
     def extra_repr(self) -> str:
         return (

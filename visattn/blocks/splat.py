@@ -6,9 +6,12 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ._utils import check_positive_int, reduced_channels
+from ._utils import check_positive_int, reduced_channels, same_memory_format
 from .capture import record_attention
 from .registry import register_block
+
+# format bookkeeping outside the traced graph (torch.fx cannot branch on a proxy)
+torch.fx.wrap("same_memory_format")
 
 __all__ = ["SplitAttention"]
 
@@ -132,7 +135,7 @@ class SplitAttention(nn.Module):
             a = torch.sigmoid(logits).view(n, 1, c, 1, 1)
         if not torch.jit.is_scripting():
             record_attention(self, a[:, 0])
-        return (splits * a).sum(1)
+        return same_memory_format((splits * a).sum(1), x)
 
     def extra_repr(self) -> str:
         return (

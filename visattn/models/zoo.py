@@ -296,9 +296,10 @@ _PAPER_MODELS: list[tuple[str, str, tuple[dict[str, Any], ...], dict[str, Any], 
         "lambda_resnet50",
         "resnet50",
         ({"name": "lambda", "position": "conv", "args": {"heads": 4, "dim_k": 16, "r": 23}},),
-        {},
+        {"zero_init_residual": True},
         "Bello, ICLR 2021; LambdaResNet-50 (Table 3): lambda layers replace every 3x3 conv, "
-        "|k|=16, |h|=4, |u|=1, scope 23",
+        "|k|=16, |h|=4, |u|=1, scope 23; each block's last BN starts at zero (as timm's lambda "
+        "ResNets): without it the untrained network's activations overflow by layer2",
     ),
 ]
 
