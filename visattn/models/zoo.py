@@ -159,25 +159,8 @@ _BACKBONES: list[tuple[str, Any, dict[str, Any], str, bool, str]] = [
         for d in sorted(IMAGENET_LAYOUTS)
     ],
     *[
-        (
-            f"attention{d}",
-            attention_net,
-            {"depth": d, "dataset": "imagenet"},
-            "imagenet",
-            False,
-            _RAN,
-        )
-        for d in (56, 92)
-    ],
-    *[
-        (
-            f"attention{d}_cifar",
-            attention_net,
-            {"depth": d, "dataset": "cifar"},
-            "cifar",
-            False,
-            _RAN,
-        )
+        (f"attention{d}{suffix}", attention_net, {"depth": d, "dataset": ds}, ds, False, _RAN)
+        for ds, suffix in (("imagenet", ""), ("cifar", "_cifar"))
         for d in (56, 92)
     ],
 ]
