@@ -4,6 +4,7 @@ The registry (:mod:`visattn.models.registry`) names them; the zoo
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -40,7 +41,8 @@ def forwards_options(
     ``target``: ``f``'s signature (read by :meth:`ModelSpec.options`, ``create_model``'s
     unknown-option errors and ``help``) becomes its own keyword options followed by
     ``target``'s keyword options (minus those ``f`` declares and those in ``drop``), with
-    ``target``'s defaults. ``target``'s defaults stay the one home of the shared options."""
+    ``target``'s defaults, and a call with an option it does not list is a ``TypeError``.
+    ``target``'s defaults stay the one home of the shared options."""
 
     def wrap(f: Callable[..., _B]) -> Callable[..., _B]:
         sig = inspect.signature(f)
@@ -51,8 +53,15 @@ def forwards_options(
             for p in inspect.signature(target).parameters.values()
             if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in taken
         ]
-        f.__signature__ = sig.replace(parameters=own + passed)  # type: ignore[attr-defined]
-        return f
+        signature = sig.replace(parameters=own + passed)
+
+        @functools.wraps(f)
+        def builder(**options: Any) -> _B:
+            signature.bind(**options)  # an option it does not list is a TypeError, as usual
+            return f(**options)
+
+        builder.__signature__ = signature  # type: ignore[attr-defined]
+        return builder
 
     return wrap
 
