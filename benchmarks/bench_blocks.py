@@ -40,6 +40,7 @@ import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -495,28 +496,27 @@ def _lambda_twin(b: nn.Module, c: int) -> nn.Module:
     )
 
 
+def _rel_attn_options(b: nn.Module) -> dict[str, Any]:
+    """timm's names for the options visattn's mhsa and halo share."""
+    return {
+        "stride": b.stride,
+        "num_heads": b.heads,
+        "dim_head": b.dim_head,
+        "scale_pos_embed": b.scale_pos,
+    }
+
+
 def _mhsa_twin(b: nn.Module, c: int) -> nn.Module:
-    return BottleneckAttn(
-        c,
-        b.out_channels,
-        feat_size=b.feat_size,
-        stride=b.stride,
-        num_heads=b.heads,
-        dim_head=b.dim_head,
-        scale_pos_embed=b.scale_pos,
-    )
+    return BottleneckAttn(c, b.out_channels, feat_size=b.feat_size, **_rel_attn_options(b))
 
 
 def _halo_twin(b: nn.Module, c: int) -> nn.Module:
     return HaloAttn(
         c,
         b.out_channels,
-        stride=b.stride,
-        num_heads=b.heads,
-        dim_head=b.dim_head,
         block_size=b.block_size,
         halo_size=b.halo_size,
-        scale_pos_embed=b.scale_pos,
+        **_rel_attn_options(b),
     )
 
 

@@ -135,11 +135,6 @@ def _check_shapes(
     return shapes
 
 
-def _first(e: BaseException) -> str:
-    text = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")
-    return f"{type(e).__name__}: {text}"[:300]
-
-
 def _compare(
     run: Any, model: nn.Module, shapes: list[tuple[int, ...]], rtol: float, atol: float, what: str
 ) -> float:
@@ -153,7 +148,7 @@ def _compare(
         try:
             got = run(x)
         except Exception as e:  # onnxruntime refuses to run the graph at this shape
-            raise ExportError(f"{what}: the graph fails at input {shape}: {_first(e)}") from e
+            raise ExportError(f"{what}: the graph fails at input {shape}: {_first_line(e)}") from e
         if len(got) != len(ref):
             raise ExportError(f"{what}: {len(got)} outputs, PyTorch gives {len(ref)}")
         for g, r in zip(got, ref):
@@ -233,35 +228,40 @@ def _write_onnx(
     dynamic_batch: bool,
     dynamic_size: bool,
 ) -> None:
-    axes = ([0] if dynamic_batch else []) + ([2, 3] if dynamic_size else [])
+    axes = _dynamic_axes(dynamic_batch, dynamic_size)
     if exporter == "dynamo":
-        dims = {a: torch.export.Dim.DYNAMIC for a in axes}
-        torch.onnx.export(
-            model,
-            (x,),
-            str(path),
-            dynamo=True,
-            opset_version=opset,
-            input_names=[INPUT_NAME],
-            output_names=[OUTPUT_NAME],
-            dynamic_shapes=({**dims},) if dims else None,
-            external_data=False,
-            verbose=False,
-        )
+        how: dict[str, Any] = {
+            "dynamic_shapes": _dynamic_shapes(axes),
+            "external_data": False,
+            "verbose": False,
+        }
     else:
         names = {0: "batch", 2: "height", 3: "width"}
-        torch.onnx.export(
-            model,
-            (x,),
-            str(path),
-            dynamo=False,
-            opset_version=opset,
-            input_names=[INPUT_NAME],
-            output_names=[OUTPUT_NAME],
-            dynamic_axes={INPUT_NAME: {a: names[a] for a in axes}, OUTPUT_NAME: {0: "batch"}}
+        how = {
+            "dynamic_axes": {INPUT_NAME: {a: names[a] for a in axes}, OUTPUT_NAME: {0: "batch"}}
             if axes
-            else None,
-        )
+            else None
+        }
+    torch.onnx.export(
+        model,
+        (x,),
+        str(path),
+        dynamo=exporter == "dynamo",
+        opset_version=opset,
+        input_names=[INPUT_NAME],
+        output_names=[OUTPUT_NAME],
+        **how,
+    )
+
+
+def _dynamic_axes(dynamic_batch: bool, dynamic_size: bool) -> list[int]:
+    """Input dimensions left symbolic: the batch (0) and/or height and width (2, 3)."""
+    return ([0] if dynamic_batch else []) + ([2, 3] if dynamic_size else [])
+
+
+def _dynamic_shapes(axes: list[int]) -> tuple[dict[int, Any]] | None:
+    """``dynamic_shapes`` of :func:`torch.export.export` for a single input with ``axes``."""
+    return ({a: torch.export.Dim.DYNAMIC for a in axes},) if axes else None
 
 
 def _first_line(e: BaseException) -> str:
@@ -309,7 +309,6 @@ def _culprit(
             if key in seen:
                 continue
             seen.add(key)
-            name = getattr(blk, "block_name", type(blk).__name__)
             bx = torch.randn(2, *shape[1:])
             f = Path(tmp) / "block.onnx"
             try:
@@ -321,9 +320,15 @@ def _culprit(
             except ImportError:
                 raise
             except Exception as e:
-                where = f" at {path}" if path else ""
-                return f"block '{name}'{where} ({type(blk).__name__}): {_first_line(e)}"
+                return _blame(path, blk, e)
     return None
+
+
+def _blame(path: str, blk: nn.Module, e: BaseException) -> str:
+    """``block '<name>' at <path> (<class>): <first line of e>``, for export errors."""
+    name = getattr(blk, "block_name", type(blk).__name__)
+    where = f" at {path}" if path else ""
+    return f"block '{name}'{where} ({type(blk).__name__}): {_first_line(e)}"
 
 
 def _fail(
@@ -472,10 +477,9 @@ def export_program(
     model.eval()
     try:
         x = torch.randn(batch_size, *size)
-        axes = ([0] if dynamic_batch else []) + ([2, 3] if dynamic_size else [])
-        dims = {a: torch.export.Dim.DYNAMIC for a in axes}
+        dims = _dynamic_shapes(_dynamic_axes(dynamic_batch, dynamic_size))
         try:
-            program = torch.export.export(model, (x,), dynamic_shapes=({**dims},) if dims else None)
+            program = torch.export.export(model, (x,), dynamic_shapes=dims)
         except Exception as e:
             culprit = _culprit_program(model, x)
             raise ExportError(f"export_program failed: {culprit or _first_line(e)}") from e
@@ -515,7 +519,5 @@ def _culprit_program(model: nn.Module, x: torch.Tensor) -> str | None:
         try:
             torch.export.export(blk, (torch.randn(2, *shape[1:]),))
         except Exception as e:
-            name = getattr(blk, "block_name", type(blk).__name__)
-            where = f" at {path}" if path else ""
-            return f"block '{name}'{where} ({type(blk).__name__}): {_first_line(e)}"
+            return _blame(path, blk, e)
     return None

@@ -204,12 +204,7 @@ def score_model(
     ]
     if not paths:
         return {}
-    boxes = torch.as_tensor(boxes, dtype=torch.float32)
-    n = len(dataset) if max_images is None else min(len(dataset), max_images)
-    if boxes.shape[0] < n or boxes.dim() != 2 or boxes.shape[1] != 4:
-        raise ValueError(
-            f"boxes must be (N, 4) with N >= {n} (one per data set item), got {tuple(boxes.shape)}"
-        )
+    boxes, n = _items_and_boxes(dataset, boxes, max_images)
     param = next(net.parameters(), None)
     device = param.device if param is not None else torch.device("cpu")
     hits: dict[str, list[torch.Tensor]] = {p: [] for p in paths}
@@ -217,10 +212,9 @@ def score_model(
     was_training = net.training
     net.eval()
     try:
-        for start in range(0, n, batch_size):
-            idx = range(start, min(n, start + batch_size))
+        for idx in _batches(n, batch_size):
             images = torch.stack([torch.as_tensor(dataset[i][0]) for i in idx]).to(device)
-            b = boxes[start : start + len(idx)]
+            b = boxes[idx.start : idx.stop]
             size = tuple(images.shape[-2:])
             with capture_attention(net) as maps:
                 net(images)
@@ -238,17 +232,37 @@ def score_model(
                     energy[p].append(energy_in_box(w.cpu(), b, size))
     finally:
         net.train(was_training)
-    out = {}
-    for p in paths:
-        if not hits[p]:
-            continue
-        e = torch.cat(energy[p])
-        out[p] = {
-            "pointing": float(torch.cat(hits[p]).mean()),
-            "energy": float(e.nanmean()) if not e.isnan().all() else math.nan,
-            "images": int(e.numel()),
-        }
-    return out
+    return {p: _summary(hits[p], energy[p]) for p in paths if hits[p]}
+
+
+def _items_and_boxes(
+    dataset: torch.utils.data.Dataset, boxes: torch.Tensor, max_images: int | None
+) -> tuple[torch.Tensor, int]:
+    """``boxes`` as float32 and the number of items to score, the first ``max_images`` of
+    ``dataset``; raises unless ``boxes`` is ``(N, 4)`` with a box for each of them."""
+    boxes = torch.as_tensor(boxes, dtype=torch.float32)
+    n = len(dataset) if max_images is None else min(len(dataset), max_images)
+    if boxes.dim() != 2 or boxes.shape[1] != 4 or boxes.shape[0] < n:
+        raise ValueError(
+            f"boxes must be (N, 4) with N >= {n} (one per data set item), got {tuple(boxes.shape)}"
+        )
+    return boxes, n
+
+
+def _batches(n: int, batch_size: int) -> list[range]:
+    """Item indices ``0..n-1`` in consecutive batches of ``batch_size``."""
+    return [range(s, min(n, s + batch_size)) for s in range(0, n, batch_size)]
+
+
+def _summary(hits: list[torch.Tensor], energy: list[torch.Tensor]) -> dict[str, float]:
+    """Hit rate, mean energy share (images whose map is all zero left out; nan if all) and
+    the number of images, from per-batch :func:`pointing_game` / :func:`energy_in_box`."""
+    e = torch.cat(energy)
+    return {
+        "pointing": float(torch.cat(hits).mean()),
+        "energy": float(e.nanmean()) if not e.isnan().all() else math.nan,
+        "images": int(e.numel()),
+    }
 
 
 def last_stage(net: nn.Module) -> tuple[str, nn.Module]:
@@ -339,26 +353,15 @@ def score_gradcam(
         ``{"pointing": hit rate, "energy": mean share (images with an all-zero map left out;
         nan if all), "images": n}``.
     """
-    boxes = torch.as_tensor(boxes, dtype=torch.float32)
-    n = len(dataset) if max_images is None else min(len(dataset), max_images)
-    if boxes.dim() != 2 or boxes.shape[1] != 4 or boxes.shape[0] < n:
-        raise ValueError(
-            f"boxes must be (N, 4) with N >= {n} (one per data set item), got {tuple(boxes.shape)}"
-        )
+    boxes, n = _items_and_boxes(dataset, boxes, max_images)
     hits, energy = [], []
-    for start in range(0, n, batch_size):
-        idx = range(start, min(n, start + batch_size))
+    for idx in _batches(n, batch_size):
         items = [dataset[i] for i in idx]
         images = torch.stack([torch.as_tensor(x) for x, _ in items])
         labels = [int(y) for _, y in items]
         maps = gradcam(net, images, labels, layer)
-        b = boxes[start : start + len(idx)]
+        b = boxes[idx.start : idx.stop]
         size = tuple(images.shape[-2:])
         hits.append(pointing_game(maps, b, size, tolerance=tolerance))
         energy.append(energy_in_box(maps, b, size))
-    e = torch.cat(energy)
-    return {
-        "pointing": float(torch.cat(hits).mean()),
-        "energy": float(e.nanmean()) if not e.isnan().all() else math.nan,
-        "images": n,
-    }
+    return _summary(hits, energy)

@@ -132,25 +132,15 @@ def evaluate_run(summary: dict[str, Any], sweep: Sweep) -> dict[str, Any]:
     }
     boxes = getattr(val, "boxes", None)
     if sweep.localization is not None and boxes is not None:
-        scores = score_model(
-            net,
-            val,
-            torch.as_tensor(boxes),
-            max_images=sweep.localization["max_images"],
-            tolerance=sweep.localization["tolerance"],
-        )
+        boxes = torch.as_tensor(boxes)
+        loc = {k: sweep.localization[k] for k in ("max_images", "tolerance")}
+        scores = score_model(net, val, boxes, **loc)
         cols["loc/blocks"] = len(scores)
         if scores:
             cols["loc/pointing"] = sum(s["pointing"] for s in scores.values()) / len(scores)
             energies = [s["energy"] for s in scores.values() if not math.isnan(s["energy"])]
             cols["loc/energy"] = sum(energies) / len(energies) if energies else math.nan
-        cam = score_gradcam(
-            net,
-            val,
-            torch.as_tensor(boxes),
-            max_images=sweep.localization["max_images"],
-            tolerance=sweep.localization["tolerance"],
-        )
+        cam = score_gradcam(net, val, boxes, **loc)
         cols["gradcam/pointing"] = cam["pointing"]
         cols["gradcam/energy"] = cam["energy"]
     net.cpu()

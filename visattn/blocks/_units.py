@@ -15,6 +15,7 @@ __all__ = [
     "BLOCK_POSITIONS",
     "PreActBottleneck",
     "ZeroPadShortcut",
+    "add_slots",
     "conv1x1",
     "conv3x3",
     "make_shortcut",
@@ -22,6 +23,13 @@ __all__ = [
 
 #: attention slots of a residual block (see :class:`visattn.models.resnet.SlottedBlock`)
 BLOCK_POSITIONS = ("pre", "inner", "standard", "identity", "post")
+
+
+def add_slots(block: nn.Module) -> None:
+    """Give ``block`` an empty attention slot ``attn_<position>`` (an ``nn.Identity``, no
+    state_dict keys) for each of :data:`BLOCK_POSITIONS`."""
+    for position in BLOCK_POSITIONS:
+        setattr(block, f"attn_{position}", nn.Identity())
 
 
 def conv3x3(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
@@ -131,8 +139,7 @@ class PreActBottleneck(nn.Module):
         self.relu = nn.ReLU(inplace=True)
         self.downsample = make_shortcut(in_channels, out, stride, shortcut, norm=False)
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
-        for position in BLOCK_POSITIONS:
-            setattr(self, f"attn_{position}", nn.Identity())
+        add_slots(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         pre = self.relu(self.bn1(x))

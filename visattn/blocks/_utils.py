@@ -1,4 +1,5 @@
-"""Small helpers shared by the blocks: layer lookup by name or class, and option checks."""
+"""Small helpers shared by the blocks: layer lookup by name or class, option checks, and the
+channels and stride of conv-replacing blocks."""
 
 from __future__ import annotations
 
@@ -48,6 +49,28 @@ def check_positive_int(option: str, value: Any, *, odd: bool = False) -> None:
         raise ValueError(f"option '{option}' must be a positive int, got {value!r}")
     if odd and value % 2 == 0:
         raise ValueError(f"option '{option}' must be odd, got {value}")
+
+
+def init_conv_io(
+    block: nn.Module,
+    channels: int,
+    out_channels: int | None,
+    stride: int,
+    *,
+    heads: int | None = None,
+) -> int:
+    """Check and store a conv-replacing block's ``in_channels``, ``out_channels`` (``None``:
+    ``channels``) and ``stride`` as attributes of ``block``; with ``heads``, also check that the
+    heads divide ``out_channels``. Returns ``out_channels``. Errors name the option."""
+    out = channels if out_channels is None else out_channels
+    check_positive_int("out_channels", out)
+    check_positive_int("stride", stride)
+    if heads is not None:
+        check_positive_int("heads", heads)
+        if out % heads:
+            raise ValueError(f"option 'heads'={heads} must divide out_channels={out}")
+    block.in_channels, block.out_channels, block.stride = channels, out, stride
+    return out
 
 
 def reduced_channels(

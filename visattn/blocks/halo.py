@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._utils import check_choice, check_positive_int, same_memory_format
+from ._utils import check_choice, check_positive_int, init_conv_io, same_memory_format
 from .capture import is_capturing, record_attention
 from .mhsa import relative_index, relative_logits
 from .registry import register_block
@@ -83,22 +83,13 @@ class HaloAttention(nn.Module):
         rel_pos: str = "image",
     ) -> None:
         super().__init__()
-        out = channels if out_channels is None else out_channels
-        for option, value in (
-            ("out_channels", out),
-            ("stride", stride),
-            ("heads", heads),
-            ("block_size", block_size),
-        ):
-            check_positive_int(option, value)
+        out = init_conv_io(self, channels, out_channels, stride, heads=heads)
+        check_positive_int("block_size", block_size)
         if isinstance(halo_size, bool) or not isinstance(halo_size, int) or halo_size < 0:
             raise ValueError(f"option 'halo_size' must be a non-negative int, got {halo_size!r}")
         check_choice("rel_pos", rel_pos, REL_POS)
-        if out % heads:
-            raise ValueError(f"option 'heads'={heads} must divide out_channels={out}")
         d = out // heads if dim_head is None else dim_head
         check_positive_int("dim_head", d)
-        self.in_channels, self.out_channels, self.stride = channels, out, stride
         self.heads, self.dim_head, self.scale_pos, self.scale = heads, d, scale_pos, d**-0.5
         self.block_size, self.halo_size = block_size, halo_size
         self.win_size = block_size + 2 * halo_size

@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._utils import check_positive_int, same_memory_format
+from ._utils import check_positive_int, init_conv_io, same_memory_format
 from .capture import record_attention
 from .registry import register_block
 
@@ -70,18 +70,9 @@ class LambdaLayer(nn.Module):
         pos_bias: bool = False,
     ) -> None:
         super().__init__()
-        out = channels if out_channels is None else out_channels
-        for option, value in (
-            ("out_channels", out),
-            ("stride", stride),
-            ("heads", heads),
-            ("dim_k", dim_k),
-        ):
-            check_positive_int(option, value)
+        out = init_conv_io(self, channels, out_channels, stride, heads=heads)
+        check_positive_int("dim_k", dim_k)
         check_positive_int("r", r, odd=True)
-        if out % heads:
-            raise ValueError(f"option 'heads'={heads} must divide out_channels={out}")
-        self.in_channels, self.out_channels, self.stride = channels, out, stride
         self.heads, self.dim_k, self.dim_v, self.r = heads, dim_k, out // heads, r
         self.qkv = nn.Conv2d(channels, dim_k * heads + dim_k + self.dim_v, 1, bias=qkv_bias)
         self.norm_q = nn.BatchNorm2d(dim_k * heads)

@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._utils import check_positive_int, same_memory_format
+from ._utils import check_positive_int, init_conv_io, same_memory_format
 from .capture import is_capturing, record_attention
 from .registry import register_block
 
@@ -118,17 +118,12 @@ class BottleneckMHSA(nn.Module):
         scale_pos: bool = True,
     ) -> None:
         super().__init__()
-        out = channels if out_channels is None else out_channels
-        check_positive_int("out_channels", out)
-        check_positive_int("heads", heads)
         if stride not in (1, 2):
             raise ValueError(f"option 'stride' must be 1 or 2 (2x2 average pool), got {stride!r}")
-        if out % heads:
-            raise ValueError(f"option 'heads'={heads} must divide out_channels={out}")
+        out = init_conv_io(self, channels, out_channels, stride, heads=heads)
         d = out // heads if dim_head is None else dim_head
         check_positive_int("dim_head", d)
         self.feat_size = _pair(feat_size, "feat_size")
-        self.in_channels, self.out_channels, self.stride = channels, out, stride
         self.heads, self.dim_head, self.scale_pos = heads, d, scale_pos
         self.scale = d**-0.5
         self.qkv = nn.Conv2d(channels, 2 * heads * d + out, 1, bias=qkv_bias)

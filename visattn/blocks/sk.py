@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn as nn
 
-from ._utils import check_positive_int, reduced_channels, same_memory_format
+from ._utils import check_positive_int, init_conv_io, reduced_channels, same_memory_format
 from .capture import record_attention
 from .registry import register_block
 
@@ -88,9 +88,7 @@ class SelectiveKernel(nn.Module):
         split_input: bool = False,
     ) -> None:
         super().__init__()
-        out = channels if out_channels is None else out_channels
-        check_positive_int("out_channels", out)
-        check_positive_int("stride", stride)
+        out = init_conv_io(self, channels, out_channels, stride)
         check_positive_int("groups", groups)
         check_positive_int("min_rd_channels", min_rd_channels)
         kernels = _check_kernels(kernel_sizes)
@@ -112,7 +110,6 @@ class SelectiveKernel(nn.Module):
             d = rd_channels
         else:
             d = reduced_channels(out, reduction, min_channels=min_rd_channels)
-        self.in_channels, self.out_channels, self.stride = channels, out, stride
         self.split_input, self.rd_channels = split_input, d
 
         self.paths = nn.ModuleList()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ._utils import check_positive_int, reduced_channels, same_memory_format
+from ._utils import check_positive_int, init_conv_io, reduced_channels, same_memory_format
 from .capture import record_attention
 from .registry import register_block
 
@@ -77,10 +77,8 @@ class SplitAttention(nn.Module):
         norm: bool = True,
     ) -> None:
         super().__init__()
-        out = channels if out_channels is None else out_channels
+        out = init_conv_io(self, channels, out_channels, stride)
         for option, value in (
-            ("out_channels", out),
-            ("stride", stride),
             ("radix", radix),
             ("groups", groups),
             ("dilation", dilation),
@@ -101,7 +99,6 @@ class SplitAttention(nn.Module):
             d = reduced_channels(channels * radix, reduction, min_channels=min_rd_channels)
         if d % groups:
             raise ValueError(f"option 'groups'={groups} must divide the attention width d={d}")
-        self.in_channels, self.out_channels, self.stride = channels, out, stride
         self.radix, self.groups, self.rd_channels = radix, groups, d
 
         self.conv = nn.Conv2d(

@@ -25,7 +25,7 @@ import torch
 import torch.nn as nn
 from timm.layers import DropPath
 
-from ..blocks._units import BLOCK_POSITIONS, ZeroPadShortcut
+from ..blocks._units import BLOCK_POSITIONS, ZeroPadShortcut, add_slots
 from ..blocks._units import PreActBottleneck as _PreActUnit
 from ..blocks._units import conv1x1 as _conv1x1
 from ..blocks._units import conv3x3 as _conv3x3
@@ -68,8 +68,7 @@ class SlottedBlock(nn.Module):
     conv_slot = "conv2"
 
     def init_slots(self) -> None:
-        for position in BLOCK_POSITIONS:
-            setattr(self, f"attn_{position}", nn.Identity())
+        add_slots(self)
 
     def slot_channels(self, position: str) -> int:
         """Channels of the tensor the slot at ``position`` sees."""

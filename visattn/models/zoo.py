@@ -14,6 +14,7 @@ import torch.nn as nn
 from .builders import (
     IMAGENET_LAYOUTS,
     attention_net,
+    forwards_options,
     preresnet_cifar,
     resnet_cifar,
     resnet_imagenet,
@@ -102,16 +103,8 @@ def fca_placements(dct_sizes: tuple[int, ...] | None = (56, 28, 14, 7)) -> tuple
 GCT_OFFICIAL_EXTRA_PARAMS = 3 * (3 * 64 + 4 * 128 + 6 * 256 + 3 * 512) + 3 * 3 + 3 * 1856
 
 
-def resnet_imagenet_sk(
-    *,
-    depth: int,
-    num_classes: int = 1000,
-    in_chans: int = 3,
-    drop_rate: float = 0.0,
-    drop_path_rate: float = 0.0,
-    zero_init_residual: bool = False,
-    last_stride: int = 2,
-) -> ResNet:
+@forwards_options(resnet_imagenet, drop=("width",))
+def resnet_imagenet_sk(*, depth: int, **options: Any) -> ResNet:
     """:func:`resnet_imagenet` laid out for SK at position ``conv`` as timm's ``skresnet18`` /
     ``skresnet34``: the norm after each BasicBlock's first conv (``bn1``) is removed, since SK's
     paths end in their own BN and ReLU (the ReLU that stays is then the identity on SK's
@@ -119,15 +112,7 @@ def resnet_imagenet_sk(
     "sk", "position": "conv"})``) keeps ``bn1``: 2 parameters per channel more."""
     if depth not in (18, 34):
         raise ValueError(f"SK-ResNet depth must be 18 or 34 (BasicBlock layouts), got {depth}")
-    model = resnet_imagenet(
-        depth=depth,
-        num_classes=num_classes,
-        in_chans=in_chans,
-        drop_rate=drop_rate,
-        drop_path_rate=drop_path_rate,
-        zero_init_residual=zero_init_residual,
-        last_stride=last_stride,
-    )
+    model = resnet_imagenet(depth=depth, **options)
     for stage in (model.layer1, model.layer2, model.layer3, model.layer4):
         for block in stage:
             block.bn1 = nn.Identity()
@@ -174,25 +159,8 @@ _BACKBONES: list[tuple[str, Any, dict[str, Any], str, bool, str]] = [
         for d in sorted(IMAGENET_LAYOUTS)
     ],
     *[
-        (
-            f"attention{d}",
-            attention_net,
-            {"depth": d, "dataset": "imagenet"},
-            "imagenet",
-            False,
-            _RAN,
-        )
-        for d in (56, 92)
-    ],
-    *[
-        (
-            f"attention{d}_cifar",
-            attention_net,
-            {"depth": d, "dataset": "cifar"},
-            "cifar",
-            False,
-            _RAN,
-        )
+        (f"attention{d}{suffix}", attention_net, {"depth": d, "dataset": ds}, ds, False, _RAN)
+        for ds, suffix in (("imagenet", ""), ("cifar", "_cifar"))
         for d in (56, 92)
     ],
 ]
