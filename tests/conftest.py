@@ -84,3 +84,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         params = getattr(getattr(item, "callspec", None), "params", {})
         if not keep & {str(v) for v in params.values()}:
             item.add_marker(pytest.mark.heavy)
+    # A -m on the command line replaces addopts' -m 'not heavy', so `pytest -m "not slow"` alone
+    # would select the heavy cases that are not slow: without `heavy` in the expression they
+    # stay deselected (`pytest -m heavy` or `-m "heavy or not heavy"` runs them).
+    if "heavy" not in (config.getoption("markexpr") or ""):
+        heavy = [item for item in items if item.get_closest_marker("heavy")]
+        if heavy:
+            config.hook.pytest_deselected(items=heavy)
+            items[:] = [item for item in items if not item.get_closest_marker("heavy")]
