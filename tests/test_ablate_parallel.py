@@ -124,9 +124,7 @@ def _figures(rows: list[dict[str, str]]) -> list[tuple]:
 @pytest.mark.slow
 def test_jobs_2_gives_the_same_figures_as_jobs_1(tmp_path: Path, sequential) -> None:
     lines: list[str] = []
-    rows = run_sweep(
-        _tiny_sweep(tmp_path), tmp_path / "out", echo=lines.append, jobs=2, threads=1
-    )
+    rows = run_sweep(_tiny_sweep(tmp_path), tmp_path / "out", echo=lines.append, jobs=2, threads=1)
     assert [r["status"] for r in rows] == ["ok"] * 4
     parallel = _read_csv(tmp_path / "out" / "results.csv")
     assert _figures(parallel) == _figures(sequential)
