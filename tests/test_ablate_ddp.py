@@ -15,6 +15,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.xdist_group("multiprocess")  # with the other multi-process tests
 @pytest.mark.slow
 def test_ddp_on_two_cpu_processes_logs_one_synced_run(tmp_path: Path) -> None:
     pytest.importorskip("visattn.training.cli")

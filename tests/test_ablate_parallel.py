@@ -21,6 +21,11 @@ from visattn.ablate import run_sweep
 from visattn.ablate.__main__ import main as ablate_main
 from visattn.ablate.executors import LOCK, SweepLock, _device_slots
 
+# the tests that start several processes (--jobs 2, Ray, the GPU script's smoke run, DDP in
+# test_ablate_ddp.py) run one after the other in one pytest-xdist worker: two of them at once
+# would oversubscribe 2 cores, and the sweep of the `sequential` fixture runs once
+MULTIPROCESS = pytest.mark.xdist_group("multiprocess")
+
 FIGURES = ("val/acc", "val/acc_last", "train/loss", "val/loss", "params", "macs", "epochs")
 
 
@@ -115,12 +120,11 @@ def _figures(rows: list[dict[str, str]]) -> list[tuple]:
     return [(r["run"], r["status"], *(r[c] for c in FIGURES)) for r in rows]
 
 
+@MULTIPROCESS
 @pytest.mark.slow
 def test_jobs_2_gives_the_same_figures_as_jobs_1(tmp_path: Path, sequential) -> None:
     lines: list[str] = []
-    rows = run_sweep(
-        _tiny_sweep(tmp_path), tmp_path / "out", echo=lines.append, jobs=2, threads=1
-    )
+    rows = run_sweep(_tiny_sweep(tmp_path), tmp_path / "out", echo=lines.append, jobs=2, threads=1)
     assert [r["status"] for r in rows] == ["ok"] * 4
     parallel = _read_csv(tmp_path / "out" / "results.csv")
     assert _figures(parallel) == _figures(sequential)
@@ -129,6 +133,7 @@ def test_jobs_2_gives_the_same_figures_as_jobs_1(tmp_path: Path, sequential) -> 
     assert len(list((tmp_path / "out" / "logs").glob("*.log"))) == 4  # one worker log per run
 
 
+@MULTIPROCESS
 @pytest.mark.slow
 def test_ray_runs_two_at_once_retries_a_killed_worker_and_gives_the_same_figures(
     tmp_path: Path, sequential
@@ -169,6 +174,7 @@ def test_ray_runs_two_at_once_retries_a_killed_worker_and_gives_the_same_figures
     assert attempts["none/seed0"] == "2" and attempts["se/seed1"] == "1"
 
 
+@MULTIPROCESS
 @pytest.mark.slow
 def test_gpu_script_smoke_runs_end_to_end_on_cpu(tmp_path: Path) -> None:
     pytest.importorskip("visattn.training.cli")

@@ -15,6 +15,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from paper_helpers import bn_eval, close, mat, randn64, randomized, sigmoid
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import visattn
@@ -22,49 +23,14 @@ import visattn
 # --------------------------------------------------------------------------------------- helpers
 
 
-def _randomized(name: str, channels: int, **options) -> torch.nn.Module:
-    """Block in eval mode with every parameter and BN statistic drawn at random (float64)."""
-    blk = visattn.create_block(name, channels, **options).double()
-    with torch.no_grad():
-        for p in blk.parameters():
-            p.copy_(torch.randn_like(p) * 0.5)
-        for m in blk.modules():
-            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
-                m.running_mean.copy_(torch.randn_like(m.running_mean) * 0.3)
-                m.running_var.copy_(torch.rand_like(m.running_var) + 0.5)
-    return blk.eval()
-
-
 def _input(n: int, c: int, h: int, w: int) -> torch.Tensor:
     """float64 input bounded away from zero, so output/input ratios are well defined."""
-    x = torch.randn(n, c, h, w, dtype=torch.float64)
+    x = randn64(n, c, h, w)
     return x.sign() * (0.5 + x.abs())
-
-
-def _w(conv: torch.nn.Module) -> torch.Tensor:
-    """A 1x1 conv's weight as a matrix (out, in)."""
-    return conv.weight.detach().flatten(1)
 
 
 def _b(module: torch.nn.Module) -> torch.Tensor:
     return module.bias.detach()
-
-
-def _bn(t: torch.Tensor, bn: torch.nn.Module, dim: int = 1) -> torch.Tensor:
-    """Eval-mode batch norm over axis ``dim`` written out: (t - mean) / sqrt(var + eps) * g + b."""
-    shape = [1] * t.dim()
-    shape[dim] = -1
-
-    def v(a: torch.Tensor) -> torch.Tensor:
-        return a.detach().view(shape)
-
-    return (t - v(bn.running_mean)) / torch.sqrt(v(bn.running_var) + bn.eps) * v(bn.weight) + v(
-        bn.bias
-    )
-
-
-def _sigmoid(t: torch.Tensor) -> torch.Tensor:
-    return 1.0 / (1.0 + torch.exp(-t))
 
 
 def _relu(t: torch.Tensor) -> torch.Tensor:
@@ -73,7 +39,7 @@ def _relu(t: torch.Tensor) -> torch.Tensor:
 
 def _fc(z: torch.Tensor, conv: torch.nn.Module, bias: bool = True) -> torch.Tensor:
     """A 1x1 conv on a (N, C) vector."""
-    out = torch.einsum("oc,nc->no", _w(conv), z)
+    out = torch.einsum("oc,nc->no", mat(conv), z)
     return out + _b(conv) if bias else out
 
 
@@ -91,31 +57,27 @@ def _conv2d_loops(x: torch.Tensor, weight: torch.Tensor, dilation: int = 1) -> t
     return out
 
 
-def _close(a: torch.Tensor, b: torch.Tensor) -> None:
-    torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
-
-
 # ----------------------------------------------------- (1) outputs equal the papers' equations
 
 
 def test_se_matches_eqs_2_to_4() -> None:
-    blk = _randomized("se", 32)
+    blk = randomized("se", 32)
     x = _input(2, 32, 5, 7)
     z = x.mean((2, 3))  # Eq. (2)
-    s = _sigmoid(_fc(_relu(_fc(z, blk.fc1)), blk.fc2))  # Eq. (3)
-    _close(blk(x), x * s[:, :, None, None])  # Eq. (4)
+    s = sigmoid(_fc(_relu(_fc(z, blk.fc1)), blk.fc2))  # Eq. (3)
+    close(blk(x), x * s[:, :, None, None])  # Eq. (4)
 
 
 @pytest.mark.parametrize("channels, k", [(16, 3), (64, 3), (256, 5), (2048, 7)])
 def test_eca_matches_eq_10_with_adaptive_kernel(channels: int, k: int) -> None:
-    blk = _randomized("eca", channels)
+    blk = randomized("eca", channels)
     weight = blk.conv.weight.detach().flatten()
     assert weight.numel() == k  # Eq. (12), values of the paper's ResNet-50 stages (2048 -> 7)
     x = _input(2, channels, 4, 3)
     y = x.mean((2, 3))
     y_pad = F.pad(y, (k // 2, k // 2))  # zero padding at both ends of the channel axis
     conv = sum(weight[j] * y_pad[:, j : j + channels] for j in range(k))
-    _close(blk(x), x * _sigmoid(conv)[:, :, None, None])
+    close(blk(x), x * sigmoid(conv)[:, :, None, None])
 
 
 def test_eca_explicit_kernel_size() -> None:
@@ -123,34 +85,34 @@ def test_eca_explicit_kernel_size() -> None:
 
 
 def _gsop_reference(blk: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    z = torch.einsum("oc,nchw->nohw", _w(blk.reduce), x)
-    z = _relu(_bn(z, blk.bn))
+    z = torch.einsum("oc,nchw->nohw", mat(blk.reduce), x)
+    z = _relu(bn_eval(z, blk.bn))
     n, c_red, h, w = z.shape
     m = h * w
     zf = z.reshape(n, c_red, m)
     # The official code's centring: Sigma = Z I_hat Z^T, I_hat = (1/M)(I - (1/M) 1 1^T)
     i_hat = torch.eye(m, dtype=x.dtype) / m - torch.full((m, m), 1.0 / m**2, dtype=x.dtype)
     cov = zf @ i_hat @ zf.transpose(1, 2)  # (N, C', C')
-    cov = _bn(cov, blk.row_norm, dim=1)  # row-wise normalisation: row i uses BN channel i
+    cov = bn_eval(cov, blk.row_norm, dim=1)  # row-wise normalisation: row i uses BN channel i
     wr = blk.row_conv.weight.detach().view(c_red, 4, c_red)  # row i -> outputs 4i .. 4i+3
     rc = torch.einsum("ikj,nij->nik", wr, cov).reshape(n, 4 * c_red) + _b(blk.row_conv)
-    s = _sigmoid(_fc(rc, blk.fc))
+    s = sigmoid(_fc(rc, blk.fc))
     return x * s[:, :, None, None]
 
 
 @pytest.mark.parametrize("channels, rd_channels", [(24, 128), (40, 16)])
 def test_gsop_matches_sigma_w_rc_cov_conv(channels: int, rd_channels: int) -> None:
-    blk = _randomized("gsop", channels, rd_channels=rd_channels)
+    blk = randomized("gsop", channels, rd_channels=rd_channels)
     assert blk.rd_channels == min(rd_channels, channels)
     x = _input(2, channels, 5, 6)
-    _close(blk(x), _gsop_reference(blk, x))
+    close(blk(x), _gsop_reference(blk, x))
 
 
 def test_gc_matches_eq_4() -> None:
-    blk = _randomized("gc", 48)
+    blk = randomized("gc", 48)
     x = _input(2, 48, 5, 6)
     n, c, h, w = x.shape
-    logits = torch.einsum("c,nchw->nhw", _w(blk.conv_attn)[0], x).reshape(n, h * w)
+    logits = torch.einsum("c,nchw->nhw", mat(blk.conv_attn)[0], x).reshape(n, h * w)
     logits = logits + _b(blk.conv_attn)
     a = torch.exp(logits - logits.max(1, keepdim=True).values)
     a = a / a.sum(1, keepdim=True)  # softmax over the HW positions
@@ -160,24 +122,24 @@ def test_gc_matches_eq_4() -> None:
     t = (t - mu) / torch.sqrt(var + blk.norm.eps) * blk.norm.weight.detach().flatten()
     t = t + blk.norm.bias.detach().flatten()  # LayerNorm over [C/r, 1, 1]
     t = _fc(_relu(t), blk.fc2)
-    _close(blk(x), x + t[:, :, None, None])
+    close(blk(x), x + t[:, :, None, None])
 
 
 def _spatial_map(x: torch.Tensor, conv: torch.nn.Module, bn=None) -> torch.Tensor:
     pooled = torch.stack([x.mean(1), x.max(1).values], dim=1)  # [AvgPool; MaxPool] over channels
     s = _conv2d_loops(pooled, conv.weight)
-    s = s + _b(conv).view(1, -1, 1, 1) if bn is None else _bn(s, bn)
-    return _sigmoid(s)
+    s = s + _b(conv).view(1, -1, 1, 1) if bn is None else bn_eval(s, bn)
+    return sigmoid(s)
 
 
 @pytest.mark.parametrize("kernel_size", [7, 3])
 @pytest.mark.parametrize("use_bn", [False, True])
 def test_spatial_matches_cbam_eq_3(kernel_size: int, use_bn: bool) -> None:
-    blk = _randomized("spatial", 16, kernel_size=kernel_size, use_bn=use_bn)
+    blk = randomized("spatial", 16, kernel_size=kernel_size, use_bn=use_bn)
     assert (blk.spatial.conv.bias is None) == use_bn
     x = _input(2, 16, 9, 8)
     ms = _spatial_map(x, blk.spatial.conv, blk.spatial.bn if use_bn else None)
-    _close(blk(x), x * ms)
+    close(blk(x), x * ms)
 
 
 def _cbam_channel_map(x: torch.Tensor, blk: torch.nn.Module, pools) -> torch.Tensor:
@@ -187,13 +149,13 @@ def _cbam_channel_map(x: torch.Tensor, blk: torch.nn.Module, pools) -> torch.Ten
         return _fc(_relu(_fc(v, g.fc1)), g.fc2)
 
     pooled = {"avg": x.mean((2, 3)), "max": x.amax((2, 3))}
-    return _sigmoid(sum(mlp(pooled[p]) for p in pools))[:, :, None, None]
+    return sigmoid(sum(mlp(pooled[p]) for p in pools))[:, :, None, None]
 
 
 @pytest.mark.parametrize("order", ["channel_first", "spatial_first", "parallel"])
 @pytest.mark.parametrize("pool_types", [("avg", "max"), ("max",)])
 def test_cbam_matches_eqs_1_to_3(order: str, pool_types: tuple[str, ...]) -> None:
-    blk = _randomized("cbam", 32, order=order, pool_types=pool_types)
+    blk = randomized("cbam", 32, order=order, pool_types=pool_types)
     x = _input(2, 32, 7, 6)
     conv = blk.spatial.conv
     if order == "channel_first":
@@ -204,52 +166,52 @@ def test_cbam_matches_eqs_1_to_3(order: str, pool_types: tuple[str, ...]) -> Non
         expected = _cbam_channel_map(f1, blk, pool_types) * f1
     else:
         expected = _cbam_channel_map(x, blk, pool_types) * _spatial_map(x, conv) * x
-    _close(blk(x), expected)
+    close(blk(x), expected)
 
 
 def _bam_branches(blk: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     ch, sp = blk.channel, blk.spatial
     hidden = _relu(_fc(x.mean((2, 3)), ch[0]))
-    mc = _bn(_fc(hidden, ch[2], bias=False), ch[3])[:, :, None, None]  # Eq. (3)
-    t = _relu(_bn(torch.einsum("oc,nchw->nohw", _w(sp[0]), x), sp[1]))  # 1x1 reduction
-    t = _relu(_bn(_conv2d_loops(t, sp[3].weight, dilation=4), sp[4]))  # 3x3, dilation 4
-    t = _relu(_bn(_conv2d_loops(t, sp[6].weight, dilation=4), sp[7]))
-    ms = _bn(torch.einsum("oc,nchw->nohw", _w(sp[9]), t), sp[10])  # 1x1 -> 1, BN: Eq. (4)
+    mc = bn_eval(_fc(hidden, ch[2], bias=False), ch[3])[:, :, None, None]  # Eq. (3)
+    t = _relu(bn_eval(torch.einsum("oc,nchw->nohw", mat(sp[0]), x), sp[1]))  # 1x1 reduction
+    t = _relu(bn_eval(_conv2d_loops(t, sp[3].weight, dilation=4), sp[4]))  # 3x3, dilation 4
+    t = _relu(bn_eval(_conv2d_loops(t, sp[6].weight, dilation=4), sp[7]))
+    ms = bn_eval(torch.einsum("oc,nchw->nohw", mat(sp[9]), t), sp[10])  # 1x1 -> 1, BN: Eq. (4)
     return mc, ms
 
 
 @pytest.mark.parametrize("combine", ["sum", "product"])
 def test_bam_matches_eqs_1_to_4(combine: str) -> None:
-    blk = _randomized("bam", 32, combine=combine)
+    blk = randomized("bam", 32, combine=combine)
     x = _input(2, 32, 11, 10)
     mc, ms = _bam_branches(blk, x)
     # sum: the paper's sigmoid(Mc + Ms); product: the official code's sigmoid(Mc * Ms)
-    m = _sigmoid(mc + ms) if combine == "sum" else _sigmoid(mc * ms)
-    _close(blk(x), x + x * m)  # Eq. (1)
+    m = sigmoid(mc + ms) if combine == "sum" else sigmoid(mc * ms)
+    close(blk(x), x + x * m)  # Eq. (1)
 
 
 @pytest.mark.parametrize("combine", ["add", "max"])
 def test_scse_matches_cse_sse_combination(combine: str) -> None:
-    blk = _randomized("scse", 16, combine=combine)
+    blk = randomized("scse", 16, combine=combine)
     x = _input(2, 16, 6, 5)
-    s = _sigmoid(_fc(_relu(_fc(x.mean((2, 3)), blk.fc1)), blk.fc2))[:, :, None, None]  # cSE
-    q = _sigmoid(torch.einsum("c,nchw->nhw", _w(blk.conv_sq)[0], x) + _b(blk.conv_sq))  # sSE
+    s = sigmoid(_fc(_relu(_fc(x.mean((2, 3)), blk.fc1)), blk.fc2))[:, :, None, None]  # cSE
+    q = sigmoid(torch.einsum("c,nchw->nhw", mat(blk.conv_sq)[0], x) + _b(blk.conv_sq))  # sSE
     u_cse, u_sse = x * s, x * q[:, None]
     expected = u_cse + u_sse if combine == "add" else torch.maximum(u_cse, u_sse)
-    _close(blk(x), expected)
+    close(blk(x), expected)
 
 
 def test_coord_matches_eqs_4_to_9() -> None:
-    blk = _randomized("coord", 64)
+    blk = randomized("coord", 64)
     x = _input(2, 64, 5, 7)
     h = x.shape[2]
     z = torch.cat([x.mean(3), x.mean(2)], dim=2)  # Eqs. (4)-(5): (N, C, H + W)
-    f = _bn(torch.einsum("mc,ncl->nml", _w(blk.conv1), z), blk.bn1)
+    f = bn_eval(torch.einsum("mc,ncl->nml", mat(blk.conv1), z), blk.bn1)
     f = f * (f + 3).clamp(0, 6) / 6  # h-swish, Eq. (6)
     f_h, f_w = f[:, :, :h], f[:, :, h:]
-    g_h = _sigmoid(torch.einsum("cm,nml->ncl", _w(blk.conv_h), f_h) + _b(blk.conv_h)[:, None])
-    g_w = _sigmoid(torch.einsum("cm,nml->ncl", _w(blk.conv_w), f_w) + _b(blk.conv_w)[:, None])
-    _close(blk(x), x * g_h[:, :, :, None] * g_w[:, :, None, :])  # Eq. (9)
+    g_h = sigmoid(torch.einsum("cm,nml->ncl", mat(blk.conv_h), f_h) + _b(blk.conv_h)[:, None])
+    g_w = sigmoid(torch.einsum("cm,nml->ncl", mat(blk.conv_w), f_w) + _b(blk.conv_w)[:, None])
+    close(blk(x), x * g_h[:, :, :, None] * g_w[:, :, None, :])  # Eq. (9)
 
 
 # ------------------------------------------ the recorded maps are the weights the blocks apply
@@ -270,28 +232,28 @@ def test_coord_matches_eqs_4_to_9() -> None:
     ],
 )
 def test_recorded_map_is_the_effective_multiplier(name: str, options: dict) -> None:
-    blk = _randomized(name, 32, **options)
+    blk = randomized(name, 32, **options)
     x = _input(2, 32, 6, 5)
     with visattn.capture_attention(blk) as maps:
         y = blk(x)
         m = maps[""]
-    _close(y, x * m)
+    close(y, x * m)
     assert m.shape[1] in (1, 32) and m.dim() == 4
 
 
 def test_bam_map_is_m_and_gc_map_is_softmax_weights() -> None:
     x = _input(2, 32, 6, 5)
-    bam = _randomized("bam", 32)
+    bam = randomized("bam", 32)
     with visattn.capture_attention(bam) as maps:
         y = bam(x)
-        _close(y, x * (1 + maps[""]))
+        close(y, x * (1 + maps[""]))
         assert maps[""].shape == x.shape
-    gc = _randomized("gc", 32)
+    gc = randomized("gc", 32)
     with visattn.capture_attention(gc) as maps:
         gc(x)
         a = maps[""]
     assert a.shape == (2, 1, 6, 5)
-    _close(a.sum((1, 2, 3)), torch.ones(2, dtype=a.dtype))
+    close(a.sum((1, 2, 3)), torch.ones(2, dtype=a.dtype))
 
 
 # ---------------------------------------------------- (2) parameters equal the closed forms
@@ -327,27 +289,27 @@ def test_param_count_matches_docstring_closed_form(name: str, channels: int) -> 
 
 def _assert_constant(t: torch.Tensor, dims: tuple[int, ...]) -> None:
     ref = t.amax(dims, keepdim=True)
-    _close(t, ref.expand_as(t))
-    _close(t.amin(dims, keepdim=True), ref)
+    close(t, ref.expand_as(t))
+    close(t.amin(dims, keepdim=True), ref)
 
 
 @pytest.mark.parametrize("name", ["se", "eca", "gsop"])
 def test_channel_blocks_ratio_constant_over_positions(name: str) -> None:
-    blk = _randomized(name, 32)
+    blk = randomized(name, 32)
     x = _input(2, 32, 7, 9)
     _assert_constant(blk(x) / x, (2, 3))
 
 
 @pytest.mark.parametrize("kernel_size", [7, 3])
 def test_spatial_gate_ratio_constant_over_channels(kernel_size: int) -> None:
-    blk = _randomized("spatial", 24, kernel_size=kernel_size)
+    blk = randomized("spatial", 24, kernel_size=kernel_size)
     x = _input(2, 24, 9, 9)
     _assert_constant(blk(x) / x, (1,))
 
 
 @pytest.mark.parametrize("combine", ["sum", "product"])
 def test_bam_ratio_in_open_interval_1_2(combine: str) -> None:
-    blk = _randomized("bam", 32, combine=combine)
+    blk = randomized("bam", 32, combine=combine)
     x = _input(4, 32, 9, 9)
     ratio = blk(x) / x
     assert ratio.min() > 1 and ratio.max() < 2
@@ -355,7 +317,7 @@ def test_bam_ratio_in_open_interval_1_2(combine: str) -> None:
 
 
 def test_gc_adds_the_same_vector_at_every_position() -> None:
-    blk = _randomized("gc", 32)
+    blk = randomized("gc", 32)
     x = _input(2, 32, 7, 5)
     _assert_constant(blk(x) - x, (2, 3))
 
@@ -370,14 +332,14 @@ def test_gc_starts_as_identity() -> None:
 def test_factorised_blocks_ratio_is_rank_one(name: str) -> None:
     """coord: ratio(c, i, j) = g_h(c, i) g_w(c, j); cbam (parallel): ratio = M_c(c) M_s(i, j)."""
     opts = {"order": "parallel"} if name == "cbam" else {}
-    blk = _randomized(name, 16, **opts)
+    blk = randomized(name, 16, **opts)
     x = _input(2, 16, 5, 6)
     r = blk(x) / x
     if name == "coord":  # r[i, j] r[0, 0] == r[i, 0] r[0, j] for every channel
-        _close(r * r[:, :, :1, :1], r[:, :, :, :1] * r[:, :, :1, :])
+        close(r * r[:, :, :1, :1], r[:, :, :, :1] * r[:, :, :1, :])
     else:  # r[c, p] r[0, 0] == r[c, 0] r[0, p] with p the flattened position
         r = r.flatten(2)
-        _close(r * r[:, :1, :1], r[:, :, :1] * r[:, :1, :])
+        close(r * r[:, :1, :1], r[:, :, :1] * r[:, :1, :])
 
 
 # ------------------------------------------------------------------ (4) GSoP's covariance

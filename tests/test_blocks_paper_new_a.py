@@ -14,45 +14,9 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from paper_helpers import bn_eval, conv1x1, n_params, randn64, randomized, recorded
 
 import visattn
-
-
-def _randomized(name: str, channels: int, **options) -> torch.nn.Module:
-    blk = visattn.create_block(name, channels, **options).double()
-    with torch.no_grad():
-        for p in blk.parameters():
-            p.copy_(torch.randn_like(p) * 0.5)
-        for m in blk.modules():
-            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
-                m.running_mean.copy_(torch.randn_like(m.running_mean) * 0.3)
-                m.running_var.copy_(torch.rand_like(m.running_var) + 0.5)
-    return blk.eval()
-
-
-def _input(n: int, c: int, h: int, w: int, seed: int = 0) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(n, c, h, w, generator=g, dtype=torch.float64)
-
-
-def _n_params(m: torch.nn.Module) -> int:
-    return sum(p.numel() for p in m.parameters())
-
-
-def _bn(t: torch.Tensor, bn: torch.nn.Module) -> torch.Tensor:
-    """Eval-mode BN over axis 1, written out."""
-    v = [1, -1] + [1] * (t.dim() - 2)
-    mean, var = bn.running_mean.view(v), bn.running_var.view(v)
-    return (t - mean) / torch.sqrt(var + bn.eps) * bn.weight.view(v) + bn.bias.view(v)
-
-
-def _mat(conv: torch.nn.Module) -> torch.Tensor:
-    return conv.weight.detach().flatten(1)
-
-
-def _conv1x1(t: torch.Tensor, conv: torch.nn.Module) -> torch.Tensor:
-    y = torch.einsum("oi,nihw->nohw", _mat(conv), t)
-    return y if conv.bias is None else y + conv.bias.view(1, -1, 1, 1)
 
 
 def _strip_conv(z: torch.Tensor, weight: torch.Tensor, groups: int) -> torch.Tensor:
@@ -82,37 +46,30 @@ def _group_norm(z: torch.Tensor, groups: int, gn: torch.nn.Module) -> torch.Tens
     return zn * gn.weight.view(1, c, 1) + gn.bias.view(1, c, 1)
 
 
-def _recorded(blk: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    with visattn.capture_attention(blk) as maps, torch.no_grad():
-        y = blk(x)
-    assert list(maps) == [""]
-    return y, maps[""]
-
-
 # --------------------------------------------------------------------------------------------- ese
 
 
 def test_ese_matches_pool_fc_gate() -> None:
-    blk = _randomized("ese", 24)
-    x = _input(2, 24, 7, 9)
-    a = torch.sigmoid(_conv1x1(x.mean((2, 3), keepdim=True), blk.fc))
-    y, m = _recorded(blk, x)
+    blk = randomized("ese", 24)
+    x = randn64(2, 24, 7, 9)
+    a = torch.sigmoid(conv1x1(x.mean((2, 3), keepdim=True), blk.fc))
+    y, m = recorded(blk, x)
     torch.testing.assert_close(y, x * a)
     assert m.shape == (2, 24, 1, 1)
     torch.testing.assert_close(m, a)
 
 
 def test_ese_hard_sigmoid_gate_is_relu6_form() -> None:
-    blk = _randomized("ese", 16, gate_layer="hard_sigmoid")
-    x = _input(2, 16, 5, 5)
-    z = _conv1x1(x.mean((2, 3), keepdim=True), blk.fc)
+    blk = randomized("ese", 16, gate_layer="hard_sigmoid")
+    x = randn64(2, 16, 5, 5)
+    z = conv1x1(x.mean((2, 3), keepdim=True), blk.fc)
     with torch.no_grad():
         torch.testing.assert_close(blk(x), x * (z + 3).clamp(0, 6) / 6)
 
 
 @pytest.mark.parametrize("channels", [16, 72, 256])
 def test_ese_param_count(channels: int) -> None:
-    assert _n_params(visattn.create_block("ese", channels)) == channels**2 + channels
+    assert n_params(visattn.create_block("ese", channels)) == channels**2 + channels
 
 
 # ---------------------------------------------------------------------------------------------- ge
@@ -151,19 +108,19 @@ def _dw3x3_s2(x: torch.Tensor, conv: torch.nn.Module) -> torch.Tensor:
 
 
 def _mlp(g: torch.Tensor, mlp: torch.nn.Module) -> torch.Tensor:
-    return _conv1x1(torch.relu(_conv1x1(g, mlp[0])), mlp[2])
+    return conv1x1(torch.relu(conv1x1(g, mlp[0])), mlp[2])
 
 
 @pytest.mark.parametrize("extent", ["global", 2, 4, 8])
 def test_ge_theta_minus_is_parameter_free_pooling_interpolation_sigmoid(extent) -> None:
     blk = visattn.create_block("ge", 8, variant="minus", extent=extent).double().eval()
-    assert _n_params(blk) == 0
-    x = _input(2, 8, 15, 13)
+    assert n_params(blk) == 0
+    x = randn64(2, 8, 15, 13)
     if extent == "global":
         g = x.mean((2, 3), keepdim=True)
     else:
         g = _nearest(_avg_window(x, extent), 15, 13)
-    y, m = _recorded(blk, x)
+    y, m = recorded(blk, x)
     torch.testing.assert_close(y, x * torch.sigmoid(g))
     assert m.shape == ((2, 8, 1, 1) if extent == "global" else (2, 8, 15, 13))
     torch.testing.assert_close(x * m, y)
@@ -172,14 +129,14 @@ def test_ge_theta_minus_is_parameter_free_pooling_interpolation_sigmoid(extent) 
 @pytest.mark.parametrize("extent", [2, 4])
 @pytest.mark.parametrize("variant", ["theta", "plus"])
 def test_ge_theta_and_theta_plus_match_strided_depthwise_gather(variant: str, extent: int) -> None:
-    blk = _randomized("ge", 32, variant=variant, extent=extent)
-    x = _input(2, 32, 11, 9)
+    blk = randomized("ge", 32, variant=variant, extent=extent)
+    x = randn64(2, 32, 11, 9)
     convs = [m for m in blk.gather if isinstance(m, torch.nn.Conv2d)]
     bns = [m for m in blk.gather if isinstance(m, torch.nn.BatchNorm2d)]
     assert len(convs) == len(bns) == int(math.log2(extent))
     g = x
     for i, (conv, bn) in enumerate(zip(convs, bns)):
-        g = _bn(_dw3x3_s2(g, conv), bn)
+        g = bn_eval(_dw3x3_s2(g, conv), bn)
         if i < len(convs) - 1:
             g = torch.relu(g)
     if variant == "plus":
@@ -189,14 +146,14 @@ def test_ge_theta_and_theta_plus_match_strided_depthwise_gather(variant: str, ex
 
 
 def test_ge_global_parametric_gather_covers_the_whole_map() -> None:
-    blk = _randomized("ge", 16, variant="plus", extent="global", feat_size=(7, 9))
-    x = _input(2, 16, 7, 9)
+    blk = randomized("ge", 16, variant="plus", extent="global", feat_size=(7, 9))
+    x = randn64(2, 16, 7, 9)
     k = blk.gather[0].weight.detach().view(16, 7, 9)
-    g = _bn(torch.einsum("chw,nchw->nc", k, x).view(2, 16, 1, 1), blk.gather[1])
+    g = bn_eval(torch.einsum("chw,nchw->nc", k, x).view(2, 16, 1, 1), blk.gather[1])
     with torch.no_grad():
         torch.testing.assert_close(blk(x), x * torch.sigmoid(_mlp(g, blk.mlp)))
     with pytest.raises(ValueError, match=r"block 'ge'.*7x9"):
-        blk(_input(2, 16, 8, 9))
+        blk(randn64(2, 16, 8, 9))
 
 
 @pytest.mark.parametrize(
@@ -212,7 +169,7 @@ def test_ge_global_parametric_gather_covers_the_whole_map() -> None:
 @pytest.mark.parametrize("channels", [32, 256])
 def test_ge_param_count(options: dict, closed_form, channels: int) -> None:
     blk = visattn.create_block("ge", channels, **options)
-    assert _n_params(blk) == closed_form(channels, channels // 16)
+    assert n_params(blk) == closed_form(channels, channels // 16)
 
 
 @pytest.mark.parametrize(
@@ -257,18 +214,18 @@ def _ela_ref(blk, x: torch.Tensor, groups: int, conv_groups: int, act=lambda t: 
 def test_ela_matches_strip_conv_groupnorm_gates(
     channels: int, options: dict, groups: int, conv_groups: int
 ):
-    blk = _randomized("ela", channels, **options)
-    x = _input(2, channels, 9, 6)
+    blk = randomized("ela", channels, **options)
+    x = randn64(2, channels, 9, 6)
     a = _ela_ref(blk, x, groups, conv_groups)
-    y, m = _recorded(blk, x)
+    y, m = recorded(blk, x)
     torch.testing.assert_close(y, x * a)
     assert m.shape == (2, channels, 9, 6)
     torch.testing.assert_close(m, a)
 
 
 def test_ela_timm_options_put_silu_between_norm_and_gate() -> None:
-    blk = _randomized("ela", 16, shared=False, num_groups=1, act_layer="silu")
-    x = _input(2, 16, 6, 7)
+    blk = randomized("ela", 16, shared=False, num_groups=1, act_layer="silu")
+    x = randn64(2, 16, 6, 7)
     with torch.no_grad():
         torch.testing.assert_close(blk(x), x * _ela_ref(blk, x, 1, 16, F.silu))
 
@@ -283,7 +240,7 @@ def test_ela_timm_options_put_silu_between_norm_and_gate() -> None:
 )
 @pytest.mark.parametrize("channels", [32, 64, 256])
 def test_ela_param_count(options: dict, closed_form, channels: int) -> None:
-    assert _n_params(visattn.create_block("ela", channels, **options)) == closed_form(channels)
+    assert n_params(visattn.create_block("ela", channels, **options)) == closed_form(channels)
 
 
 def test_ela_rejects_conv_groups_that_do_not_divide_channels() -> None:
@@ -296,8 +253,8 @@ def test_ela_rejects_conv_groups_that_do_not_divide_channels() -> None:
 
 @pytest.mark.parametrize("options", [{}, {"kernel_size": 5, "bias": True}, {"use_conv": False}])
 def test_strip_is_gated_sum_of_refined_strip_pools(options: dict) -> None:
-    blk = _randomized("strip", 12, **options)
-    x = _input(2, 12, 8, 5)
+    blk = randomized("strip", 12, **options)
+    x = randn64(2, 12, 8, 5)
     z_h, z_w = x.mean(3), x.mean(2)
     if options.get("use_conv", True):
         b_h = 0 if blk.conv_h.bias is None else blk.conv_h.bias.detach().view(1, -1, 1)
@@ -305,7 +262,7 @@ def test_strip_is_gated_sum_of_refined_strip_pools(options: dict) -> None:
         z_h = _strip_conv(z_h, blk.conv_h.weight.detach(), 12) + b_h
         z_w = _strip_conv(z_w, blk.conv_w.weight.detach(), 12) + b_w
     a = torch.sigmoid(z_h.unsqueeze(3) + z_w.unsqueeze(2))
-    y, m = _recorded(blk, x)
+    y, m = recorded(blk, x)
     torch.testing.assert_close(y, x * a)
     torch.testing.assert_close(m, a)
 
@@ -313,16 +270,16 @@ def test_strip_is_gated_sum_of_refined_strip_pools(options: dict) -> None:
 @pytest.mark.parametrize("channels", [32, 256])
 def test_strip_param_count(channels: int) -> None:
     c = channels
-    assert _n_params(visattn.create_block("strip", c)) == 2 * 3 * c
-    assert _n_params(visattn.create_block("strip", c, kernel_size=5, bias=True)) == 10 * c + 2 * c
-    assert _n_params(visattn.create_block("strip", c, use_conv=False)) == 0
+    assert n_params(visattn.create_block("strip", c)) == 2 * 3 * c
+    assert n_params(visattn.create_block("strip", c, kernel_size=5, bias=True)) == 10 * c + 2 * c
+    assert n_params(visattn.create_block("strip", c, use_conv=False)) == 0
 
 
 # --------------------------------------------------------------------------------------------- bat
 
 
 def _cbr(t: torch.Tensor, seq: torch.nn.Module) -> torch.Tensor:
-    return torch.relu(_bn(_conv1x1(t, seq[0]), seq[1]))
+    return torch.relu(bn_eval(conv1x1(t, seq[0]), seq[1]))
 
 
 def _adaptive_max(a: torch.Tensor, s: int, axis: int) -> torch.Tensor:
@@ -365,20 +322,20 @@ def _bat_ref(blk, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Te
 
 @pytest.mark.parametrize("size", [(14, 14), (7, 21), (15, 9), (3, 4)])
 def test_bat_matches_bilinear_transform_with_kronecker_matrices(size) -> None:
-    blk = _randomized("bat", 32)
-    x = _input(2, 32, *size)
+    blk = randomized("bat", 32)
+    x = randn64(2, 32, *size)
     ref, _, _ = _bat_ref(blk, x)
     with torch.no_grad():
         torch.testing.assert_close(blk(x), ref)
 
 
 def test_bat_transforms_are_normalised_and_map_is_received_attention() -> None:
-    blk = _randomized("bat", 32, groups=4, block_size=4)
-    x = _input(2, 32, 8, 12)
+    blk = randomized("bat", 32, groups=4, block_size=4)
+    x = randn64(2, 32, 8, 12)
     _, p, q = _bat_ref(blk, x)
     torch.testing.assert_close(p.sum(3), torch.ones_like(p.sum(3)))
     torch.testing.assert_close(q.sum(2), torch.ones_like(q.sum(2)))
-    _, m = _recorded(blk, x)
+    _, m = recorded(blk, x)
     assert m.shape == (2, 1, 8, 12)
     torch.testing.assert_close(m.sum((2, 3)), torch.ones(2, 1, dtype=m.dtype))
     # received weight of (a, b): column sum of P kron I_2 at a times row sum of Q kron I_3 at b
@@ -395,12 +352,12 @@ def test_bat_param_count(channels: int, options: dict) -> None:
     c, cr = channels, channels // 4
     g, s = options.get("groups", 2), options.get("block_size", 7)
     closed = 2 * c * cr + cr**2 + cr * g + 4 * cr + 2 * g + 2 * s**3 * g**2 + 2 * s**2 * g + 2 * c
-    assert _n_params(visattn.create_block("bat", c, **options)) == closed
+    assert n_params(visattn.create_block("bat", c, **options)) == closed
 
 
 def test_bat_dropout_only_in_training_and_rejects_bad_options() -> None:
     blk = visattn.create_block("bat", 32, drop_rate=0.5).eval()
-    x = _input(2, 32, 7, 7).float()
+    x = randn64(2, 32, 7, 7).float()
     with torch.no_grad():
         torch.testing.assert_close(blk(x), blk(x))
     with pytest.raises(ValueError, match="block 'bat': option 'groups'"):
@@ -450,6 +407,6 @@ def test_identity_form_holds_for_non_default_options(name: str, options: dict) -
 def test_gc_average_pooling_records_uniform_weights() -> None:
     blk = visattn.create_block("gc", 16, pool="avg", fusion="scale").eval()
     x = torch.randn(2, 16, 5, 6)
-    _, m = _recorded(blk, x)
+    _, m = recorded(blk, x)
     assert m.shape == (2, 1, 5, 6)
     torch.testing.assert_close(m, torch.full_like(m, 1 / 30))

@@ -15,36 +15,11 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
+from paper_helpers import close, conv1x1, n_params, randn64, randomized, sigmoid
 
 import visattn
 
 # --------------------------------------------------------------------------------------- helpers
-
-
-def _randomized(name: str, channels: int, **options) -> torch.nn.Module:
-    blk = visattn.create_block(name, channels, **options).double()
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in blk.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype) * 0.5)
-        for m in blk.modules():
-            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
-                m.running_mean.copy_(torch.randn(m.running_mean.shape, generator=gen) * 0.3)
-                m.running_var.copy_(torch.rand(m.running_var.shape, generator=gen) + 0.5)
-    return blk.eval()
-
-
-def _input(n: int, c: int, h: int, w: int, seed: int = 1) -> torch.Tensor:
-    gen = torch.Generator().manual_seed(seed)
-    return torch.randn(n, c, h, w, generator=gen, dtype=torch.float64)
-
-
-def _conv1x1(x: torch.Tensor, conv: torch.nn.Module) -> torch.Tensor:
-    """``(N, Cin, H, W) -> (N, Cout, H, W)`` as a matrix product (plus bias if any)."""
-    out = torch.einsum("oc,nchw->nohw", conv.weight.detach().flatten(1), x)
-    if conv.bias is not None:
-        out = out + conv.bias.detach().view(1, -1, 1, 1)
-    return out
 
 
 def _softmax(t: torch.Tensor, dim: int) -> torch.Tensor:
@@ -52,26 +27,14 @@ def _softmax(t: torch.Tensor, dim: int) -> torch.Tensor:
     return e / e.sum(dim, keepdim=True)
 
 
-def _sigmoid(t: torch.Tensor) -> torch.Tensor:
-    return 1.0 / (1.0 + torch.exp(-t))
-
-
-def _close(a: torch.Tensor, b: torch.Tensor) -> None:
-    torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
-
-
-def _params(blk: torch.nn.Module) -> int:
-    return sum(p.numel() for p in blk.parameters())
-
-
 # ------------------------------------------------------------------------------------- danet
 
 
 def _danet_reference(blk, x: torch.Tensor, fusion: str, cam_logits: str) -> torch.Tensor:
     n, c, h, w = x.shape
-    q = _conv1x1(x, blk.query).flatten(2)  # (N, d, P)
-    k = _conv1x1(x, blk.key).flatten(2)
-    v = _conv1x1(x, blk.value).flatten(2)
+    q = conv1x1(x, blk.query).flatten(2)  # (N, d, P)
+    k = conv1x1(x, blk.key).flatten(2)
+    v = conv1x1(x, blk.value).flatten(2)
     s = _softmax(torch.einsum("ndj,ndi->nji", q, k), dim=2)  # Eq. (1): s_ji over i
     p = torch.einsum("nji,nci->ncj", s, v)  # Eq. (2) without alpha and residual
     a = x.flatten(2)
@@ -89,15 +52,15 @@ def _danet_reference(blk, x: torch.Tensor, fusion: str, cam_logits: str) -> torc
 @pytest.mark.parametrize("fusion", ["mean", "sum"])
 @pytest.mark.parametrize("cam_logits", ["energy", "negated"])
 def test_danet_matches_eqs_1_to_4(fusion: str, cam_logits: str) -> None:
-    blk = _randomized("danet", 32, fusion=fusion, cam_logits=cam_logits)
-    x = _input(2, 32, 5, 6) * 0.3  # CAM's raw energies stay in a non-saturated range
-    _close(blk(x), _danet_reference(blk, x, fusion, cam_logits))
+    blk = randomized("danet", 32, fusion=fusion, cam_logits=cam_logits)
+    x = randn64(2, 32, 5, 6) * 0.3  # CAM's raw energies stay in a non-saturated range
+    close(blk(x), _danet_reference(blk, x, fusion, cam_logits))
 
 
 def test_danet_negated_logits_differ_from_the_paper() -> None:
-    x = _input(2, 16, 4, 4) * 0.3
-    paper = _randomized("danet", 16)
-    official = _randomized("danet", 16, cam_logits="negated")
+    x = randn64(2, 16, 4, 4) * 0.3
+    paper = randomized("danet", 16)
+    official = randomized("danet", 16, cam_logits="negated")
     assert (paper(x) - official(x)).abs().max() > 1e-3
 
 
@@ -112,22 +75,22 @@ def test_danet_starts_as_identity_and_learns() -> None:
 
 
 def test_danet_records_received_position_or_channel_attention() -> None:
-    x = _input(2, 16, 5, 4) * 0.3
+    x = randn64(2, 16, 5, 4) * 0.3
     for record, shape in (("position", (2, 1, 5, 4)), ("channel", (2, 16, 1, 1))):
-        blk = _randomized("danet", 16, record=record)
+        blk = randomized("danet", 16, record=record)
         with visattn.capture_attention(blk) as maps:
             blk(x)
         m = maps[""]
         assert m.shape == shape
-        _close(m.sum((1, 2, 3)), torch.ones(2, dtype=m.dtype))
+        close(m.sum((1, 2, 3)), torch.ones(2, dtype=m.dtype))
     # the position map is PAM's s averaged over queries
-    blk = _randomized("danet", 16)
-    q = _conv1x1(x, blk.query).flatten(2)
-    k = _conv1x1(x, blk.key).flatten(2)
+    blk = randomized("danet", 16)
+    q = conv1x1(x, blk.query).flatten(2)
+    k = conv1x1(x, blk.key).flatten(2)
     s = _softmax(torch.einsum("ndj,ndi->nji", q, k), dim=2)
     with visattn.capture_attention(blk) as maps:
         blk(x)
-    _close(maps[""], s.mean(1).reshape(2, 1, 5, 4))
+    close(maps[""], s.mean(1).reshape(2, 1, 5, 4))
 
 
 # ---------------------------------------------------------------------------------------- cc
@@ -137,7 +100,7 @@ def _cc_step_dense(blk, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """One criss-cross step with a loop over positions. Returns the step's output and its dense
     (N, HW, HW) weights (zero off each query's criss-cross path)."""
     n, _, h, w = x.shape
-    q, k, v = _conv1x1(x, blk.query), _conv1x1(x, blk.key), _conv1x1(x, blk.value)
+    q, k, v = conv1x1(x, blk.query), conv1x1(x, blk.key), conv1x1(x, blk.value)
     dense = x.new_zeros(n, h * w, h * w)
     out = torch.zeros_like(x)
     for i in range(h):
@@ -158,27 +121,27 @@ def _cc_step_dense(blk, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 @pytest.mark.parametrize("recurrence", [1, 2, 3])
 @pytest.mark.parametrize("gamma", [False, True])
 def test_cc_matches_eqs_1_2_with_shared_recurrence(recurrence: int, gamma: bool) -> None:
-    blk = _randomized("cc", 16, recurrence=recurrence, gamma=gamma)
-    x = _input(2, 16, 4, 5)
+    blk = randomized("cc", 16, recurrence=recurrence, gamma=gamma)
+    x = randn64(2, 16, 4, 5)
     ref, denses = x, []
     for _ in range(recurrence):
         ref, dense = _cc_step_dense(blk, ref)
         denses.append(dense)
     with visattn.capture_attention(blk) as maps:
         y = blk(x)
-    _close(y, ref)
+    close(y, ref)
     composed = denses[0]
     for d in denses[1:]:
         composed = d @ composed  # A_R ... A_1
-    _close(composed.sum(-1), torch.ones_like(composed.sum(-1)))
-    _close(maps[""], composed.mean(1).reshape(2, 1, 4, 5))
+    close(composed.sum(-1), torch.ones_like(composed.sum(-1)))
+    close(maps[""], composed.mean(1).reshape(2, 1, 4, 5))
 
 
 @pytest.mark.parametrize("recurrence, reaches_all", [(1, False), (2, True)])
 def test_cc_two_steps_reach_every_position(recurrence: int, reaches_all: bool) -> None:
     """Paper Sec. 3.2: one step links a position to its row and column, two steps to all."""
-    blk = _randomized("cc", 8, recurrence=recurrence)
-    x = _input(1, 8, 5, 6).requires_grad_()
+    blk = randomized("cc", 8, recurrence=recurrence)
+    x = randn64(1, 8, 5, 6).requires_grad_()
     blk(x)[0, :, 4, 5].sum().backward()  # output at (4, 5)
     influence = x.grad.abs().sum(1)[0]  # (H, W)
     assert influence[4].min() > 0 and influence[:, 5].min() > 0  # its row and column
@@ -189,7 +152,7 @@ def test_cc_gamma_option_starts_as_identity() -> None:
     blk = visattn.create_block("cc", 16, gamma=True)
     x = torch.randn(2, 16, 5, 5)
     assert torch.equal(blk(x), x)
-    assert _params(blk) == _params(visattn.create_block("cc", 16)) + 1
+    assert n_params(blk) == n_params(visattn.create_block("cc", 16)) + 1
 
 
 # ---------------------------------------------------------------------------------------- a2
@@ -197,19 +160,19 @@ def test_cc_gamma_option_starts_as_identity() -> None:
 
 @pytest.mark.parametrize("options", [{}, {"feature_channels": 6, "num_descriptors": 3}])
 def test_a2_matches_gather_and_distribute(options: dict) -> None:
-    blk = _randomized("a2", 24, **options)
-    x = _input(2, 24, 5, 7)
+    blk = randomized("a2", 24, **options)
+    x = randn64(2, 24, 5, 7)
     n, _, h, w = x.shape
-    a = _conv1x1(x, blk.phi).flatten(2)  # (N, m, P)
-    b = _softmax(_conv1x1(x, blk.theta).flatten(2), dim=2)  # attention maps, over positions
-    v = _softmax(_conv1x1(x, blk.rho).flatten(2), dim=1)  # attention vectors, over descriptors
+    a = conv1x1(x, blk.phi).flatten(2)  # (N, m, P)
+    b = _softmax(conv1x1(x, blk.theta).flatten(2), dim=2)  # attention maps, over positions
+    v = _softmax(conv1x1(x, blk.rho).flatten(2), dim=1)  # attention vectors, over descriptors
     g = torch.einsum("nmp,nip->nmi", a, b)  # gathered global descriptors
     z = torch.einsum("nmi,nip->nmp", g, v)  # distributed
-    expected = x + _conv1x1(z.reshape(n, -1, h, w), blk.proj)
+    expected = x + conv1x1(z.reshape(n, -1, h, w), blk.proj)
     with visattn.capture_attention(blk) as maps:
-        _close(blk(x), expected)
+        close(blk(x), expected)
     pairwise = torch.einsum("niu,nip->nup", v, b)  # W(u, p), rows sum to 1
-    _close(maps[""], pairwise.mean(1).reshape(n, 1, h, w))
+    close(maps[""], pairwise.mean(1).reshape(n, 1, h, w))
     assert (blk.feature_channels, blk.num_descriptors) == (
         options.get("feature_channels", 6),
         options.get("num_descriptors", 6),
@@ -228,37 +191,37 @@ def _layer_norm(t: torch.Tensor, ln: torch.nn.Module) -> torch.Tensor:
 
 
 def _psa_channel(blk, x: torch.Tensor, form: str, layout: str) -> torch.Tensor:
-    wq = _softmax(_conv1x1(x, blk.ch_q).flatten(2), dim=2)  # (N, 1, P)
-    wv = _conv1x1(x, blk.ch_v).flatten(2)  # (N, c, P)
+    wq = _softmax(conv1x1(x, blk.ch_q).flatten(2), dim=2)  # (N, 1, P)
+    wv = conv1x1(x, blk.ch_v).flatten(2)  # (N, c, P)
     z = torch.einsum("ncp,np->nc", wv, wq[:, 0])[:, :, None, None]
     if form == "paper":
-        t = _layer_norm(_conv1x1(z, blk.ch_z[0]), blk.ch_z[1])
+        t = _layer_norm(conv1x1(z, blk.ch_z[0]), blk.ch_z[1])
     elif layout == "parallel":
-        t = _conv1x1(z, blk.ch_z[0])
+        t = conv1x1(z, blk.ch_z[0])
     else:  # bottleneck, LN, ReLU, conv
-        t = _layer_norm(_conv1x1(z, blk.ch_z[0]), blk.ch_z[1]).clamp_min(0)
-        t = _conv1x1(t, blk.ch_z[3])
-    return _sigmoid(t)  # (N, C, 1, 1)
+        t = _layer_norm(conv1x1(z, blk.ch_z[0]), blk.ch_z[1]).clamp_min(0)
+        t = conv1x1(t, blk.ch_z[3])
+    return sigmoid(t)  # (N, C, 1, 1)
 
 
 def _psa_spatial(blk, x: torch.Tensor, form: str, layout: str) -> torch.Tensor:
     n, _, h, w = x.shape
-    q = _conv1x1(x, blk.sp_q).mean((2, 3))  # (N, c)
-    v = _conv1x1(x, blk.sp_v).flatten(2)  # (N, c, P)
+    q = conv1x1(x, blk.sp_q).mean((2, 3))  # (N, c)
+    v = conv1x1(x, blk.sp_v).flatten(2)  # (N, c, P)
     if form == "paper":
         s = torch.einsum("nc,ncp->np", _softmax(q, dim=1), v)
     elif layout == "parallel":
         s = _softmax(torch.einsum("nc,ncp->np", q, v), dim=1)
     else:
         s = torch.einsum("nc,ncp->np", q, _softmax(v, dim=2))
-    return _sigmoid(s).reshape(n, 1, h, w)
+    return sigmoid(s).reshape(n, 1, h, w)
 
 
 @pytest.mark.parametrize("form", ["paper", "official"])
 @pytest.mark.parametrize("layout", ["parallel", "sequential"])
 def test_psa_matches_channel_and_spatial_branches(layout: str, form: str) -> None:
-    blk = _randomized("psa", 32, layout=layout, form=form)
-    x = _input(2, 32, 5, 6)
+    blk = randomized("psa", 32, layout=layout, form=form)
+    x = randn64(2, 32, 5, 6)
     a_ch = _psa_channel(blk, x, form, layout)
     if layout == "parallel":
         expected = a_ch * x + _psa_spatial(blk, x, form, layout) * x
@@ -267,9 +230,9 @@ def test_psa_matches_channel_and_spatial_branches(layout: str, form: str) -> Non
         expected = _psa_spatial(blk, z, form, layout) * z
     with visattn.capture_attention(blk) as maps:
         y = blk(x)
-    _close(y, expected)
+    close(y, expected)
     assert maps[""].shape == x.shape
-    _close(y, x * maps[""])
+    close(y, x * maps[""])
 
 
 # --------------------------------------------------------------------------------------- ema
@@ -282,7 +245,7 @@ def _ema_group(blk, g: torch.Tensor) -> torch.Tensor:
     f = torch.einsum("oc,ncl->nol", blk.conv1x1.weight.detach().flatten(1), z)
     f = f + blk.conv1x1.bias.detach()[:, None]
     f_h, f_w = f[:, :, :h], f[:, :, h:]
-    t = g * _sigmoid(f_h)[:, :, :, None] * _sigmoid(f_w)[:, :, None, :]
+    t = g * sigmoid(f_h)[:, :, :, None] * sigmoid(f_w)[:, :, None, :]
     mu, var = t.mean((2, 3), keepdim=True), t.var((2, 3), unbiased=False, keepdim=True)
     gn = blk.gn
     x1 = (t - mu) / torch.sqrt(var + gn.eps) * gn.weight.detach().view(1, -1, 1, 1)
@@ -296,23 +259,23 @@ def _ema_group(blk, g: torch.Tensor) -> torch.Tensor:
     s1 = _softmax(x1.mean((2, 3)), dim=1)
     s2 = _softmax(x2.mean((2, 3)), dim=1)
     weights = torch.einsum("nc,nchw->nhw", s1, x2) + torch.einsum("nc,nchw->nhw", s2, x1)
-    return g * _sigmoid(weights)[:, None]
+    return g * sigmoid(weights)[:, None]
 
 
 @pytest.mark.parametrize("channels, groups", [(32, None), (32, 4), (72, None), (24, 3)])
 def test_ema_matches_both_branches_and_cross_spatial_learning(channels: int, groups) -> None:
-    blk = _randomized("ema", channels, groups=groups)
+    blk = randomized("ema", channels, groups=groups)
     expected_groups = groups or max(d for d in range(1, 33) if channels % d == 0)
     assert blk.groups == expected_groups
     c = channels // expected_groups
-    x = _input(2, channels, 5, 7)
+    x = randn64(2, channels, 5, 7)
     expected = torch.cat(
         [_ema_group(blk, x[:, i * c : (i + 1) * c]) for i in range(expected_groups)], dim=1
     )
     with visattn.capture_attention(blk) as maps:
         y = blk(x)
-    _close(y, expected)
-    _close(y, x * maps[""])
+    close(y, expected)
+    close(y, x * maps[""])
 
 
 def test_ema_default_groups_for_the_test_channels() -> None:
@@ -326,17 +289,17 @@ def test_ema_default_groups_for_the_test_channels() -> None:
 
 @pytest.mark.parametrize("form", ["paper", "official"])
 def test_external_matches_double_normalisation(form: str) -> None:
-    blk = _randomized("external", 16, memory_units=8, form=form)
-    x = _input(2, 16, 4, 5)
+    blk = randomized("external", 16, memory_units=8, form=form)
+    x = randn64(2, 16, 4, 5)
     n, c, h, w = x.shape
-    f = _conv1x1(x, blk.query).flatten(2)  # (N, C, P)
+    f = conv1x1(x, blk.query).flatten(2)  # (N, C, P)
     logits = torch.einsum("sc,ncp->nps", blk.mk.weight.detach().flatten(1), f)  # (N, P, S)
     a_hat = _softmax(logits, dim=1)  # over the positions
     a = a_hat / (1e-9 + a_hat.sum(2, keepdim=True))  # l1 over the memory units
     out = torch.einsum("cs,nps->ncp", blk.mv.weight.detach().flatten(1), a).reshape(n, c, h, w)
     if form == "official":
         conv, bn = blk.out[0], blk.out[1]
-        t = _conv1x1(out, conv)
+        t = conv1x1(out, conv)
         shape = (1, -1, 1, 1)
         t = (t - bn.running_mean.view(shape)) / torch.sqrt(bn.running_var.view(shape) + bn.eps)
         t = t * bn.weight.detach().view(shape) + bn.bias.detach().view(shape)
@@ -344,8 +307,8 @@ def test_external_matches_double_normalisation(form: str) -> None:
     else:
         expected = x + out
     with visattn.capture_attention(blk) as maps:
-        _close(blk(x), expected)
-    _close(maps[""], a_hat.mean(2).reshape(n, 1, h, w))
+        close(blk(x), expected)
+    close(maps[""], a_hat.mean(2).reshape(n, 1, h, w))
 
 
 def test_external_official_value_memory_starts_as_key_memory_transposed() -> None:
@@ -383,7 +346,7 @@ CLOSED_FORMS = {
 def test_param_count_matches_docstring_closed_form(key, channels: int) -> None:
     name, options = key
     blk = visattn.create_block(name, channels, **dict(options))
-    assert _params(blk) == CLOSED_FORMS[key](channels)
+    assert n_params(blk) == CLOSED_FORMS[key](channels)
 
 
 # --------------------------------------------------------------------- capture map shapes
@@ -428,7 +391,7 @@ SCRIPT_CASES = [
 
 @pytest.mark.parametrize("name, options", SCRIPT_CASES)
 def test_torchscript_and_fx_match_eager(name: str, options: dict) -> None:
-    blk = _randomized(name, 16, **options).float()
+    blk = randomized(name, 16, **options).float()
     x = torch.randn(2, 16, 5, 7)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.jit.script is deprecated in torch 2.x

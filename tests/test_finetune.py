@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_training import TINY
+from training_helpers import TINY
 
 from visattn.training import ClassificationModule, run
 from visattn.training.module import split_parameters

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from training_helpers import TINY_DATA, TINY_TRAINER
 
 from visattn.training import run
 from visattn.training.callbacks import read_metrics_csv
@@ -18,19 +19,11 @@ FINETUNE = REPO / "configs/finetune"
 
 # tiny data and a CPU trainer; everything else comes from the configs
 TINY = [
-    "--data.image_size=16",
-    "--data.num_train=48",
-    "--data.num_val=32",
-    "--data.num_test=32",
-    "--data.batch_size=16",
-    "--data.num_workers=0",
+    *TINY_DATA,
+    *TINY_TRAINER,
     "--trainer.max_epochs=1",
-    "--trainer.accelerator=cpu",
     "--trainer.devices=1",
-    "--trainer.enable_progress_bar=false",
-    "--trainer.enable_model_summary=false",
     "--trainer.num_sanity_val_steps=0",
-    "--trainer.log_every_n_steps=1",
 ]
 
 

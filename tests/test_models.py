@@ -55,15 +55,16 @@ def _is_cifar(name: str) -> bool:
 
 
 def _marks(name: str, default_size: bool) -> list:
-    # forward + backward at 224x224 takes 2-7 s per ImageNet model on 2 CPU cores
-    heavy = default_size and not _is_cifar(name) and name != "resnet18"
-    return [pytest.mark.slow] if heavy else []
+    # forward + backward at 224x224 takes 2-7 s per ImageNet model on 2 CPU cores; all but a
+    # few representatives of these are `heavy` (tests/conftest.py)
+    slow = default_size and not _is_cifar(name) and name != "resnet18"
+    return [pytest.mark.slow] if slow else []
 
 
 def _run(name: str, size: int | None = None) -> None:
     model = visattn.create_model(name, num_classes=7)
+    assert model.default_input_size == ((3, 32, 32) if _is_cifar(name) else (3, 224, 224))
     if size is None:
-        assert model.default_input_size == ((3, 32, 32) if _is_cifar(name) else (3, 224, 224))
         size = model.default_input_size[1]
     x = torch.randn(2, 3, size, size)
     out = model(x)

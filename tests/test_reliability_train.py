@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_training import TINY, read_csv, tiny_fit
+from training_helpers import TINY, read_csv, tiny_fit
 
 from visattn.training import NonFiniteLossError, run
 

@@ -3,46 +3,15 @@
 
 from __future__ import annotations
 
-import csv
 import math
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
+from training_helpers import TINY, read_csv, tiny_fit
 
 from visattn.models.placement import Placement
 from visattn.training import ClassificationModule, NonFiniteLossError, lr_factor, run
-
-REPO = Path(__file__).resolve().parents[1]
-
-# a tiny, fast run: shapes at 16 px, 3 steps per epoch
-TINY = [
-    "--model.model=resnet20_cifar",
-    "--model.attention={name: se, args: {reduction: 4}}",
-    "--model.lr=0.05",
-    "--data.dataset=shapes",
-    "--data.image_size=16",
-    "--data.num_train=48",
-    "--data.num_val=32",
-    "--data.num_test=32",
-    "--data.batch_size=16",
-    "--data.num_workers=0",
-    "--trainer.accelerator=cpu",
-    "--trainer.enable_progress_bar=false",
-    "--trainer.enable_model_summary=false",
-    "--trainer.log_every_n_steps=1",
-]
-
-
-def tiny_fit(root: Path, *extra: str) -> dict[str, Any]:
-    return run(["fit", *TINY, f"--trainer.default_root_dir={root}", *extra])
-
-
-def read_csv(path: str | Path) -> list[dict[str, str]]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
-
 
 # -------------------------------------------------------------------------------------- schedule
 
