@@ -1,6 +1,7 @@
-"""GSoP's covariance with its symmetric hand-written backward, and its row-wise convolution as an
-einsum: gradients (gradcheck in float64, against autograd's own backward), memory format, and the
-transforms (TorchScript, torch.fx, torch.export, torch.compile)."""
+"""GSoP's covariance with its symmetric hand-written backward, its 1x1 reduction as batched
+products, and its row-wise convolution as an einsum: gradients (gradcheck in float64, against
+autograd's own backward), memory format, and the transforms (TorchScript, torch.fx, torch.export,
+torch.compile)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import warnings
 import pytest
 import torch
 import torch.fx
+import torch.nn.functional as F
 
 import visattn
-from visattn.blocks.gsop import _covariance, _covariance_fp32
+from visattn.blocks.gsop import _covariance, _covariance_fp32, _pointwise_conv
 
 
 def _z(n: int = 2, c: int = 5, h: int = 3, w: int = 4, **kw) -> torch.Tensor:
@@ -49,6 +51,45 @@ def test_channels_last_is_read_in_place_and_gets_a_channels_last_gradient() -> N
     torch.testing.assert_close(cov, _covariance_fp32(z.detach().contiguous()))
     cov.sum().backward()
     assert z.grad.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_contiguous_input_gets_a_contiguous_gradient() -> None:
+    z = _z(2, 6, 5, 7).requires_grad_()
+    _covariance_fp32(z).sum().backward()
+    assert z.grad.is_contiguous()
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_pointwise_conv_gradcheck_float64(channels_last: bool) -> None:
+    x = _z(2, 6, 3, 4, dtype=torch.float64)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    w = torch.randn(5, 6, 1, 1, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    assert torch.autograd.gradcheck(_pointwise_conv, (x.requires_grad_(), w.requires_grad_()))
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_pointwise_conv_is_conv2d_and_keeps_the_layout(channels_last: bool) -> None:
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    x1 = _z(3, 8, 5, 7).contiguous(memory_format=fmt).requires_grad_()
+    w1 = torch.randn(4, 8, 1, 1, generator=torch.Generator().manual_seed(1)).requires_grad_()
+    x2, w2 = (t.detach().clone().requires_grad_() for t in (x1, w1))
+    g = torch.randn(3, 4, 5, 7).contiguous(memory_format=fmt)
+    y1, y2 = _pointwise_conv(x1, w1), F.conv2d(x2, w2)
+    torch.testing.assert_close(y1, y2)
+    y1.backward(g)
+    y2.backward(g)
+    torch.testing.assert_close(x1.grad, x2.grad)
+    torch.testing.assert_close(w1.grad, w2.grad)
+    assert y1.is_contiguous(memory_format=fmt) and x1.grad.is_contiguous(memory_format=fmt)
+
+
+def test_pointwise_conv_under_autocast_is_the_autocast_conv2d() -> None:
+    x, w = _z(2, 8, 5, 7), torch.randn(4, 8, 1, 1)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y, ref = _pointwise_conv(x, w), F.conv2d(x, w)
+    assert y.dtype == ref.dtype == torch.bfloat16
+    torch.testing.assert_close(y, ref)
 
 
 def test_float32_under_bf16_autocast_and_its_gradient() -> None:
@@ -101,7 +142,8 @@ def test_row_conv_einsum_is_the_grouped_convolution() -> None:
 def test_fx_trace_keeps_the_covariance_as_one_call_and_the_same_gradients() -> None:
     blk = _randomized_block()
     gm = torch.fx.symbolic_trace(blk)
-    assert any(n.op == "call_function" and n.target is _covariance_fp32 for n in gm.graph.nodes)
+    targets = {n.target for n in gm.graph.nodes if n.op == "call_function"}
+    assert _covariance_fp32 in targets and _pointwise_conv in targets
     x = torch.randn(3, 16, 6, 5)
     for a, b in zip(_grads(blk, gm, x), _grads(blk, blk, x)):
         torch.testing.assert_close(a, b)
@@ -122,3 +164,24 @@ def test_torch_export_training_graph_has_the_same_values() -> None:
     ep = torch.export.export(blk, (x,))
     with torch.no_grad():
         torch.testing.assert_close(ep.module()(x), blk(x))
+
+
+def _module_by_module(blk: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The block as its submodules compute it, with autograd's own backward throughout."""
+    z = blk.act(blk.bn(blk.reduce(x)))
+    cov = _covariance(z).unsqueeze(-1)
+    return x * blk.gate(blk.fc(blk.row_conv(blk.row_norm(cov))))
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_block_is_its_submodules_composed_forward_and_backward(channels_last: bool) -> None:
+    import copy
+
+    blk = _randomized_block().double()
+    ref = copy.deepcopy(blk)
+    x = torch.randn(3, 16, 6, 5, dtype=torch.float64)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    for a, b in zip(_grads(blk, blk, x), _grads(ref, lambda t: _module_by_module(ref, t), x)):
+        torch.testing.assert_close(a, b)
+    torch.testing.assert_close(blk.bn.running_var, ref.bn.running_var)

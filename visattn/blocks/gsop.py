@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from timm.layers import register_notrace_function
 from torch.autograd.function import once_differentiable
 
@@ -35,9 +36,70 @@ class _CentredCovariance(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
         (zc,) = ctx.saved_tensors
         sym = (grad + grad.transpose(1, 2)).div_(zc.shape[2])  # (N, C', C'), symmetric
-        # (Zc^T S)^T = S Zc (S symmetric): computed transposed so that the gradient has the
-        # layout of Zc (an (N, M, C') buffer for a channels-last input) and needs no copy later
+        if zc.stride(2) == 1:  # (N, C', M) in memory
+            return torch.bmm(sym, zc)
+        # channels-last: (Zc^T S)^T = S Zc (S symmetric), computed transposed so that the
+        # gradient has the layout of Zc (an (N, M, C') buffer) and needs no copy later
         return torch.bmm(zc.transpose(1, 2), sym).transpose(1, 2)
+
+
+class _PointwiseConv(torch.autograd.Function):
+    """A 1x1 convolution without bias, ``Z = W X`` per image (``X`` ``(N, C, H, W)``, ``W``
+    ``(C', C, 1, 1)``), as batched matrix products in both directions.
+
+    Backward: ``dX = W^T dZ`` and ``dW = sum_n dZ_n X_n^T``, two products. The same function as
+    ``F.conv2d``; on CPU about 1.5x faster forward+backward than its oneDNN kernels, whose
+    backward costs about twice the two products. A channels-last ``X`` is one ``(NHW, C)`` matrix
+    (no copy) and gives a channels-last ``Z`` and ``dX``; otherwise the layouts are contiguous.
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        n, c, h, w = x.shape
+        w2 = weight.reshape(weight.shape[0], c)
+        if _is_channels_last(x):
+            z = torch.mm(x.permute(0, 2, 3, 1).reshape(n * h * w, c), w2.t())
+            return z.view(n, h, w, -1).permute(0, 3, 1, 2)
+        z = torch.bmm(w2.expand(n, *w2.shape), x.reshape(n, c, h * w))
+        return z.view(n, -1, h, w)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        x, weight = ctx.saved_tensors
+        n, c, h, w = x.shape
+        w2 = weight.reshape(weight.shape[0], c)
+        gx = gw = None
+        if _is_channels_last(x):
+            g2 = grad.permute(0, 2, 3, 1).reshape(n * h * w, -1)  # a view if grad is channels-last
+            if ctx.needs_input_grad[0]:
+                gx = torch.mm(g2, w2).view(n, h, w, c).permute(0, 3, 1, 2)
+            if ctx.needs_input_grad[1]:
+                gw = torch.mm(g2.t(), x.permute(0, 2, 3, 1).reshape(n * h * w, c))
+        else:
+            g3 = grad.reshape(n, -1, h * w)
+            if ctx.needs_input_grad[0]:
+                gx = torch.bmm(w2.t().expand(n, c, w2.shape[0]), g3).view(n, c, h, w)
+            if ctx.needs_input_grad[1]:
+                gw = torch.bmm(g3, x.reshape(n, c, h * w).transpose(1, 2)).sum(0)
+        return gx, None if gw is None else gw.view_as(weight)
+
+
+def _is_channels_last(x: torch.Tensor) -> bool:
+    return not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)
+
+
+@register_notrace_function  # timm's FX feature path: a leaf call, traced as one node
+def _pointwise_conv(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``F.conv2d(x, weight)`` for a ``(C', C, 1, 1)`` weight; on CPU outside autocast through
+    :class:`_PointwiseConv` (batched products, a faster backward). Elsewhere (CUDA, autocast,
+    TorchScript) ``F.conv2d`` itself, so that autocast's casting policy applies unchanged."""
+    if torch.jit.is_scripting():
+        return F.conv2d(x, weight)
+    if x.device.type != "cpu" or torch.is_autocast_enabled("cpu") or x.dtype != weight.dtype:
+        return F.conv2d(x, weight)
+    return _PointwiseConv.apply(x, weight)
 
 
 @register_notrace_function  # timm's FX feature path: a leaf call, traced as one node
@@ -81,6 +143,7 @@ def _covariance(z: torch.Tensor) -> torch.Tensor:
 
 
 torch.fx.wrap("_covariance_fp32")  # plain torch.fx.symbolic_trace and torchvision's tracer
+torch.fx.wrap("_pointwise_conv")
 
 
 @register_block("gsop", family="channel", paper="Gao et al., CVPR 2019")
@@ -91,6 +154,9 @@ class GlobalSecondOrderPooling(nn.Module):
 
     * squeeze: a 1x1 convolution ``C -> C'`` (``C' = min(rd_channels, C)``, 128 in the paper),
       followed by BN and ReLU (as in the official code; the paper does not spell them out);
+      ``self.reduce``'s weight applied, on CPU outside autocast, as batched matrix products with
+      a two-product backward (:class:`_PointwiseConv`; about 1.5x faster forward+backward than
+      the oneDNN convolution), elsewhere by ``F.conv2d``;
     * covariance ``Sigma = 1/(HW) (Z - mu)(Z - mu)^T`` ``(N, C', C')``, computed in float32 even
       under autocast and without the official code's ``(HW) x (HW)`` centring matrix;
     * row-wise normalisation: a ``BatchNorm2d(C')`` over the covariance seen as ``(N, C', C', 1)``,
@@ -107,6 +173,9 @@ class GlobalSecondOrderPooling(nn.Module):
     ``bn3`` output) and a stride-2 reduction conv in ResNet stage 1; both are placement details left
     to the caller here. Its reduction conv has a bias that the following BN makes redundant; here it
     has none.
+
+    ``reduce`` and ``row_conv`` hold the weights but are not called as modules: forward hooks
+    registered on them do not run.
 
     Shapes: ``(N, C, H, W) -> (N, C, H, W)``; attention map ``(N, C, 1, 1)``.
 
@@ -146,7 +215,7 @@ class GlobalSecondOrderPooling(nn.Module):
         self.gate = ScaledSigmoid(2.0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        z = self.act(self.bn(self.reduce(x)))
+        z = self.act(self.bn(_pointwise_conv(x, self.reduce.weight)))
         cov = _covariance_fp32(z)  # (N, C', C'), float32 under autocast
         cov = cov.to(self.row_norm.weight.dtype).unsqueeze(-1)  # a bfloat16 model gets bfloat16
         r = self._row_conv(self.row_norm(cov).squeeze(-1))  # (N, 4C', 1, 1)
