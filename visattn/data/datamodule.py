@@ -24,7 +24,14 @@ from .arrays import ArrayDataset
 from .cifar import CIFAR_SPECS, load_cifar, locate_cifar
 from .imagefolder import VERIFY_MODES, ImageFolderDataset, check_class_folders
 from .shapes import DEFAULT_COLORS, DEFAULT_SHAPES, DEFAULT_SPLIT_SIZES, make_shapes, shapes_classes
-from .transforms import AUGMENTS, DeviceAugment, build_transforms, seed_transform, seed_worker
+from .transforms import (
+    AUGMENTS,
+    DEVICE_PRESETS,
+    DeviceAugment,
+    build_transforms,
+    seed_transform,
+    seed_worker,
+)
 
 __all__ = ["DATASETS", "STATS", "VisattnDataModule"]
 
@@ -97,9 +104,12 @@ class VisattnDataModule(pl.LightningDataModule):
             ImageFolder, flip for shapes) or a preset in ``AUGMENTS``.
         cutout: cutout square side in pixels (0 = off).
         color_jitter: colour jitter strength (0 = off).
-        device_augment: for in-memory data with the ``cifar`` preset: the train loader yields
-            uint8 images and pad-crop, flip, cutout and normalisation run on the accelerator in
-            ``on_after_batch_transfer`` (see ``DeviceAugment``); val/test are unchanged.
+        device_augment: for in-memory data (shapes, CIFAR) with the ``cifar``, ``flip`` or
+            ``none`` preset: the train loader yields uint8 images, and the preset's pad-crop,
+            flip, cutout and normalisation run on whole batches in ``on_after_batch_transfer``
+            (on the accelerator, or batched on the CPU; see ``DeviceAugment``): no per-image
+            work in the loader, so no loader workers are needed. Same distribution as the
+            per-image pipeline, another random stream. val/test are unchanged.
         num_train, num_val, num_test: shapes: images to generate (None = 5,000, 1,000,
             1,000); other datasets: a fixed random subset of that size (None = all); >= 1.
         val_split: CIFAR: hold out this many training images as val (0 = val is the test set).
@@ -168,11 +178,11 @@ class VisattnDataModule(pl.LightningDataModule):
         if device_augment:
             if dataset == "imagefolder":
                 raise ValueError("device_augment needs in-memory data (shapes, cifar10, cifar100)")
-            if augment != "cifar" or color_jitter:
+            if augment not in DEVICE_PRESETS or color_jitter:
                 raise ValueError(
-                    "device_augment implements the 'cifar' preset (pad-crop, flip, cutout); "
-                    f"got augment={augment!r}, color_jitter={color_jitter}: set data.augment "
-                    "cifar and color_jitter 0, or device_augment false"
+                    f"device_augment implements the presets {list(DEVICE_PRESETS)} (pad-crop, "
+                    f"flip, cutout); got augment={augment!r}, color_jitter={color_jitter}: set "
+                    "data.augment to one of them and color_jitter 0, or device_augment false"
                 )
         if dataset == "imagefolder" and root is None:
             raise ValueError("dataset 'imagefolder' needs --data.root PATH (with train/ and val/)")
@@ -195,7 +205,9 @@ class VisattnDataModule(pl.LightningDataModule):
                 f"{self.num_classes} classes; drop --data.num_classes or fix the data"
             )
         self.device_aug = (
-            DeviceAugment(self.mean, self.std, pad=4, cutout=cutout) if device_augment else None
+            DeviceAugment.for_preset(augment, self.mean, self.std, cutout=cutout)
+            if device_augment
+            else None
         )
         self._device_gen: torch.Generator | None = None
         self.train_dataset: Dataset | None = None

@@ -23,6 +23,7 @@ from ``torch.initial_seed()``, which the DataLoader makes distinct per worker an
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import cv2
 import numpy as np
@@ -38,6 +39,7 @@ except ImportError as _err:
 
 __all__ = [
     "AUGMENTS",
+    "DEVICE_PRESETS",
     "DeviceAugment",
     "build_transforms",
     "seed_transform",
@@ -45,6 +47,12 @@ __all__ = [
 ]
 
 AUGMENTS = ("cifar", "imagenet", "flip", "none")
+#: the presets :class:`DeviceAugment` implements, and its settings for each
+DEVICE_PRESETS: dict[str, dict[str, Any]] = {
+    "cifar": {"pad": 4, "flip": True},
+    "flip": {"pad": 0, "flip": True},
+    "none": {"pad": 0, "flip": False},
+}
 
 
 def _extras(cutout: int, color_jitter: float) -> tuple[list, list]:
@@ -147,16 +155,24 @@ def seed_worker(worker_id: int) -> None:
 
 
 class DeviceAugment:
-    """CIFAR's standard augmentation on a batch already on the accelerator.
+    """The in-memory presets' augmentation on a whole batch of tensors (on the accelerator, or
+    batched on the CPU).
 
-    ``x`` uint8 ``(N, 3, H, W)`` -> float ``(N, 3, H, W)``: (train) zero-pad ``pad`` pixels, take
-    a random ``H x W`` crop per image, flip half of the images horizontally, optionally cut out one
-    ``cutout`` square; then normalise. All per-image choices are drawn at once, and the crop is a
-    single gather, so the cost is a few kernels per batch regardless of ``N``.
+    ``x`` uint8 ``(N, 3, H, W)`` -> float ``(N, 3, H, W)``: (train) zero-pad ``pad`` pixels and
+    take a random ``H x W`` crop per image (``pad > 0``), flip half of the images horizontally
+    (``flip``), optionally cut out one ``cutout`` square; then normalise. All per-image choices
+    are drawn at once and the crop is a single gather, so the cost is a few kernels per batch
+    regardless of ``N`` (no per-image Python, unlike a per-sample pipeline in the loader).
+
+    The presets of :func:`build_transforms` it implements (see :data:`DEVICE_PRESETS`):
+    ``cifar`` (He et al., CVPR 2016: ``pad=4``, flip), ``flip`` (``pad=0``, flip) and ``none``
+    (``pad=0``, no flip). Same distribution as the albumentations pipeline, different random
+    stream.
 
     Args:
         mean, std: per-channel statistics of ``[0, 1]`` pixels.
-        pad: padding of the random crop (He et al.: 4).
+        pad: padding of the random crop (He et al.: 4); 0 = no crop.
+        flip: random horizontal flip with p=0.5.
         cutout: side of the cutout square (0 = off), applied after normalisation as in DeVries &
             Taylor (square centre uniform over the image, clipped at the border).
     """
@@ -167,12 +183,33 @@ class DeviceAugment:
         std: tuple[float, float, float],
         *,
         pad: int = 4,
+        flip: bool = True,
         cutout: int = 0,
     ) -> None:
+        if pad < 0 or cutout < 0:
+            raise ValueError(f"DeviceAugment: pad and cutout must be >= 0, got {pad}, {cutout}")
         self.mean = torch.tensor(mean, dtype=torch.float32).view(1, 3, 1, 1)
         self.std = torch.tensor(std, dtype=torch.float32).view(1, 3, 1, 1)
         self.pad = pad
+        self.flip = bool(flip)
         self.cutout = cutout
+
+    @classmethod
+    def for_preset(
+        cls,
+        augment: str,
+        mean: tuple[float, float, float],
+        std: tuple[float, float, float],
+        *,
+        cutout: int = 0,
+    ) -> DeviceAugment:
+        """The batched form of the preset ``augment`` (a key of :data:`DEVICE_PRESETS`)."""
+        if augment not in DEVICE_PRESETS:
+            raise ValueError(
+                f"device augmentation implements the presets {list(DEVICE_PRESETS)}, "
+                f"not {augment!r}"
+            )
+        return cls(mean, std, cutout=cutout, **DEVICE_PRESETS[augment])
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         mean, std = self.mean.to(x.device), self.std.to(x.device)
@@ -194,15 +231,21 @@ class DeviceAugment:
             return torch.randint(0, high, (n,), device=dev, generator=generator)
 
         p = self.pad
-        xp = torch.nn.functional.pad(x, (p, p, p, p)) if p else x
-        oy, ox = rand_int(2 * p + 1), rand_int(2 * p + 1)
-        flip = rand_int(2).bool()
-        rows = oy[:, None] + torch.arange(h, device=dev)  # (N, H)
-        cols = torch.arange(w, device=dev).expand(n, w)
-        cols = torch.where(flip[:, None], cols.flip(1), cols) + ox[:, None]  # (N, W)
-        batch = torch.arange(n, device=dev)[:, None, None]
-        out = xp.permute(0, 2, 3, 1)[batch, rows[:, :, None], cols[:, None, :]]  # (N, H, W, C)
-        out = self.normalize(out.permute(0, 3, 1, 2))
+        if p:
+            xp = torch.nn.functional.pad(x, (p, p, p, p))
+            oy, ox = rand_int(2 * p + 1), rand_int(2 * p + 1)
+            flip = rand_int(2).bool() if self.flip else torch.zeros(n, dtype=torch.bool, device=dev)
+            rows = oy[:, None] + torch.arange(h, device=dev)  # (N, H)
+            cols = torch.arange(w, device=dev).expand(n, w)
+            cols = torch.where(flip[:, None], cols.flip(1), cols) + ox[:, None]  # (N, W)
+            batch = torch.arange(n, device=dev)[:, None, None]
+            out = xp.permute(0, 2, 3, 1)[batch, rows[:, :, None], cols[:, None, :]]  # (N, H, W, C)
+            out = out.permute(0, 3, 1, 2)
+        elif self.flip:
+            out = torch.where(rand_int(2).bool()[:, None, None, None], x.flip(3), x)
+        else:
+            out = x
+        out = self.normalize(out)
         if self.cutout:
             y0 = rand_int(h)[:, None, None] - self.cutout // 2
             x0 = rand_int(w)[:, None, None] - self.cutout // 2
