@@ -490,7 +490,7 @@ def test_device_augment_is_random_per_call_and_reproducible_per_seed() -> None:
 
 def test_device_augment_refuses_other_pipelines() -> None:
     with pytest.raises(ValueError, match="device_augment"):
-        VisattnDataModule("shapes", device_augment=True, augment="flip")
+        VisattnDataModule("shapes", device_augment=True, augment="imagenet")
     with pytest.raises(ValueError, match="in-memory"):
         VisattnDataModule("imagefolder", root="x", device_augment=True, augment="cifar")
 
