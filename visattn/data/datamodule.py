@@ -388,8 +388,8 @@ class VisattnDataModule(pl.LightningDataModule):
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Device augmentation (``device_augment``): uint8 training batches become augmented,
         normalised float batches on the accelerator; everything else passes through."""
-        if self.device_aug is None:
-            return batch
+        if self.device_aug is None or not isinstance(batch, (tuple, list)) or len(batch) != 2:
+            return batch  # e.g. the model summary's example input, a bare tensor
         x, y = batch
         if x.dtype != torch.uint8:
             return batch
