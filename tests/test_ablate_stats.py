@@ -91,8 +91,14 @@ def _rows() -> list[dict]:
     for variant, values in (("none", B), ("se", A)):
         for seed, acc in values.items():
             rows.append(
-                {"run": f"{variant}/seed{seed}", "variant": variant, "seed": seed,
-                 "status": "ok", "val/acc": acc / 100, "test/acc": None}
+                {
+                    "run": f"{variant}/seed{seed}",
+                    "variant": variant,
+                    "seed": seed,
+                    "status": "ok",
+                    "val/acc": acc / 100,
+                    "test/acc": None,
+                }
             )
     rows.append({"run": "se/seed3x", "variant": "se", "seed": 11, "status": "failed"})
     return rows

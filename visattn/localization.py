@@ -321,9 +321,7 @@ def gradcam(
     was_training = net.training
     param = next(net.parameters(), None)
     device = param.device if param is not None else torch.device("cpu")
-    cam_targets = (
-        None if targets is None else [ClassifierOutputTarget(int(t)) for t in targets]
-    )
+    cam_targets = None if targets is None else [ClassifierOutputTarget(int(t)) for t in targets]
     try:
         with torch.enable_grad(), GradCAM(model=net, target_layers=[layer]) as cam:
             maps = cam(input_tensor=images.to(device), targets=cam_targets)

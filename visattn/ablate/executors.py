@@ -69,8 +69,14 @@ def run_task(task: Task) -> dict[str, Any]:
     sweep = load_sweep(task["sweep"])
     run = Run(task["variant"], int(task["seed"]), tuple(task["args"]), Path(task["root"]))
     row = runner.train_and_mark(
-        run, task["i"], task["n"], sweep, Path(task["out"]), runner._default_train_fn(),
-        print, attempts=attempts,
+        run,
+        task["i"],
+        task["n"],
+        sweep,
+        Path(task["out"]),
+        runner._default_train_fn(),
+        print,
+        attempts=attempts,
     )
     pid_file.unlink(missing_ok=True)
     return row
@@ -201,9 +207,7 @@ def run_ray(
     try:
         import ray
     except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "--executor ray needs Ray: pip install 'visattn[cluster]'"
-        ) from e
+        raise ImportError("--executor ray needs Ray: pip install 'visattn[cluster]'") from e
     started_here = not ray.is_initialized()
     if started_here:
         kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
@@ -223,9 +227,9 @@ def run_ray(
             while pending or inflight:
                 while pending and len(inflight) < limit:
                     task = pending.popleft()
-                    ref = remote.options(
-                        num_cpus=int(task["threads"]), num_gpus=num_gpus
-                    ).remote(task)
+                    ref = remote.options(num_cpus=int(task["threads"]), num_gpus=num_gpus).remote(
+                        task
+                    )
                     inflight[ref] = task
                     on_start(task, "ray")
                 ready, _ = ray.wait(list(inflight), num_returns=1)

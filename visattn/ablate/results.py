@@ -166,9 +166,7 @@ def with_paired_diffs(
             value = r.get(m) if r.get("status") == "ok" else None
             other = None if partner is None or partner is r else partner.get(m)
             is_base = base_of(r["variant"]) == r["variant"]
-            r[f"{m}_diff"] = (
-                None if value is None or other is None or is_base else value - other
-            )
+            r[f"{m}_diff"] = None if value is None or other is None or is_base else value - other
         out.append(r)
     return out
 
@@ -290,6 +288,7 @@ def paired_ci(
         every difference is the same. ``unpaired`` counts the values on either side whose seed
         has no finite partner.
     """
+
     def finite(m: Mapping[int, float | None]) -> dict[int, float]:
         return {k: float(v) for k, v in m.items() if v is not None and math.isfinite(float(v))}
 

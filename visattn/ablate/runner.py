@@ -459,13 +459,22 @@ def _run_parallel(
 
     if executor == "ray":
         run_ray(
-            tasks, address=ray_address, jobs=jobs if jobs > 1 else None,
-            runs_per_device=runs_per_device, on_start=on_start, on_done=on_done,
+            tasks,
+            address=ray_address,
+            jobs=jobs if jobs > 1 else None,
+            runs_per_device=runs_per_device,
+            on_start=on_start,
+            on_done=on_done,
         )
     else:
         run_local(
-            tasks, jobs=jobs, devices=devices, runs_per_device=runs_per_device,
-            on_start=on_start, on_done=on_done, log_dir=out / "logs",
+            tasks,
+            jobs=jobs,
+            devices=devices,
+            runs_per_device=runs_per_device,
+            on_start=on_start,
+            on_done=on_done,
+            log_dir=out / "logs",
         )
 
 
@@ -573,9 +582,20 @@ def run_sweep(
     try:
         if parallel:
             _run_parallel(
-                todo, sweep, out, n, rows, runs, overrides, echo,
-                executor=executor, jobs=jobs, devices=devices, runs_per_device=runs_per_device,
-                ray_address=ray_address, threads=per_run,
+                todo,
+                sweep,
+                out,
+                n,
+                rows,
+                runs,
+                overrides,
+                echo,
+                executor=executor,
+                jobs=jobs,
+                devices=devices,
+                runs_per_device=runs_per_device,
+                ray_address=ray_address,
+                threads=per_run,
             )
         if not parallel and threads is not None:  # as a worker would: the same figures
             torch.set_num_threads(per_run)
