@@ -33,7 +33,7 @@ __all__ = ["write_plots"]
 
 def _save(fig: plt.Figure, path: Path) -> None:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
     plt.close(fig)
     atomic_write_bytes(path, buf.getvalue())
 
