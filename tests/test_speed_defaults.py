@@ -4,15 +4,12 @@ in one run, a lower accuracy; see benchmarks/results/train_cpu.md.)"""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
 from visattn.data import DeviceAugment, VisattnDataModule
 from visattn.data.transforms import DEVICE_PRESETS
 
-REPO = Path(__file__).resolve().parents[1]
 MEAN, STD = (0.4, 0.5, 0.6), (0.2, 0.3, 0.25)
 
 
