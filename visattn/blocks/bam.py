@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ._utils import check_choice, check_positive_int, get_layer, reduced_channels
+from ._utils import check_choice, check_positive_int, get_layer, reduced_channels, spatial_mean
 from .capture import record_attention
 from .registry import register_block
 
@@ -90,7 +90,7 @@ class BAM(nn.Module):
         self.attn_scale = nn.Parameter(torch.zeros(1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        mc = self.channel(x.mean((2, 3), keepdim=True))  # (N, C, 1, 1)
+        mc = self.channel(spatial_mean(x))  # (N, C, 1, 1)
         ms = self.spatial(x)  # (N, 1, H, W)
         m = torch.sigmoid(mc + ms if self.combine == "sum" else mc * ms)
         if self.attn_scale is not None:

@@ -8,7 +8,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from timm.layers import make_divisible
 
-from ._utils import check_choice, check_positive_int, eca_kernel_size, get_layer
+from ._utils import check_choice, check_positive_int, eca_kernel_size, get_layer, spatial_mean
 from .capture import record_attention
 from .identity import ScaledSigmoid
 from .registry import register_block
@@ -98,7 +98,7 @@ class EfficientChannelAttention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n, c = x.shape[:2]
-        y = x.mean((2, 3)).view(n, 1, c)
+        y = spatial_mean(x, keepdim=False).view(n, 1, c)
         if self.mlp is not None:
             y = self.mlp(y)
         if self.circular_pad > 0:

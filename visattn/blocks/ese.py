@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ._utils import get_layer
+from ._utils import get_layer, spatial_mean
 from .capture import record_attention
 from .identity import ScaledSigmoid
 from .registry import register_block
@@ -48,7 +48,7 @@ class EffectiveSqueezeExcite(nn.Module):
         self.gate = ScaledSigmoid(2.0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        a = self.gate(self.fc(x.mean((2, 3), keepdim=True)))
+        a = self.gate(self.fc(spatial_mean(x)))
         if not torch.jit.is_scripting():
             record_attention(self, a)
         return x * a

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ._utils import check_choice, get_layer, reduced_channels
+from ._utils import check_choice, get_layer, reduced_channels, spatial_mean
 from .capture import is_capturing, record_attention
 from .identity import ScaledSigmoid
 from .registry import register_block
@@ -121,7 +121,7 @@ class GlobalContext(nn.Module):
             if not torch.jit.is_scripting():
                 record_attention(self, a.view(n, 1, h, w))
         else:
-            context = x.mean((2, 3), keepdim=True)
+            context = spatial_mean(x)
             if not torch.jit.is_scripting():  # noqa: SIM102 (scripting skips the inner test)
                 if is_capturing(self):
                     record_attention(self, x.new_full((n, 1, h, w), 1.0 / (h * w)))

@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._utils import check_choice, get_layer, reduced_channels
+from ._utils import check_choice, get_layer, reduced_channels, spatial_mean
 from .capture import record_attention
 from .identity import ScaledSigmoid
 from .registry import register_block
@@ -185,7 +185,7 @@ class GatherExcite(nn.Module):
         if self.gather is not None:
             return self.gather(x)
         if self.extent == 0:
-            return x.mean((2, 3), keepdim=True)
+            return spatial_mean(x)
         e = self.extent
         return F.avg_pool2d(x, 2 * e - 1, e, e - 1, count_include_pad=False)
 

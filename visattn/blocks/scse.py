@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ._utils import check_choice, get_layer, reduced_channels
+from ._utils import check_choice, get_layer, reduced_channels, spatial_mean
 from .capture import is_capturing, record_attention
 from .identity import ScaledSigmoid
 from .registry import register_block
@@ -77,7 +77,7 @@ class ConcurrentSqueezeExcite(nn.Module):
             self.channel_gate, self.spatial_gate = ScaledSigmoid(2.0), ScaledSigmoid(2.0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        s = self.channel_gate(self.fc2(self.act(self.fc1(x.mean((2, 3), keepdim=True)))))
+        s = self.channel_gate(self.fc2(self.act(self.fc1(spatial_mean(x)))))
         q = self.spatial_gate(self.conv_sq(x))
         # not one `and` test: TorchScript only skips the body of a bare is_scripting() test
         if not torch.jit.is_scripting():  # noqa: SIM102  (scripted blocks record nothing)

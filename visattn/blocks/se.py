@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._utils import check_choice, get_layer, reduced_channels
+from ._utils import check_choice, get_layer, reduced_channels, spatial_mean
 from .capture import record_attention
 from .identity import ScaledSigmoid
 from .registry import register_block
@@ -60,7 +60,7 @@ class SqueezeExcite(nn.Module):
         self.gate = ScaledSigmoid(2.0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        z = x.mean((2, 3), keepdim=True) if self.pool == "avg" else F.adaptive_max_pool2d(x, 1)
+        z = spatial_mean(x) if self.pool == "avg" else F.adaptive_max_pool2d(x, 1)
         s = self.gate(self.fc2(self.act(self.fc1(z))))
         if not torch.jit.is_scripting():
             record_attention(self, s)

@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 
 from . import _stats
-from ._utils import get_layer, same_memory_format
+from ._utils import get_layer, same_memory_format, spatial_mean
 from .capture import is_capturing, record_attention
 from .registry import register_block
 
@@ -74,7 +74,7 @@ class ShuffleAttention(nn.Module):
         n, c, h, w = x.shape
         xg = x.reshape(n * self.groups, 2 * self.half, h, w)
         x0, x1 = xg[:, : self.half], xg[:, self.half :]
-        a0 = self.gate(self.cweight * x0.mean((2, 3), keepdim=True) + self.cbias)
+        a0 = self.gate(self.cweight * spatial_mean(x0) + self.cbias)
         a1 = self.gate(self.sweight * self.gn(x1) + self.sbias)
         if not torch.jit.is_scripting():  # noqa: SIM102 (TorchScript must not see is_capturing)
             if is_capturing(self):

@@ -7,7 +7,13 @@ from collections.abc import Sequence
 import torch
 import torch.nn as nn
 
-from ._utils import check_positive_int, init_conv_io, reduced_channels, same_memory_format
+from ._utils import (
+    check_positive_int,
+    init_conv_io,
+    reduced_channels,
+    same_memory_format,
+    spatial_mean,
+)
 from .capture import record_attention
 from .registry import register_block
 
@@ -148,7 +154,7 @@ class SelectiveKernel(nn.Module):
             for path in self.paths:
                 us.append(path(x))
         u = torch.stack(us, dim=1)  # (N, M, C', H, W)
-        s = u.sum(1).mean((2, 3), keepdim=True)  # (N, C', 1, 1)
+        s = spatial_mean(u.sum(1))  # (N, C', 1, 1)
         z = self.act(self.bn(self.fc_reduce(s)))
         n = x.shape[0]
         a = self.fc_select(z).view(n, m, self.out_channels, 1, 1).softmax(dim=1)

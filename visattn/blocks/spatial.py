@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ._utils import check_positive_int, get_layer
+from ._utils import channel_mean_max, check_positive_int, get_layer
 from .capture import record_attention
 from .identity import ScaledSigmoid
 from .registry import register_block
@@ -48,10 +48,9 @@ class SpatialGate(nn.Module):
         self.gate = ScaledSigmoid(2.0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pooled = channel_mean_max(x)  # (N, 2, H, W): [mean; max]
         if self.light:
-            pooled = 0.5 * x.mean(dim=1, keepdim=True) + 0.5 * x.amax(dim=1, keepdim=True)
-        else:
-            pooled = torch.cat([x.mean(dim=1, keepdim=True), x.amax(dim=1, keepdim=True)], dim=1)
+            pooled = 0.5 * pooled[:, :1] + 0.5 * pooled[:, 1:]
         return self.gate(self.bn(self.conv(pooled)))
 
 

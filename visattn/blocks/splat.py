@@ -6,7 +6,13 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ._utils import check_positive_int, init_conv_io, reduced_channels, same_memory_format
+from ._utils import (
+    check_positive_int,
+    init_conv_io,
+    reduced_channels,
+    same_memory_format,
+    spatial_mean,
+)
 from .capture import record_attention
 from .registry import register_block
 
@@ -122,7 +128,7 @@ class SplitAttention(nn.Module):
         u = self.act0(self.bn0(self.conv(x)))  # (N, R C', H, W), split-major
         n, r, c = u.shape[0], self.radix, self.out_channels
         splits = u.view(n, r, c, u.shape[2], u.shape[3])
-        s = splits.sum(1).mean((2, 3), keepdim=True)
+        s = spatial_mean(splits.sum(1))
         logits = self.fc2(self.act1(self.bn1(self.fc1(s))))  # (N, R C', 1, 1), group-major
         if r > 1:
             # within cardinal group g the logits are ordered (split, channel): softmax over splits
