@@ -11,6 +11,10 @@ from .capture import record_attention
 from .identity import ScaledSigmoid
 from .registry import register_block
 
+# a leaf for torch.fx: its fused backward is chosen by a test on requires_grad, which symbolic
+# tracing cannot follow; a traced graph calls it as one function
+torch.fx.wrap("channel_mean_max")
+
 
 class SpatialGate(nn.Module):
     """The spatial attention map ``M_s(F)`` of CBAM Eq. (3), ``(N, C, H, W) -> (N, 1, H, W)``.
