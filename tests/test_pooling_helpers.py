@@ -9,12 +9,17 @@ import torch
 from visattn.blocks._utils import channel_mean_max, spatial_mean
 
 
-@pytest.mark.parametrize("channels_last", [False, True])
-def test_spatial_mean_equals_mean_with_its_gradient(channels_last: bool) -> None:
-    x = torch.randn(3, 5, 7, 9, dtype=torch.float64)
+def _input(shape: tuple[int, ...], channels_last: bool) -> torch.Tensor:
+    """A float64 input in the requested memory format, requiring grad."""
+    x = torch.randn(*shape, dtype=torch.float64)
     if channels_last:
         x = x.to(memory_format=torch.channels_last)
-    x.requires_grad_()
+    return x.requires_grad_()
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_spatial_mean_equals_mean_with_its_gradient(channels_last: bool) -> None:
+    x = _input((3, 5, 7, 9), channels_last)
     g = torch.randn(3, 5, 1, 1, dtype=torch.float64)
     (gx,) = torch.autograd.grad(spatial_mean(x), x, g)
     (ref,) = torch.autograd.grad(x.mean((2, 3), keepdim=True), x, g)
@@ -25,10 +30,7 @@ def test_spatial_mean_equals_mean_with_its_gradient(channels_last: bool) -> None
 
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_channel_mean_max_forward_backward_and_format(channels_last: bool) -> None:
-    x = torch.randn(2, 6, 5, 4, dtype=torch.float64)
-    if channels_last:
-        x = x.to(memory_format=torch.channels_last)
-    x.requires_grad_()
+    x = _input((2, 6, 5, 4), channels_last)
     y = channel_mean_max(x)
     torch.testing.assert_close(
         y, torch.cat([x.mean(1, keepdim=True), x.amax(1, keepdim=True)], 1), rtol=0, atol=0
