@@ -94,12 +94,18 @@ def eca_kernel_size(channels: int, gamma: float = 2.0, b: float = 1.0) -> int:
     return t if t % 2 else t + 1
 
 
+def is_channels_last(x: torch.Tensor) -> bool:
+    """``x`` is a 4-D tensor laid out channels-last and not also NCHW-contiguous (a tensor with
+    ``C = 1`` or ``H = W = 1`` is both)."""
+    cl = x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last)
+    return cl and not x.is_contiguous()
+
+
 def same_memory_format(y: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """``y`` in the memory format of ``like``: channels-last if ``like`` is (and not also
     contiguous), else ``y`` unchanged. For blocks whose grouped reshapes copy a channels-last input
     into NCHW order, so that their output keeps the format they received."""
-    cl = like.dim() == 4 and like.is_contiguous(memory_format=torch.channels_last)
-    if cl and not like.is_contiguous():
+    if is_channels_last(like):
         return y.contiguous(memory_format=torch.channels_last)
     return y.contiguous() if like.is_contiguous() else y
 
@@ -122,14 +128,7 @@ class _ChannelMeanMax(torch.autograd.Function):
     def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
         mx, idx = x.max(dim=1, keepdim=True)
         ctx.save_for_backward(idx)
-        ctx.channels = x.shape[1]
-        ctx.fmt = (
-            torch.channels_last
-            if x.dim() == 4
-            and x.is_contiguous(memory_format=torch.channels_last)
-            and not x.is_contiguous()
-            else torch.contiguous_format
-        )
+        ctx.fmt = torch.channels_last if is_channels_last(x) else torch.contiguous_format
         ctx.shape = x.shape
         return torch.cat([x.mean(dim=1, keepdim=True), mx], dim=1)
 
@@ -137,7 +136,7 @@ class _ChannelMeanMax(torch.autograd.Function):
     def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
         (idx,) = ctx.saved_tensors
         gx = torch.empty(ctx.shape, dtype=grad.dtype, device=grad.device, memory_format=ctx.fmt)
-        gx.copy_((grad[:, :1] / ctx.channels).expand(ctx.shape))
+        gx.copy_((grad[:, :1] / ctx.shape[1]).expand(ctx.shape))
         return gx.scatter_add_(1, idx, grad[:, 1:])
 
 

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from timm.layers import register_notrace_function
 from torch.autograd.function import once_differentiable
 
-from ._utils import check_positive_int, get_layer
+from ._utils import check_positive_int, get_layer, is_channels_last
 from .capture import record_attention
 from .identity import ScaledSigmoid
 from .registry import register_block
@@ -59,7 +59,7 @@ class _PointwiseConv(torch.autograd.Function):
         n, c, h, w = x.shape
         k = weight.shape[0]
         w2 = weight.reshape(k, c)
-        if _is_channels_last(x):
+        if is_channels_last(x):
             z = torch.mm(x.permute(0, 2, 3, 1).reshape(n * h * w, c), w2.t())
             return z.view(n, h, w, k).permute(0, 3, 1, 2)
         z = torch.bmm(w2.expand(n, *w2.shape), x.reshape(n, c, h * w))
@@ -73,7 +73,7 @@ class _PointwiseConv(torch.autograd.Function):
         k = weight.shape[0]
         w2 = weight.reshape(k, c)
         gx = gw = None
-        if _is_channels_last(x):
+        if is_channels_last(x):
             g2 = grad.permute(0, 2, 3, 1).reshape(n * h * w, k)  # a view if grad is channels-last
             if ctx.needs_input_grad[0]:
                 gx = torch.mm(g2, w2).view(n, h, w, c).permute(0, 3, 1, 2)
@@ -86,10 +86,6 @@ class _PointwiseConv(torch.autograd.Function):
             if ctx.needs_input_grad[1]:
                 gw = torch.bmm(g3, x.reshape(n, c, h * w).transpose(1, 2)).sum(0)
         return gx, None if gw is None else gw.view_as(weight)
-
-
-def _is_channels_last(x: torch.Tensor) -> bool:
-    return not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)
 
 
 @register_notrace_function  # timm's FX feature path: a leaf call, traced as one node
@@ -132,7 +128,7 @@ def _positions_last(z: torch.Tensor) -> torch.Tensor:
     """``(N, C', H, W) -> (N, C', HW)`` in float32 or wider; a view of a channels-last ``z``."""
     z = z.to(torch.promote_types(z.dtype, torch.float32))
     n, c, h, w = z.shape
-    if z.is_contiguous() or not z.is_contiguous(memory_format=torch.channels_last):
+    if not is_channels_last(z):
         return z.reshape(n, c, h * w)
     return z.permute(0, 2, 3, 1).reshape(n, h * w, c).transpose(1, 2)  # (N, HW, C') in memory
 
