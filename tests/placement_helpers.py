@@ -16,8 +16,7 @@ from contextlib import contextmanager
 import torch
 import torch.nn as nn
 
-from visattn.blocks import register_block
-from visattn.blocks import registry as _registry
+from visattn.blocks.registry import registered_block
 
 NAME = "_test_conv"
 
@@ -61,8 +60,7 @@ def registered_conv_block() -> Iterator[str]:
             y = self.conv(x)
             return y if self.scale is None else y * torch.sigmoid(self.scale)
 
-    register_block(NAME, family="spatial", paper="test only", replaces_conv=True)(TestConvBlock)
-    try:
+    with registered_block(
+        NAME, TestConvBlock, family="spatial", paper="test only", replaces_conv=True
+    ):
         yield NAME
-    finally:
-        _registry._REGISTRY.pop(NAME, None)

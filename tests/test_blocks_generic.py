@@ -264,27 +264,44 @@ def test_unknown_block_name_raises_key_error_with_close_matches() -> None:
         visattn.block_info("sse")
 
 
-def test_registering_a_taken_name_raises_value_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+class _Gate(nn.Module):
+    """A test gate."""
 
-    @visattn.register_block("generic_test_gate", family="channel", paper="Test et al., 2026")
-    class Gate(nn.Module):
-        """A test gate."""
+    def __init__(self, channels: int, scale: float = 2.0) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.full((channels, 1, 1), scale))
 
-        def __init__(self, channels: int, scale: float = 2.0) -> None:
-            super().__init__()
-            self.w = nn.Parameter(torch.full((channels, 1, 1), scale))
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.w
 
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return x * self.w
 
-    assert "generic_test_gate" in visattn.list_blocks(family="channel")
-    blk = visattn.create_block("generic_test_gate", 4, scale=3.0, dtype=torch.float64)
-    assert blk.w.dtype == torch.float64 and blk.w[0].item() == 3.0
-    for cls_name in ("generic_test_gate", "se"):
-        with pytest.raises(ValueError, match="already registered"):
-            visattn.register_block(cls_name, family="channel", paper="x")(Gate)
-    assert visattn.block_info("se").cls.__name__ != "Gate"
+def test_registering_a_taken_name_raises_value_error() -> None:
+    with registry.registered_block(
+        "generic_test_gate", _Gate, family="channel", paper="Test et al., 2026"
+    ):
+        assert "generic_test_gate" in visattn.list_blocks(family="channel")
+        blk = visattn.create_block("generic_test_gate", 4, scale=3.0, dtype=torch.float64)
+        assert blk.w.dtype == torch.float64 and blk.w[0].item() == 3.0
+        for cls_name in ("generic_test_gate", "se"):
+            with pytest.raises(ValueError, match="already registered"):
+                visattn.register_block(cls_name, family="channel", paper="x")(_Gate)
+        assert visattn.block_info("se").cls.__name__ != "_Gate"
+
+
+def test_a_scoped_registration_is_undone_and_leaves_the_class_as_it_was() -> None:
+    with registry.registered_block("generic_test_gate", _Gate, family="channel", paper="T, 2026"):
+        assert visattn.block_info("generic_test_gate").cls is _Gate
+        with pytest.raises(TypeError, match="block 'generic_test_gate': unknown option"):
+            _Gate(4, scael=1.0)
+    assert "generic_test_gate" not in visattn.list_blocks()
+    with pytest.raises(KeyError, match="generic_test_gate"):
+        visattn.block_info("generic_test_gate")
+    assert not hasattr(_Gate, "block_name") and "__init__" in vars(_Gate)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'scael'"):  # plain Python
+        _Gate(4, scael=1.0)
+    assert not _Gate(4)._forward_pre_hooks  # no input check added by the registry
+    with pytest.raises(KeyError, match="generic_test_gat"):
+        registry.unregister_block("generic_test_gate")
 
 
 # --------------------------------------------------------------------------- identity at init

@@ -3,6 +3,7 @@ onnxruntime; torch.export programs; the ``python -m visattn export`` command."""
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
@@ -121,10 +122,9 @@ def test_global_max_pooling_stays_global_at_another_input_size(
     assert ops & {"ReduceMax", "GlobalMaxPool"}
 
 
-def _temporary_block(monkeypatch: pytest.MonkeyPatch, name: str, forward) -> type[nn.Module]:
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+def _temporary_block(name: str, forward) -> AbstractContextManager:
+    """A block ``name`` with a scale parameter and ``forward``, registered within a ``with``."""
 
-    @visattn.register_block(name, family="channel", paper="test")
     class Block(nn.Module):
         def __init__(self, channels: int) -> None:
             super().__init__()
@@ -133,31 +133,27 @@ def _temporary_block(monkeypatch: pytest.MonkeyPatch, name: str, forward) -> typ
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return forward(self, x)
 
-    return Block
+    return registry.registered_block(name, Block, family="channel", paper="test")
 
 
-def test_a_block_that_cannot_export_is_named_with_the_reason(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_a_block_that_cannot_export_is_named_with_the_reason(tmp_path: Path) -> None:
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # data-dependent Python control flow
         return x * self.scale if float(x.sum()) > 0 else x
 
-    _temporary_block(monkeypatch, "data_branch", forward)
-    net = nn.Sequential(nn.Conv2d(3, C, 3, padding=1), visattn.create_block("data_branch", C))
-    with pytest.raises(ExportError, match=r"block 'data_branch' at 1 \(Block\): \w+"):
-        export_onnx(net, tmp_path / "m.onnx", input_size=SIZE)
+    with _temporary_block("data_branch", forward):
+        net = nn.Sequential(nn.Conv2d(3, C, 3, padding=1), visattn.create_block("data_branch", C))
+        with pytest.raises(ExportError, match=r"block 'data_branch' at 1 \(Block\): \w+"):
+            export_onnx(net, tmp_path / "m.onnx", input_size=SIZE)
 
 
-def test_a_graph_that_computes_something_else_is_refused(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_a_graph_that_computes_something_else_is_refused(tmp_path: Path) -> None:
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # exports a different function
         return x if torch.compiler.is_exporting() else x * self.scale * 2
 
-    _temporary_block(monkeypatch, "two_faced", forward)
-    net = nn.Sequential(nn.Conv2d(3, C, 3, padding=1), visattn.create_block("two_faced", C))
-    with pytest.raises(ExportError, match=r"differs from PyTorch.*block 'two_faced' at 1"):
-        export_onnx(net, tmp_path / "m.onnx", input_size=SIZE)
+    with _temporary_block("two_faced", forward):
+        net = nn.Sequential(nn.Conv2d(3, C, 3, padding=1), visattn.create_block("two_faced", C))
+        with pytest.raises(ExportError, match=r"differs from PyTorch.*block 'two_faced' at 1"):
+            export_onnx(net, tmp_path / "m.onnx", input_size=SIZE)
 
 
 def test_export_restores_training_mode_and_refuses_an_open_capture(tmp_path: Path) -> None:

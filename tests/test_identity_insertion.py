@@ -20,7 +20,7 @@ import torchvision
 from placement_helpers import as_if_trained
 
 import visattn
-from visattn.models.placement import POSITIONS
+from visattn.constants import POSITIONS
 
 REPO = Path(__file__).resolve().parents[1]
 BLOCKS = visattn.list_blocks()

@@ -1,5 +1,5 @@
 """timm's model attributes and config on every named model: ``num_features``,
-``head_hidden_size``, ``num_classes``, ``pretrained_cfg`` / ``default_cfg`` (``first_conv`` and
+``head_hidden_size``, ``num_classes``, ``pretrained_cfg`` (``first_conv`` and
 ``classifier`` naming real modules, ``input_size``, ``mean``/``std`` of the model's dataset,
 ``pool_size``, ``crop_pct``), ``reset_classifier(0)`` and ``forward_head(pre_logits=True)``."""
 
@@ -14,9 +14,9 @@ import torch.nn as nn
 import visattn
 from visattn.constants import STATS
 from visattn.models import get_model_spec
-from visattn.models.registry import _MODELS
+from visattn.models.registry import registered_models
 
-NAMED = sorted(_MODELS)
+NAMED = registered_models()
 SMALL = 64  # ImageNet models run at 64x64 here; the 224x224 check is marked slow
 
 
@@ -41,7 +41,6 @@ def test_timm_attributes_and_config_name_real_things(name):
     spec = get_model_spec(name)
     m = visattn.create_model(name).eval()
     cfg = m.pretrained_cfg
-    assert m.default_cfg is cfg
     assert m.num_classes == spec.num_classes == cfg["num_classes"] == m.fc.out_features
     assert m.head_hidden_size == m.num_features == m.fc.in_features == m.feature_info[-1]["num_chs"]
     first = m.get_submodule(cfg["first_conv"])

@@ -543,15 +543,18 @@ def test_one_home_for_normalisation_statistics_and_cifar100_models_get_cifar100_
     assert visattn.create_model("resnet18").pretrained_cfg["mean"] == STATS["imagenet"][0]
 
 
-def test_residual_attention_checkpoints_with_the_earlier_shortcut_keys_still_load(tmp_path):
-    """The pre-activation unit is shared with preresnet164 now; its projection is
-    ``downsample`` (was ``shortcut`` in Residual Attention Networks): the loader maps it."""
+def test_a_checkpoint_with_other_key_names_is_refused_naming_both_sides(tmp_path):
+    """No key is renamed silently: a projection saved as ``shortcut`` where the model has
+    ``downsample`` is reported as missing and unexpected keys."""
     m = visattn.create_model("attention56_cifar", num_classes=10)
     old = {k.replace(".downsample.", ".shortcut."): v for k, v in m.state_dict().items()}
     assert any(".shortcut." in k for k in old)
     torch.save(old, tmp_path / "old.pth")
-    m2 = visattn.create_model(
-        "attention56_cifar", num_classes=10, checkpoint_path=tmp_path / "old.pth"
-    )
-    for k, v in m.state_dict().items():
-        torch.testing.assert_close(m2.state_dict()[k], v)
+    with pytest.raises(
+        ValueError,
+        match=r"3 missing key\(s\): stages\.0\.0\.downsample\.weight.*"
+        r"3 unexpected key\(s\): stages\.0\.0\.shortcut\.weight",
+    ):
+        visattn.create_model(
+            "attention56_cifar", num_classes=10, checkpoint_path=tmp_path / "old.pth"
+        )

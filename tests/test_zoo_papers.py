@@ -9,12 +9,8 @@ import timm
 import torch
 
 import visattn
-from visattn.models.zoo import (
-    GCT_OFFICIAL_EXTRA_PARAMS,
-    bot50_placements,
-    fca_placements,
-    ge_placements,
-)
+from visattn.models import get_model_spec
+from visattn.models.zoo import bot50_placements, fca_placements, ge_placements
 from visattn.profile import count_params
 
 RESNET50 = 25_557_032  # torchvision's resnet50
@@ -109,12 +105,15 @@ def _gct_before_every_conv(model: torch.nn.Module) -> torch.nn.Module:
 
 def test_gct_resnet50_counts_the_two_slots_and_documents_the_official_difference():
     """GCT (3C parameters) before conv1 (``pre``) and before conv3 (``inner``) of every block;
-    the official GCT-ResNet-50 puts one before every conv: GCT_OFFICIAL_EXTRA_PARAMS more."""
+    the official GCT-ResNet-50 puts one before every conv, which its meta records: a GCT before
+    each conv2 (3 x width per block), before the stem conv (3 x 3) and before the four
+    downsample convs (3 x (64 + 256 + 512 + 1024))."""
     widths = [w for n, w, _ in STAGES for _ in range(n)]
     expected = RESNET50 + 3 * sum(_block_inputs()) + 3 * sum(widths)
     assert _params("gct_resnet50") == expected == 25_607_720
     official = count_params(_gct_before_every_conv(visattn.create_model("resnet50")))
-    assert official == expected + GCT_OFFICIAL_EXTRA_PARAMS == 25_624_625
+    extra = 3 * sum(widths) + 3 * 3 + 3 * (64 + 256 + 512 + 1024)
+    assert official == expected + extra == get_model_spec("gct_resnet50").meta["official_params"]
 
 
 @pytest.mark.parametrize(

@@ -1,17 +1,29 @@
-"""Constants shared across the package, importable without the training extras: per-channel
-normalisation statistics of [0, 1] pixels, keyed by dataset."""
+"""Constants shared across the package, importable without the training extras: the placement
+positions and per-channel normalisation statistics of [0, 1] pixels, keyed by dataset."""
 
 from __future__ import annotations
 
 __all__ = [
+    "BLOCK_POSITIONS",
     "CIFAR10_MEAN",
     "CIFAR10_STD",
     "CIFAR100_MEAN",
     "CIFAR100_STD",
     "IMAGENET_MEAN",
     "IMAGENET_STD",
+    "POSITIONS",
+    "SLOT_POSITIONS",
     "STATS",
 ]
+
+#: where a placement may put a block (names from the SE paper's integration study, plus
+#: ``stage`` and ``conv``); see :mod:`visattn.models.placement`
+POSITIONS = ("standard", "pre", "post", "identity", "inner", "stage", "conv")
+#: the positions inside a residual block, each an ``attn_<position>`` slot, in the order the
+#: block's forward reaches them (the order its slots are created in, hence of their parameters)
+BLOCK_POSITIONS = ("pre", "inner", "standard", "identity", "post")
+#: the positions that fill an ``attn_<position>`` slot (all but ``conv``, which replaces a conv)
+SLOT_POSITIONS = (*BLOCK_POSITIONS, "stage")
 
 Triple = tuple[float, float, float]
 

@@ -39,6 +39,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from ._errors import first_line
 from .blocks.capture import is_capturing
 from .blocks.registry import is_block
 
@@ -148,7 +149,9 @@ def _compare(
         try:
             got = run(x)
         except Exception as e:  # onnxruntime refuses to run the graph at this shape
-            raise ExportError(f"{what}: the graph fails at input {shape}: {_first_line(e)}") from e
+            raise ExportError(
+                f"{what}: the graph fails at input {shape}: {first_line(e, limit=300)}"
+            ) from e
         if len(got) != len(ref):
             raise ExportError(f"{what}: {len(got)} outputs, PyTorch gives {len(ref)}")
         for g, r in zip(got, ref):
@@ -264,14 +267,6 @@ def _dynamic_shapes(axes: list[int]) -> tuple[dict[int, Any]] | None:
     return ({a: torch.export.Dim.DYNAMIC for a in axes},) if axes else None
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    for line in text.splitlines():
-        if line.strip():
-            return f"{type(e).__name__}: {line.strip()}"[:300]
-    return type(e).__name__
-
-
 def _block_inputs(model: nn.Module, x: torch.Tensor) -> list[tuple[str, nn.Module, torch.Size]]:
     """Registered blocks of ``model`` with the input shape each one sees for ``x``."""
     found: dict[int, tuple[str, nn.Module, torch.Size]] = {}
@@ -328,7 +323,7 @@ def _blame(path: str, blk: nn.Module, e: BaseException) -> str:
     """``block '<name>' at <path> (<class>): <first line of e>``, for export errors."""
     name = getattr(blk, "block_name", type(blk).__name__)
     where = f" at {path}" if path else ""
-    return f"block '{name}'{where} ({type(blk).__name__}): {_first_line(e)}"
+    return f"block '{name}'{where} ({type(blk).__name__}): {first_line(e, limit=300)}"
 
 
 def _fail(
@@ -343,7 +338,7 @@ def _fail(
     culprit = _culprit(model, x, exporter, opset, dynamic_size)
     if culprit is not None:
         return ExportError(f"{what} with the {exporter} exporter: {culprit}")
-    return ExportError(f"{what} with the {exporter} exporter: {_first_line(e)}")
+    return ExportError(f"{what} with the {exporter} exporter: {first_line(e, limit=300)}")
 
 
 # ---- public ----------------------------------------------------------------------------------
@@ -482,7 +477,9 @@ def export_program(
             program = torch.export.export(model, (x,), dynamic_shapes=dims)
         except Exception as e:
             culprit = _culprit_program(model, x)
-            raise ExportError(f"export_program failed: {culprit or _first_line(e)}") from e
+            raise ExportError(
+                f"export_program failed: {culprit or first_line(e, limit=300)}"
+            ) from e
         torch.export.save(program, str(out))
         worst, shapes = float("nan"), []
         if check:

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .._errors import first_line
+
 __all__ = [
     "TOLERANCE",
     "BudgetMatch",
@@ -92,13 +94,10 @@ def _first_line(exc: BaseException) -> str:
     introduces them (jsonargparse: 'Parser key "model.attention":' ... 'Option 'positon' is
     not accepted')."""
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    if not lines:
-        return type(exc).__name__
-    text = lines[0]
-    if text.endswith(":"):
-        causes = [ln.lstrip("- ") for ln in lines[1:] if _CAUSE.search(ln)][:2]
-        text = " ".join([text, *causes])
-    return f"{type(exc).__name__}: {text}"
+    if not lines or not lines[0].endswith(":"):
+        return first_line(exc)
+    causes = [ln.lstrip("- ") for ln in lines[1:] if _CAUSE.search(ln)][:2]
+    return " ".join([first_line(exc), *causes])
 
 
 def check_variants(runs: Sequence[Any], what: str = "sweep") -> None:

@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from .._errors import first_line
 from ..localization import score_gradcam, score_model
 from ..profile import measure_latency
 from ..utils import atomic_write_text, file_digest, load_run, read_metrics_csv
@@ -66,11 +67,6 @@ def _fmt_time(seconds: float) -> str:
     h, rem = divmod(seconds, 3600)
     m, s = divmod(rem, 60)
     return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
-
-
-def _error_line(exc: BaseException) -> str:
-    first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
-    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
 def _rel(path: str | os.PathLike | None, out: Path) -> str:
@@ -253,7 +249,7 @@ def _train_one(run: Run, sweep: Sweep, out: Path, train_fn: TrainFn) -> dict[str
         wall = time.perf_counter() - t0
         cols = evaluate_run(summary, sweep)
     except Exception as exc:
-        row.update(status="failed", error=_error_line(exc), wall_s=time.perf_counter() - t0)
+        row.update(status="failed", error=first_line(exc), wall_s=time.perf_counter() - t0)
         return row
     row.update(
         status="ok",

@@ -11,8 +11,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from timm.layers import DropPath
 
+from ..constants import BLOCK_POSITIONS
+
 __all__ = [
-    "BLOCK_POSITIONS",
     "PreActBottleneck",
     "ZeroPadShortcut",
     "add_slots",
@@ -21,13 +22,10 @@ __all__ = [
     "make_shortcut",
 ]
 
-#: attention slots of a residual block (see :class:`visattn.models.resnet.SlottedBlock`)
-BLOCK_POSITIONS = ("pre", "inner", "standard", "identity", "post")
-
 
 def add_slots(block: nn.Module) -> None:
     """Give ``block`` an empty attention slot ``attn_<position>`` (an ``nn.Identity``, no
-    state_dict keys) for each of :data:`BLOCK_POSITIONS`."""
+    state_dict keys) for each of :data:`visattn.constants.BLOCK_POSITIONS`."""
     for position in BLOCK_POSITIONS:
         setattr(block, f"attn_{position}", nn.Identity())
 

@@ -6,6 +6,10 @@ only thing needed to make it available to ``create_block``, the model factory, t
 config, the ablation runner, the tests (which are parametrized over the registry) and timm
 (as ``attn_layer``).
 
+Other layers follow the registry through :func:`subscribe` (the timm bridge does, for the
+models named after blocks); :func:`registered_block` registers a block for the duration of a
+``with`` block (tests).
+
 The decorator also gives every block two behaviours users of ``torch.nn`` and timm expect:
 
 * ``device=`` / ``dtype=`` factory keywords (timm passes them to ``attn_layer``), applied after
@@ -19,16 +23,18 @@ The decorator also gives every block two behaviours users of ``torch.nn`` and ti
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import torch
 import torch.nn as nn
 
+from .._subscribers import Listener, Subscribers
 from .identity import INITS, identity_form, make_identity
 
 __all__ = [
@@ -39,6 +45,9 @@ __all__ = [
     "create_block",
     "list_blocks",
     "register_block",
+    "registered_block",
+    "subscribe",
+    "unregister_block",
 ]
 
 FAMILIES = ("channel", "spatial", "hybrid", "residual")
@@ -76,6 +85,7 @@ class BlockInfo:
 
 
 _REGISTRY: dict[str, BlockInfo] = {}
+_SUBSCRIBERS = Subscribers()
 
 
 def _signature_defaults(cls: type[nn.Module], name: str) -> dict[str, Any]:
@@ -148,6 +158,7 @@ def _wrap_init(cls: type[nn.Module], name: str, defaults: dict[str, Any]) -> Non
             self.to(**{k: v for k, v in factory.items() if v is not None})
         self.register_forward_pre_hook(check_block_input)
 
+    __init__.own_init = cls.__dict__.get("__init__")  # None: inherited (unregister_block)
     cls.__init__ = __init__
 
 
@@ -197,9 +208,46 @@ def register_block(
             defaults=defaults,
             replaces_conv=replaces_conv,
         )
+        _SUBSCRIBERS.notify(added=[name])
         return cls
 
     return decorator
+
+
+def unregister_block(name: str) -> BlockInfo:
+    """Remove the block ``name`` from the registry and give its class back its own
+    ``__init__``; returns what the registry held. Unknown names raise ``UnknownBlockError``."""
+    info = _lookup(name)
+    del _REGISTRY[name]
+    cls = info.cls
+    own = cls.__init__.own_init  # the constructor before register_block wrapped it
+    if own is None:
+        del cls.__init__
+    else:
+        cls.__init__ = own
+    del cls.block_name, cls.block_family
+    _SUBSCRIBERS.notify(removed=[name])
+    return info
+
+
+@contextlib.contextmanager
+def registered_block(
+    name: str, cls: type[nn.Module], *, family: str, paper: str, replaces_conv: bool = False
+) -> Iterator[BlockInfo]:
+    """Register ``cls`` as :func:`register_block` does for the duration of a ``with`` block
+    (yielding its :class:`BlockInfo`), then unregister it, e.g. for a test's own block."""
+    register_block(name, family=family, paper=paper, replaces_conv=replaces_conv)(cls)
+    try:
+        yield _REGISTRY[name]
+    finally:
+        unregister_block(name)
+
+
+def subscribe(listener: Listener) -> Callable[[], None]:
+    """Call ``listener(added, removed)`` with the names of blocks registered and unregistered
+    from now on (first with every registered name as added); returns the function that
+    unsubscribes it."""
+    return _SUBSCRIBERS.subscribe(listener, _REGISTRY)
 
 
 def _lookup(name: str) -> BlockInfo:

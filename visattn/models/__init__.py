@@ -3,18 +3,22 @@ config, injection into torchvision / timm ResNets, and the model factory.
 
 Modules: :mod:`.builders` (functions that build a backbone), :mod:`.registry` (``ModelSpec``,
 names, listing), :mod:`.zoo` (the named models), :mod:`.factory` (``create_model``),
-:mod:`.timm_bridge` (timm registration and construction), :mod:`.checkpoint` (weights).
+:mod:`.timm_bridge` (timm registration, following the registry, and construction),
+:mod:`.checkpoint` (weights).
 """
 
+from ..constants import POSITIONS
+from . import timm_bridge
 from .checkpoint import LoadReport, load_checkpoint
 from .factory import create_model, pretrained_cfg_for
 from .inject import inject
-from .placement import POSITIONS, apply_placements, normalize_placements
+from .placement import apply_placements, normalize_placements
 from .registry import ModelSpec, UnknownModelError, get_model_spec, list_models, register_model
 from .residual_attention import ResidualAttentionNet
 from .resnet import BasicBlock, Bottleneck, PreActBottleneck, ResNet, ResNetStage
-from .timm_bridge import register_timm_models
 from .zoo import ECA_NET50_KERNELS, eca_placements
+
+timm_bridge.connect()  # every listed model is a timm model from here on
 
 __all__ = [
     "ECA_NET50_KERNELS",
@@ -38,5 +42,4 @@ __all__ = [
     "normalize_placements",
     "pretrained_cfg_for",
     "register_model",
-    "register_timm_models",
 ]

@@ -20,29 +20,12 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
+from ..constants import SLOT_POSITIONS
+
 __all__ = ["LoadReport", "load_checkpoint"]
 
 _log = logging.getLogger(__name__)
-_ATTENTION_KEY = re.compile(r"(^|\.)attn_(pre|inner|standard|identity|post|stage)\.")
-# keys renamed since earlier releases: (old, new) suffixes
-_RENAMED = (
-    # Residual Attention Networks' pre-activation units share preresnet164's unit since 0.2:
-    # their projection shortcut is ``downsample`` as in torchvision, was ``shortcut``
-    (".shortcut.weight", ".downsample.weight"),
-)
-
-
-def _upgrade_keys(state: dict[str, torch.Tensor], own: dict) -> dict[str, torch.Tensor]:
-    """Map keys of earlier visattn releases to today's names (only where the model has the new
-    key and lacks the old one)."""
-    out = {}
-    for k, v in state.items():
-        for old, new in _RENAMED:
-            if k.endswith(old) and k not in own and k[: -len(old)] + new in own:
-                k = k[: -len(old)] + new
-                break
-        out[k] = v
-    return out
+_ATTENTION_KEY = re.compile(rf"(^|\.)attn_({'|'.join(SLOT_POSITIONS)})\.")
 
 
 @dataclass
@@ -115,46 +98,14 @@ def load_checkpoint(
         raise ValueError(f"classifier must be 'strict' or 'if_matching', got {classifier!r}")
     state, ignored = _read_state_dict(path)
     own = model.state_dict()
-    state = _upgrade_keys(state, own)
     reset: list[str] = []
     if classifier == "if_matching":
-        head = _classifier_prefix(model)
-        reset = [
-            k
-            for k in own
-            if k.startswith(head) and (k not in state or state[k].shape != own[k].shape)
-        ]
-        # the file's classifier goes too when ours has none (num_classes=0) or another shape
-        drop = reset + [k for k in state if k.startswith(head) and k not in own]
-        state = {k: v for k, v in state.items() if k not in drop}
-        own = {k: v for k, v in own.items() if k not in reset}
-    missing = [k for k in own if k not in state]
-    new_keys = [k for k in missing if _ATTENTION_KEY.search(k)]
-    missing_backbone = [k for k in missing if not _ATTENTION_KEY.search(k)]
-    unexpected = [k for k in state if k not in own]
-    shapes = [
-        f"{k}: file {tuple(state[k].shape)} vs model {tuple(own[k].shape)}"
-        for k in state
-        if k in own and state[k].shape != own[k].shape
-    ]
-    problems = []
-    if missing_backbone:
-        problems.append(f"{len(missing_backbone)} missing key(s): {_few(missing_backbone)}")
-    if unexpected:
-        problems.append(f"{len(unexpected)} unexpected key(s): {_few(unexpected)}")
-    if shapes:
-        problems.append(f"{len(shapes)} shape mismatch(es): {_few(shapes)}")
+        state, own, reset = _without_mismatched_classifier(model, state, own)
+    new_keys = [k for k in own if k not in state and _ATTENTION_KEY.search(k)]
+    problems = _mismatches(state, own)
     if problems:
-        hint = (
-            " (a different num_classes? build the model with the checkpoint's num_classes and "
-            "call reset_classifier())"
-            if any(s.startswith("fc.") for s in shapes)
-            else ""
-        )
         raise ValueError(
-            f"checkpoint {str(path)!r} does not match {type(model).__name__}: "
-            + "; ".join(problems)
-            + hint
+            f"checkpoint {str(path)!r} does not match {type(model).__name__}: {problems}"
         )
     model.load_state_dict(state, strict=False)
     report = LoadReport(str(path), len(state), new_keys, ignored, reset)
@@ -173,6 +124,49 @@ def load_checkpoint(
         )
     model.checkpoint_report = report
     return report
+
+
+def _without_mismatched_classifier(
+    model: nn.Module, state: dict[str, torch.Tensor], own: dict[str, torch.Tensor]
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], list[str]]:
+    """``state`` and ``own`` without the classifier keys that do not match (missing from the
+    file, or of another shape), and those keys (they keep their initialisation)."""
+    head = _classifier_prefix(model)
+    reset = [
+        k for k in own if k.startswith(head) and (k not in state or state[k].shape != own[k].shape)
+    ]
+    # the file's classifier goes too when ours has none (num_classes=0) or another shape
+    drop = reset + [k for k in state if k.startswith(head) and k not in own]
+    state = {k: v for k, v in state.items() if k not in drop}
+    own = {k: v for k, v in own.items() if k not in reset}
+    return state, own, reset
+
+
+def _mismatches(state: dict[str, torch.Tensor], own: dict[str, torch.Tensor]) -> str:
+    """What keeps ``state`` from loading into a model with state_dict ``own``, outside the
+    attention slots (whose keys the file may lack): missing, unexpected, mis-shaped keys
+    (``""``: nothing)."""
+    missing = [k for k in own if k not in state and not _ATTENTION_KEY.search(k)]
+    unexpected = [k for k in state if k not in own]
+    shapes = [
+        f"{k}: file {tuple(state[k].shape)} vs model {tuple(own[k].shape)}"
+        for k in state
+        if k in own and state[k].shape != own[k].shape
+    ]
+    problems = []
+    if missing:
+        problems.append(f"{len(missing)} missing key(s): {_few(missing)}")
+    if unexpected:
+        problems.append(f"{len(unexpected)} unexpected key(s): {_few(unexpected)}")
+    if shapes:
+        problems.append(f"{len(shapes)} shape mismatch(es): {_few(shapes)}")
+    hint = (
+        " (a different num_classes? build the model with the checkpoint's num_classes and "
+        "call reset_classifier())"
+        if any(s.startswith("fc.") for s in shapes)
+        else ""
+    )
+    return "; ".join(problems) + hint if problems else ""
 
 
 def _few(items: list[str], n: int = 5) -> str:

@@ -75,6 +75,28 @@ def pretrained_cfg_for(
     }
 
 
+def _check_options(spec: ModelSpec, kwargs: dict[str, Any]) -> None:
+    """Builder options must exist (``TypeError`` with close matches) and agree with those the
+    name fixes (``ValueError``)."""
+    options = spec.options()
+    unknown = [k for k in kwargs if k not in options and k not in spec.fixed]
+    if unknown:
+        hints = {k: difflib.get_close_matches(k, options, n=1) for k in unknown}
+        said = ", ".join(
+            f"'{k}'" + (f" (did you mean '{hints[k][0]}'?)" if hints[k] else "") for k in unknown
+        )
+        raise TypeError(
+            f"create_model({spec.name!r}): unknown option {said}; valid options: "
+            f"{', '.join(o for o in options if o not in ('num_classes', 'in_chans'))}"
+        )
+    for k, v in kwargs.items():
+        if k in spec.fixed and v != spec.fixed[k]:
+            raise ValueError(
+                f"create_model({spec.name!r}): {k}={v!r} conflicts with the model's "
+                f"{k}={spec.fixed[k]!r}; choose the model whose name has {k}={v!r} or drop '{k}'"
+            )
+
+
 def create_model(
     name: str,
     *,
@@ -117,23 +139,7 @@ def create_model(
         ValueError: an option conflicting with the name, or a bad placement.
     """
     spec = get_model_spec(name)
-    options = spec.options()
-    unknown = [k for k in kwargs if k not in options and k not in spec.fixed]
-    if unknown:
-        hints = {k: difflib.get_close_matches(k, options, n=1) for k in unknown}
-        said = ", ".join(
-            f"'{k}'" + (f" (did you mean '{hints[k][0]}'?)" if hints[k] else "") for k in unknown
-        )
-        raise TypeError(
-            f"create_model({spec.name!r}): unknown option {said}; valid options: "
-            f"{', '.join(o for o in options if o not in ('num_classes', 'in_chans'))}"
-        )
-    for k, v in kwargs.items():
-        if k in spec.fixed and v != spec.fixed[k]:
-            raise ValueError(
-                f"create_model({spec.name!r}): {k}={v!r} conflicts with the model's "
-                f"{k}={spec.fixed[k]!r}; choose the model whose name has {k}={v!r} or drop '{k}'"
-            )
+    _check_options(spec, kwargs)
     if checkpoint_path is not None and pretrained_backbone is not None:
         raise ValueError(
             f"create_model({spec.name!r}): give checkpoint_path (a whole model) or "
@@ -158,7 +164,6 @@ def create_model(
     model.pretrained_cfg = pretrained_cfg_for(
         spec, num_classes=num_classes, in_chans=in_chans, options=built
     )
-    model.default_cfg = model.pretrained_cfg
     if checkpoint_path is not None:
         load_checkpoint(model, checkpoint_path)
     if pretrained_backbone is not None:

@@ -26,6 +26,8 @@ import torch.nn.functional as F
 from timm.models._features import feature_take_indices
 from torch.utils.checkpoint import checkpoint
 
+from .checkpoint import load_checkpoint
+
 __all__ = ["TimmModelMixin"]
 
 
@@ -67,14 +69,11 @@ class TimmModelMixin:
         self.fc = nn.Linear(self.num_features, num_classes) if num_classes > 0 else nn.Identity()
         if hasattr(self, "pretrained_cfg"):
             self.pretrained_cfg = {**self.pretrained_cfg, "num_classes": num_classes}
-            self.default_cfg = self.pretrained_cfg
 
     def load_pretrained(self, path: str) -> None:
         """timm's hook for ``pretrained=True`` with a local ``file``: load a visattn,
         torchvision or timm state_dict with :func:`visattn.models.load_checkpoint` (attention
         keys new; the classifier kept at its initialisation if ``num_classes`` differs)."""
-        from .checkpoint import load_checkpoint
-
         load_checkpoint(self, path, classifier="if_matching")
 
     # ------------------------------------------------------------------ features

@@ -48,11 +48,11 @@ import torch.nn as nn
 
 from ..blocks import block_info, create_block, list_blocks
 from ..blocks.identity import INITS
+from ..constants import POSITIONS
 from .resnet import ResNetStage, SlottedBlock
 
 __all__ = [
     "PLACEMENT_KEYS",
-    "POSITIONS",
     "Placement",
     "apply_placements",
     "find_stages",
@@ -61,7 +61,6 @@ __all__ = [
     "plan_placements",
 ]
 
-POSITIONS = ("standard", "pre", "post", "identity", "inner", "stage", "conv")
 PLACEMENT_KEYS = ("name", "args", "stages", "blocks", "position", "init")
 _BLOCK_WORDS = ("all", "first", "last")
 _CONV_ARGS = ("out_channels", "stride")  # set by position 'conv' from the conv it replaces
@@ -144,7 +143,7 @@ class Placement:
     * ``blocks``: ``"all"`` (also for ``None``), ``"first"``, ``"last"`` or a tuple of 0-based
       indices (negative from the end; an int -> one block); ``None`` for position ``stage``,
       where it does not apply;
-    * ``position``: one of :data:`POSITIONS` (``None`` -> ``"standard"``);
+    * ``position``: one of :data:`visattn.constants.POSITIONS` (``None`` -> ``"standard"``);
     * ``init``: ``"default"`` (the paper's initialisation) or ``"identity"`` (the block computes
       exactly its input when inserted).
 

@@ -13,39 +13,60 @@ demand, e.g. ``cbam_resnet18``. Registered names win over compositions (``bam_re
 places BAM after stages 1-3).
 
 Listing policy: :func:`list_models` lists the registered models and one composition per
-registered block, ``<block>_resnet56_cifar``; exactly these are registered in timm as
-``visattn_<name>`` (:mod:`visattn.models.timm_bridge`), so ``visattn.list_models()`` and
-``timm.list_models("visattn_*")`` agree. Every other composition is built on demand by
+registered block, ``<block>_resnet56_cifar``. Every other composition is built on demand by
 :func:`visattn.create_model`, and in timm by passing ``attention=`` to a listed backbone
 (``timm.create_model("visattn_resnet18", attention={"name": "cbam"})``).
+
+The registry knows nothing of timm: other layers follow the listed names through
+:func:`subscribe` (a listener told of the names that enter and leave the list; it follows the
+block registry too, since each new block lists a model). :mod:`visattn.models.timm_bridge`
+subscribes once when :mod:`visattn` is imported and registers every listed name in timm as
+``visattn_<name>``, so ``visattn.list_models()`` and ``timm.list_models("visattn_*")`` agree
+from then on. :func:`registered_model` registers a model for the duration of a ``with`` block.
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import fnmatch
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch.nn as nn
 
+from .._subscribers import Listener, Subscribers
 from ..blocks import block_info, list_blocks
+from ..blocks import registry as _blocks
 from .placement import normalize_placements
 
 __all__ = [
     "LISTED_COMPOSITION_BACKBONE",
+    "META_KEYS",
     "ModelSpec",
     "UnknownModelError",
     "get_model_spec",
     "list_models",
     "register_model",
+    "registered_model",
+    "registered_models",
+    "subscribe",
+    "unregister_model",
 ]
 
 #: the backbone every block is listed on (``<block>_resnet56_cifar``)
 LISTED_COMPOSITION_BACKBONE = "resnet56_cifar"
 DATASETS = ("imagenet", "cifar")
+#: what :attr:`ModelSpec.meta` may hold, and the type of each value
+META_KEYS: dict[str, type | tuple[type, ...]] = {
+    "paper": str,  # short citation of the paper the model comes from
+    "follows": str,  # the official code, config or checkpoint the model follows
+    "differs": str,  # where it differs from that official code, and why
+    "published_params": str,  # the parameter count as the paper prints it, e.g. "28.09M"
+    "official_params": int,  # the official model's exact count, where it differs from ours
+}
 
 
 class UnknownModelError(KeyError):
@@ -68,7 +89,11 @@ class ModelSpec:
         fixed: builder arguments the name fixes; a contradicting user value is an error.
         defaults: builder options the name sets, which a caller may override.
         attention: placements the name fixes (composed before the caller's).
-        paper: short citation, and where the model departs from it, the provenance.
+        meta: the model's provenance, in the style of torchvision's ``Weights.meta`` (keys in
+            :data:`META_KEYS`): ``paper`` (short citation), ``follows`` (the official code or
+            config it follows), ``differs`` (where it departs from that code),
+            ``published_params`` (the count the paper prints) and ``official_params`` (the
+            official model's exact count where ours differs).
         feature_levels: entries of the model's ``feature_info`` (stem + stages): timm's
             ``features_only=True`` returns all of them unless ``out_indices`` says otherwise.
     """
@@ -80,7 +105,7 @@ class ModelSpec:
     fixed: Mapping[str, Any] = field(default_factory=dict)
     defaults: Mapping[str, Any] = field(default_factory=dict)
     attention: tuple[Mapping[str, Any], ...] = ()
-    paper: str = ""
+    meta: Mapping[str, Any] = field(default_factory=dict)
     feature_levels: int = 5
 
     def __post_init__(self) -> None:
@@ -91,6 +116,21 @@ class ModelSpec:
             )
         if self.attention and not self.placeable:
             raise ValueError(f"ModelSpec {self.name!r}: placements need placeable=True")
+        for key, value in self.meta.items():
+            if key not in META_KEYS:
+                raise ValueError(
+                    f"ModelSpec {self.name!r}: unknown meta key {key!r}; valid: {list(META_KEYS)}"
+                )
+            if isinstance(value, bool) or not isinstance(value, META_KEYS[key]):
+                raise TypeError(
+                    f"ModelSpec {self.name!r}: meta[{key!r}] must be {META_KEYS[key].__name__}, "
+                    f"got {value!r}"
+                )
+
+    @property
+    def paper(self) -> str:
+        """Short citation (``meta["paper"]``; ``""`` if none)."""
+        return self.meta.get("paper", "")
 
     @property
     def num_classes(self) -> int:
@@ -116,26 +156,69 @@ class ModelSpec:
             fixed=self.fixed,
             defaults=self.defaults,
             attention=({"name": block},),
-            paper=f"{block_info(block).paper} on {self.name}",
+            meta={"paper": f"{block_info(block).paper} on {self.name}"},
             feature_levels=self.feature_levels,
         )
 
 
 _MODELS: dict[str, ModelSpec] = {}
+_SUBSCRIBERS = Subscribers()
+_LISTED: set[str] = set()  # what the subscribers were last told is listed
+
+
+def _tell_subscribers(*_: Any) -> None:
+    """Tell the subscribers how the listed names changed since they were last told."""
+    global _LISTED
+    now = _listed()
+    added, removed = sorted(now - _LISTED), sorted(_LISTED - now)
+    _LISTED = now
+    _SUBSCRIBERS.notify(added, removed)
 
 
 def register_model(spec: ModelSpec) -> ModelSpec:
-    """Add ``spec`` to the registry (and to timm as ``visattn_<name>``); a taken name raises."""
+    """Add ``spec`` to the registry; a taken name raises ``ValueError``."""
     if not isinstance(spec, ModelSpec):
         raise TypeError(f"register_model expects a ModelSpec, got {type(spec).__name__}")
     if spec.name in _MODELS:
         raise ValueError(f"model {spec.name!r} is already registered")
     normalize_placements(list(spec.attention))  # fail at registration, not at first use
     _MODELS[spec.name] = spec
-    from .timm_bridge import register_timm_model  # the bridge imports the registry
-
-    register_timm_model(spec.name)
+    _tell_subscribers()
     return spec
+
+
+def unregister_model(name: str) -> ModelSpec:
+    """Remove the registered model ``name``; returns its spec. A name that is not registered
+    (compositions are not) raises :class:`UnknownModelError`."""
+    if name not in _MODELS:
+        raise UnknownModelError(f"model {name!r} is not registered")
+    spec = _MODELS.pop(name)
+    _tell_subscribers()
+    return spec
+
+
+@contextlib.contextmanager
+def registered_model(spec: ModelSpec) -> Iterator[ModelSpec]:
+    """Register ``spec`` for the duration of a ``with`` block, then unregister it (e.g. for a
+    test's own model)."""
+    register_model(spec)
+    try:
+        yield spec
+    finally:
+        unregister_model(spec.name)
+
+
+def registered_models() -> list[str]:
+    """Sorted names of the registered models (without the ``<block>_<backbone>``
+    compositions that :func:`list_models` adds)."""
+    return sorted(_MODELS)
+
+
+def subscribe(listener: Listener) -> Callable[[], None]:
+    """Call ``listener(added, removed)`` with the names that enter and leave
+    :func:`list_models` from now on (first with every listed name as added), whether a model
+    or a block was registered or removed; returns the function that unsubscribes it."""
+    return _SUBSCRIBERS.subscribe(listener, _LISTED)
 
 
 def backbones() -> dict[str, ModelSpec]:
@@ -180,12 +263,8 @@ def _listed() -> set[str]:
 def list_models(pattern: str | None = None) -> list[str]:
     """Sorted model names (``fnmatch`` ``pattern``): the registered models and
     ``<block>_resnet56_cifar`` for every registered block. Other ``<block>_<backbone>``
-    compositions are accepted by :func:`visattn.create_model` without being listed.
+    compositions are accepted by :func:`visattn.create_model` without being listed."""
+    return sorted(n for n in _listed() if pattern is None or fnmatch.fnmatchcase(n, pattern))
 
-    The same names are registered in timm as ``visattn_<name>``; a block registered after
-    import is added to timm the next time this function runs."""
-    names = _listed()
-    from .timm_bridge import register_timm_models
 
-    register_timm_models(names)
-    return sorted(n for n in names if pattern is None or fnmatch.fnmatchcase(n, pattern))
+_blocks.subscribe(_tell_subscribers)  # a block registered or removed changes the list

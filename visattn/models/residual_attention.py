@@ -50,6 +50,18 @@ def _unit(cin: int, cout: int, stride: int = 1) -> PreActBottleneck:
     return PreActBottleneck(cin, cout // 4, stride, out_channels=cout)
 
 
+def _stem(stem: str, in_chans: int, channels: int) -> nn.Sequential:
+    """ImageNet: 7x7/2 conv, BN, ReLU, 3x3/2 max-pool; CIFAR: a 3x3 conv."""
+    if stem == "imagenet":
+        return nn.Sequential(
+            nn.Conv2d(in_chans, channels, 7, 2, 3, bias=False),
+            nn.BatchNorm2d(channels),
+            nn.ReLU(inplace=True),
+            nn.MaxPool2d(3, 2, 1),
+        )
+    return nn.Sequential(nn.Conv2d(in_chans, channels, 3, 1, 1, bias=False))
+
+
 class ResidualAttentionNet(TimmModelMixin, nn.Module):
     """A Residual Attention Network: stages of one transition unit followed by attention modules.
 
@@ -116,15 +128,7 @@ class ResidualAttentionNet(TimmModelMixin, nn.Module):
         self.in_chans = in_chans
         self.drop_rate = drop_rate
         self.default_input_size = (in_chans, 224, 224) if stem == "imagenet" else (in_chans, 32, 32)
-        if stem == "imagenet":
-            self.stem = nn.Sequential(
-                nn.Conv2d(in_chans, stem_channels, 7, 2, 3, bias=False),
-                nn.BatchNorm2d(stem_channels),
-                nn.ReLU(inplace=True),
-                nn.MaxPool2d(3, 2, 1),
-            )
-        else:
-            self.stem = nn.Sequential(nn.Conv2d(in_chans, stem_channels, 3, 1, 1, bias=False))
+        self.stem = _stem(stem, in_chans, stem_channels)
         cin = stem_channels
         reduction = 2 if stem == "imagenet" else 1
         self.feature_info = [
@@ -136,22 +140,11 @@ class ResidualAttentionNet(TimmModelMixin, nn.Module):
         ]
         reduction *= 2 if stem == "imagenet" else 1  # the max-pool
         stages = []
+        module_args = {"p": p, "t": t, "r": r, "learning": learning, "mask": mask}
+        module_args.update(mask_bias=mask_bias, align_corners=align_corners)
         for i, (n, width, depth) in enumerate(zip(attention_modules, widths, mask_depths)):
             layers: list[nn.Module] = [_unit(cin, width, 1 if i == 0 else 2)]
-            layers += [
-                ResidualAttention(
-                    width,
-                    p=p,
-                    t=t,
-                    r=r,
-                    depth=depth,
-                    learning=learning,
-                    mask=mask,
-                    mask_bias=mask_bias,
-                    align_corners=align_corners,
-                )
-                for _ in range(n)
-            ]
+            layers += [ResidualAttention(width, depth=depth, **module_args) for _ in range(n)]
             stages.append(nn.Sequential(*layers))
             reduction *= 1 if i == 0 else 2
             self.feature_info.append(

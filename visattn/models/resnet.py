@@ -25,22 +25,21 @@ import torch
 import torch.nn as nn
 from timm.layers import DropPath
 
-from ..blocks._units import BLOCK_POSITIONS, ZeroPadShortcut, add_slots
 from ..blocks._units import PreActBottleneck as _PreActUnit
+from ..blocks._units import add_slots
 from ..blocks._units import conv1x1 as _conv1x1
 from ..blocks._units import conv3x3 as _conv3x3
 from ..blocks._units import make_shortcut as _shortcut
+from ..constants import BLOCK_POSITIONS
 from .features import TimmModelMixin
 
 __all__ = [
-    "BLOCK_POSITIONS",
     "BasicBlock",
     "Bottleneck",
     "PreActBottleneck",
     "ResNet",
     "ResNetStage",
     "SlottedBlock",
-    "ZeroPadShortcut",
 ]
 
 
@@ -255,6 +254,32 @@ class ResNetStage(nn.Sequential):
         return self.attn_stage(x)
 
 
+def _check_layout(
+    layers: Sequence[int],
+    planes: Sequence[int],
+    strides: Sequence[int],
+    stem: str,
+    shortcut: str,
+) -> None:
+    """Refuse a ResNet layout that cannot be built, naming the argument at fault."""
+    if len(strides) != len(layers) or any(
+        isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in strides
+    ):
+        raise ValueError(
+            f"strides must hold one positive int per stage ({len(layers)}), got {strides!r}"
+        )
+    if stem not in ("imagenet", "cifar"):
+        raise ValueError(f"stem must be 'imagenet' or 'cifar', got {stem!r}")
+    if shortcut not in ("A", "B"):
+        raise ValueError(
+            f"shortcut must be 'A' (zero padding) or 'B' (1x1 projection), got {shortcut!r}"
+        )
+    if len(layers) != len(planes):
+        raise ValueError(f"layers {list(layers)} and planes {list(planes)} differ in length")
+    if not 1 <= len(layers) <= 4:
+        raise ValueError(f"a ResNet has 1 to 4 stages (layer1..layer4), got {len(layers)}")
+
+
 class ResNet(TimmModelMixin, nn.Module):
     """A ResNet with attention slots.
 
@@ -307,22 +332,7 @@ class ResNet(TimmModelMixin, nn.Module):
         super().__init__()
         if strides is None:
             strides = (1,) + (2,) * (len(layers) - 1)
-        if len(strides) != len(layers) or any(
-            isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in strides
-        ):
-            raise ValueError(
-                f"strides must hold one positive int per stage ({len(layers)}), got {strides!r}"
-            )
-        if stem not in ("imagenet", "cifar"):
-            raise ValueError(f"stem must be 'imagenet' or 'cifar', got {stem!r}")
-        if shortcut not in ("A", "B"):
-            raise ValueError(
-                f"shortcut must be 'A' (zero padding) or 'B' (1x1 projection), got {shortcut!r}"
-            )
-        if len(layers) != len(planes):
-            raise ValueError(f"layers {list(layers)} and planes {list(planes)} differ in length")
-        if not 1 <= len(layers) <= 4:
-            raise ValueError(f"a ResNet has 1 to 4 stages (layer1..layer4), got {len(layers)}")
+        _check_layout(layers, planes, strides, stem, shortcut)
         if not 0.0 <= drop_rate < 1.0 or not 0.0 <= drop_path_rate < 1.0:
             raise ValueError("drop_rate and drop_path_rate must be in [0, 1)")
         preact = block is PreActBottleneck

@@ -10,26 +10,35 @@
   has no weights to download;
 * the builder's options and placements (``attention=``), as for :func:`visattn.create_model`.
 
-Entrypoints live in the real module :mod:`visattn.models.timm_entrypoints`.
+The bridge follows the model registry (:func:`connect`, called once when :mod:`visattn` is
+imported): a name that enters :func:`visattn.list_models` is registered in timm, one that
+leaves it is removed from timm. Entrypoints live in the real module
+:mod:`visattn.models.timm_entrypoints`.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch.nn as nn
+from timm.models import _registry as timm_registry
 from timm.models import build_model_with_cfg, is_model
 from timm.models import register_model as timm_register
 
-from . import timm_entrypoints
+from . import registry, timm_entrypoints
 from .factory import create_model, pretrained_cfg_for
 from .registry import get_model_spec
 
-__all__ = ["create_timm_model", "register_timm_model", "register_timm_models"]
+__all__ = [
+    "connect",
+    "create_timm_model",
+    "register_timm_model",
+    "unregister_timm_model",
+]
 
-_TIMM_ONLY = ("pretrained_cfg", "pretrained_cfg_overlay", "cache_dir")
+_unsubscribe: Callable[[], None] | None = None
 
 
 def create_timm_model(name: str, pretrained: bool = False, **kwargs: Any) -> nn.Module:
@@ -83,11 +92,36 @@ def register_timm_model(name: str) -> str:
     return timm_name
 
 
-def register_timm_models(names: Iterable[str] | None = None) -> list[str]:
-    """Register ``visattn_<name>`` for each of ``names`` (default: :func:`list_models`);
-    returns the timm names."""
-    if names is None:
-        from .registry import list_models
+def unregister_timm_model(name: str) -> None:
+    """Remove ``visattn_<name>`` from timm (a no-op if timm does not have it). timm has no
+    public way to remove a model: its registry's entries for the name are dropped."""
+    timm_name = f"visattn_{name}"
+    if timm_registry._model_entrypoints.pop(timm_name, None) is None:
+        return
+    timm_registry._model_to_module.pop(timm_name, None)
+    for models in timm_registry._module_to_models.values():
+        models.discard(timm_name)
+    for tagged in [*timm_registry._model_with_tags.pop(timm_name, []), timm_name]:
+        timm_registry._model_pretrained_cfgs.pop(tagged, None)
+        timm_registry._model_has_pretrained.discard(tagged)
+    timm_registry._model_default_cfgs.pop(timm_name, None)
+    timm_entrypoints.default_cfgs.pop(timm_name, None)
+    if timm_name in timm_entrypoints.__all__:
+        timm_entrypoints.__all__.remove(timm_name)
+    vars(timm_entrypoints).pop(timm_name, None)
 
-        return sorted(f"visattn_{n}" for n in list_models())
-    return sorted(register_timm_model(n) for n in names)
+
+def _follow(added: Sequence[str], removed: Sequence[str]) -> None:
+    for name in removed:
+        unregister_timm_model(name)
+    for name in added:
+        register_timm_model(name)
+
+
+def connect() -> None:
+    """Follow the model registry from now on: every name in :func:`visattn.list_models` is a
+    timm model ``visattn_<name>`` (those listed already are registered at once). Called when
+    :mod:`visattn` is imported; calling it again does nothing."""
+    global _unsubscribe
+    if _unsubscribe is None:
+        _unsubscribe = registry.subscribe(_follow)

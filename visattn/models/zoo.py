@@ -1,8 +1,10 @@
 """The model zoo: the named models, as tables, registered at import.
 
-Each named model from an attention paper follows its authors' released code or weights; where
-that differs from the paper or from the usual backbone, the table says so and the other form is
-an option (a builder option the caller may override, or :func:`eca_placements`).
+Each named model from an attention paper follows its authors' released code or weights; its
+:attr:`~visattn.models.registry.ModelSpec.meta` says which (``follows``), where visattn differs
+from that code (``differs``) and the parameter count the paper prints (``published_params``).
+Where the official code differs from the paper or from the usual backbone, the other form is an
+option (a builder option the caller may override, or :func:`eca_placements`).
 """
 
 from __future__ import annotations
@@ -24,8 +26,6 @@ from .resnet import ResNet
 
 __all__ = [
     "ECA_NET50_KERNELS",
-    "GCT_OFFICIAL_EXTRA_PARAMS",
-    "SK_TIMM_ARGS",
     "bot50_placements",
     "eca_placements",
     "fca_placements",
@@ -35,9 +35,7 @@ __all__ = [
 
 ECA_NET50_KERNELS = (3, 5, 5, 7)
 #: SK options of timm's skresnet18/34: rd_ratio 1/8, rd_divisor 16, the input split between paths
-SK_TIMM_ARGS = {"reduction": 8, "min_rd_channels": 16, "split_input": True}
-#: total stride of layer1..layer4 in an ImageNet ResNet (56, 28, 14, 7 at 224x224)
-_STAGE_STRIDES = (4, 8, 16, 32)
+_SK_TIMM_ARGS = {"reduction": 8, "min_rd_channels": 16, "split_input": True}
 
 
 def eca_placements(kernel_sizes: tuple[int, ...] | None = ECA_NET50_KERNELS) -> tuple[dict, ...]:
@@ -96,13 +94,6 @@ def fca_placements(dct_sizes: tuple[int, ...] | None = (56, 28, 14, 7)) -> tuple
     )
 
 
-#: what GCT before *every* conv (the official GCT-ResNet-50) adds to ``gct_resnet50``, which
-#: has the two slots visattn offers (``pre``: before conv1; ``inner``: before conv3): a GCT
-#: before each conv2 (``3 x width`` per block), before the stem conv (``3 x 3``) and before the
-#: four downsample convs (``3 x (64 + 256 + 512 + 1024)``)
-GCT_OFFICIAL_EXTRA_PARAMS = 3 * (3 * 64 + 4 * 128 + 6 * 256 + 3 * 512) + 3 * 3 + 3 * 1856
-
-
 @forwards_options(resnet_imagenet, drop=("width",))
 def resnet_imagenet_sk(*, depth: int, **options: Any) -> ResNet:
     """:func:`resnet_imagenet` laid out for SK at position ``conv`` as timm's ``skresnet18`` /
@@ -143,17 +134,40 @@ def bot50_placements(feat_size: int = 14) -> tuple[dict, ...]:
     )
 
 
-_HE2016 = "He et al., CVPR 2016"
-_RAN = "Wang et al., CVPR 2017; official prototxt: no mask-head bias, align_corners=True"
+_HE2016 = {"paper": "He et al., CVPR 2016"}
+_RAN = {
+    "paper": "Wang et al., CVPR 2017",
+    "follows": "official prototxt: no mask-head bias, align_corners=True",
+}
+_SE = {"paper": "Hu et al., CVPR 2018"}
 _SE16 = {"name": "se", "args": {"reduction": 16}}
+#: parameter counts the backbones' papers print (He et al., CVPR 2016, Table 6 and ECCV 2016,
+#: Table 3; Wang et al. 2017, Table 4); the other Residual Attention Networks' printed counts are
+#: not visattn's
+_PUBLISHED = {
+    "resnet20_cifar": "0.27M",
+    "resnet32_cifar": "0.46M",
+    "resnet44_cifar": "0.66M",
+    "resnet56_cifar": "0.85M",
+    "resnet110_cifar": "1.7M",
+    "preresnet164_cifar": "1.7M",
+    "attention56": "31.9M",
+}
 
-# backbones: (name, builder, fixed arguments, dataset, placeable, paper)
-_BACKBONES: list[tuple[str, Any, dict[str, Any], str, bool, str]] = [
+# backbones: (name, builder, fixed arguments, dataset, placeable, meta)
+_BACKBONES: list[tuple[str, Any, dict[str, Any], str, bool, dict[str, Any]]] = [
     *[
         (f"resnet{d}_cifar", resnet_cifar, {"depth": d}, "cifar", True, _HE2016)
         for d in (20, 32, 44, 56, 110)
     ],
-    ("preresnet164_cifar", preresnet_cifar, {"depth": 164}, "cifar", True, "He et al., ECCV 2016"),
+    (
+        "preresnet164_cifar",
+        preresnet_cifar,
+        {"depth": 164},
+        "cifar",
+        True,
+        {"paper": "He et al., ECCV 2016"},
+    ),
     *[
         (f"resnet{d}", resnet_imagenet, {"depth": d}, "imagenet", True, _HE2016)
         for d in sorted(IMAGENET_LAYOUTS)
@@ -165,63 +179,89 @@ _BACKBONES: list[tuple[str, Any, dict[str, Any], str, bool, str]] = [
     ],
 ]
 
-# attention models: (name, backbone, placements, builder defaults, paper and provenance)
-_PAPER_MODELS: list[tuple[str, str, tuple[dict[str, Any], ...], dict[str, Any], str]] = [
-    ("se_resnet20_cifar", "resnet20_cifar", (_SE16,), {}, "Hu et al., CVPR 2018"),
-    ("se_resnet56_cifar", "resnet56_cifar", (_SE16,), {}, "Hu et al., CVPR 2018"),
-    ("se_resnet110_cifar", "resnet110_cifar", (_SE16,), {}, "Hu et al., CVPR 2018"),
-    ("se_resnet50", "resnet50", (_SE16,), {}, "Hu et al., CVPR 2018"),
-    ("se_resnet101", "resnet101", (_SE16,), {}, "Hu et al., CVPR 2018"),
-    ("cbam_resnet50", "resnet50", ({"name": "cbam"},), {}, "Woo et al., ECCV 2018"),
+# attention models: (name, backbone, placements, builder defaults, meta)
+_PAPER_MODELS: list[tuple[str, str, tuple[dict[str, Any], ...], dict[str, Any], dict[str, Any]]] = [
+    ("se_resnet20_cifar", "resnet20_cifar", (_SE16,), {}, _SE),
+    ("se_resnet56_cifar", "resnet56_cifar", (_SE16,), {}, _SE),
+    ("se_resnet110_cifar", "resnet110_cifar", (_SE16,), {}, _SE),
+    ("se_resnet50", "resnet50", (_SE16,), {}, {**_SE, "published_params": "28.09M"}),  # Table 2
+    ("se_resnet101", "resnet101", (_SE16,), {}, {**_SE, "published_params": "49.33M"}),
+    (
+        "cbam_resnet50",
+        "resnet50",
+        ({"name": "cbam"},),
+        {},
+        {"paper": "Woo et al., ECCV 2018", "published_params": "28.09M"},  # Table 2
+    ),
     (
         "bam_resnet50",
         "resnet50",
         ({"name": "bam", "position": "stage", "stages": [1, 2, 3]},),
         {},
-        "Park et al., BMVC 2018",
+        {"paper": "Park et al., BMVC 2018", "published_params": "25.92M"},  # Table 4
     ),
     (
         "eca_resnet50",
         "resnet50",
         eca_placements(ECA_NET50_KERNELS),
         {},
-        "Wang et al., CVPR 2020; released ECA-Net50 kernels 3, 5, 5, 7 (formula: 5, 5, 5, 7)",
+        {
+            "paper": "Wang et al., CVPR 2020",
+            "follows": "released ECA-Net50: kernels 3, 5, 5, 7 (the paper's formula: 5, 5, 5, 7)",
+        },
     ),
     (
         "gsop_resnet50",
         "resnet50",
         ({"name": "gsop", "blocks": "last"},),
         {"last_stride": 1},
-        "Gao et al., CVPR 2019; official GSoP-Net1: layer4 stride 1 (last_stride=2: usual layout)",
+        {
+            "paper": "Gao et al., CVPR 2019",
+            "follows": "official GSoP-Net1: layer4 stride 1 (last_stride=2: the usual layout)",
+        },
     ),
     (
         "gc_resnet50",
         "resnet50",
         ({"name": "gc", "args": {"reduction": 16}, "stages": [2, 3, 4]},),
         {},
-        "Cao et al., ICCVW 2019; official configs: stage_with_gcb=(False, True, True, True)",
+        {
+            "paper": "Cao et al., ICCVW 2019",
+            "follows": "official configs: stage_with_gcb=(False, True, True, True)",
+        },
     ),
     (
         "ge_resnet50",
         "resnet50",
         ge_placements(224),
         {},
-        "Hu et al., NeurIPS 2018; official RN50-GEPP (GE-theta-plus, global extent): 224x224 "
-        "inputs only; differs: no ReLU between the gather's BN and the MLP",
+        {
+            "paper": "Hu et al., NeurIPS 2018",
+            "follows": "official RN50-GEPP (GE-theta-plus, global extent): 224x224 inputs only",
+            "differs": "no ReLU between the gather's BN and the MLP",
+        },
     ),
     (
         "srm_resnet50",
         "resnet50",
         ({"name": "srm", "args": {"std": "unbiased"}},),
         {},
-        "Lee et al., ICCV 2019; official code: after bn3, torch.std (unbiased)",
+        {
+            "paper": "Lee et al., ICCV 2019",
+            "follows": "official code: after bn3, torch.std (unbiased)",
+            "published_params": "25.62M",
+        },
     ),
     (
         "fca_resnet50",
         "resnet50",
         fca_placements((56, 28, 14, 7)),
         {},
-        "Qin et al., ICCV 2021; official FcaNet-50: top16, r=16, DCT 56/28/14/7, orthonormal",
+        {
+            "paper": "Qin et al., ICCV 2021",
+            "follows": "official FcaNet-50: top16, r=16, DCT 56/28/14/7, orthonormal",
+            "published_params": "28.07M",
+        },
     ),
     (
         "simam_resnet50",
@@ -234,53 +274,74 @@ _PAPER_MODELS: list[tuple[str, str, tuple[dict[str, Any], ...], dict[str, Any], 
             },
         ),
         {},
-        "Yang et al., ICML 2021; official ImageNet runs: lambda 0.1, 1/(HW-1); differs: after "
-        "relu(bn2(conv2)), the official module sits between conv2 and bn2",
+        {
+            "paper": "Yang et al., ICML 2021",
+            "follows": "official ImageNet runs: lambda 0.1, 1/(HW-1)",
+            "differs": "after relu(bn2(conv2)); the official module sits between conv2 and bn2",
+            "published_params": "25.56M",
+        },
     ),
     (
         "triplet_resnet50",
         "resnet50",
         ({"name": "triplet"},),
         {},
-        "Misra et al., WACV 2021; official code: after bn3, 7x7 kernels",
+        {
+            "paper": "Misra et al., WACV 2021",
+            "follows": "official code: after bn3, 7x7 kernels",
+            "published_params": "25.56M",
+        },
     ),
     (
         "gct_resnet50",
         "resnet50",
         ({"name": "gct", "position": "pre"}, {"name": "gct", "position": "inner"}),
         {},
-        "Yang et al., CVPR 2020; differs: GCT before conv1 and conv3 of every block, the "
-        "official code also before conv2, the stem conv and the downsample convs",
+        {
+            "paper": "Yang et al., CVPR 2020",
+            "differs": "GCT before conv1 and conv3 of every block (visattn's slots); the "
+            "official code also puts one before conv2, the stem conv and the downsample convs",
+            "official_params": 25_624_625,
+        },
     ),
     (
         "botnet50",
         "resnet50",
         bot50_placements(14),
         {},
-        "Srinivas et al., CVPR 2021; BoT50: MHSA (4 heads) replaces layer4's 3x3 convs, 2x2 "
-        "average pool after the first; relative logits scaled as the authors' reference code",
+        {
+            "paper": "Srinivas et al., CVPR 2021",
+            "follows": "BoT50: MHSA (4 heads) replaces layer4's 3x3 convs, 2x2 average pool "
+            "after the first; relative logits scaled as the authors' reference code",
+            "published_params": "20.8M",
+        },
     ),
     (
         "lambda_resnet50",
         "resnet50",
         ({"name": "lambda", "position": "conv", "args": {"heads": 4, "dim_k": 16, "r": 23}},),
         {"zero_init_residual": True},
-        "Bello, ICLR 2021; LambdaResNet-50 (Table 3): lambda layers replace every 3x3 conv, "
-        "|k|=16, |h|=4, |u|=1, scope 23; each block's last BN starts at zero (as timm's lambda "
-        "ResNets): without it the untrained network's activations overflow by layer2",
+        {
+            "paper": "Bello, ICLR 2021",
+            "follows": "LambdaResNet-50 (Table 3): lambda layers replace every 3x3 conv, "
+            "|k|=16, |h|=4, |u|=1, scope 23",
+            "differs": "each block's last BN starts at zero (as timm's lambda ResNets): "
+            "without it the untrained network's activations overflow by layer2",
+            "published_params": "15.0M",
+        },
     ),
 ]
 
 # timm's SK-ResNets: (name, depth)
 _SK_MODELS = [("sk_resnet18", 18), ("sk_resnet34", 34)]
-_SK_PAPER = (
-    "Li et al., CVPR 2019; timm's skresnet{d}: SK (r=8, min 16, split input) replaces each "
-    "BasicBlock's first conv, whose BN is dropped"
+_SK_FOLLOWS = (
+    "timm's skresnet{d}: SK (r=8, min 16, split input) replaces each BasicBlock's first conv, "
+    "whose BN is dropped"
 )
 
 
 def _register_zoo() -> None:
-    for name, builder, fixed, dataset, placeable, paper in _BACKBONES:
+    for name, builder, fixed, dataset, placeable, meta in _BACKBONES:
         register_model(
             ModelSpec(
                 name=name,
@@ -288,12 +349,15 @@ def _register_zoo() -> None:
                 placeable=placeable,
                 dataset=dataset,
                 fixed=fixed,
-                paper=paper,
+                meta={
+                    **meta,
+                    **({"published_params": _PUBLISHED[name]} if name in _PUBLISHED else {}),
+                },
                 # stem + stages: CIFAR ResNets have 3 stages, the others 4
                 feature_levels=4 if (dataset == "cifar" and placeable) else 5,
             )
         )
-    for name, base, placements, defaults, paper in _PAPER_MODELS:
+    for name, base, placements, defaults, meta in _PAPER_MODELS:
         b = get_model_spec(base)
         register_model(
             ModelSpec(
@@ -304,7 +368,7 @@ def _register_zoo() -> None:
                 fixed=b.fixed,
                 defaults=defaults,
                 attention=placements,
-                paper=paper,
+                meta=meta,
                 feature_levels=b.feature_levels,
             )
         )
@@ -316,8 +380,8 @@ def _register_zoo() -> None:
                 placeable=True,
                 dataset="imagenet",
                 fixed={"depth": depth},
-                attention=({"name": "sk", "position": "conv", "args": dict(SK_TIMM_ARGS)},),
-                paper=_SK_PAPER.format(d=depth),
+                attention=({"name": "sk", "position": "conv", "args": dict(_SK_TIMM_ARGS)},),
+                meta={"paper": "Li et al., CVPR 2019", "follows": _SK_FOLLOWS.format(d=depth)},
             )
         )
 
