@@ -36,11 +36,8 @@ from __future__ import annotations
 
 import argparse
 import copy
-import math
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 import torch.nn as nn
@@ -52,21 +49,9 @@ from _common import (
     print_header,
     write_csv,
 )
-from timm.layers.bottleneck_attn import BottleneckAttn
-from timm.layers.cbam import CbamModule, LightCbamModule, SpatialAttn
-from timm.layers.coord_attn import CoordAttn, EfficientLocalAttn, SimpleCoordAttn, StripAttn
-from timm.layers.eca import CecaModule, EcaModule
-from timm.layers.gather_excite import GatherExcite
-from timm.layers.global_context import GlobalContext
-from timm.layers.halo_attn import HaloAttn
-from timm.layers.lambda_layer import LambdaLayer
-from timm.layers.mlp import ConvMlp
-from timm.layers.non_local_attn import BatNonLocalAttn, NonLocalAttn
-from timm.layers.selective_kernel import SelectiveKernel
-from timm.layers.split_attn import SplitAttn
-from timm.layers.squeeze_excite import EffectiveSEModule, SEModule
 
 import visattn
+from visattn.blocks.twins import TWINS, block_of, check_twin, randomize
 from visattn.profile import count_macs, count_params
 
 COLUMNS = [
@@ -107,520 +92,6 @@ QUICK_SHAPES = ((16, 64, 32, 32), (8, 256, 14, 14))
 GSOP_SHAPES = ((16, 256, 14, 14), (16, 256, 28, 28), (16, 256, 56, 56))
 QUICK_GSOP_SHAPES = ((8, 256, 14, 14), (8, 256, 28, 28))
 GOAL_RATIO = 1.05
-
-
-# --------------------------------------------------------------------------------------------
-# timm twins: built from the *instance* of the visattn block (its default options), so that the
-# twin has the same widths, kernel sizes, biases and activations.
-# --------------------------------------------------------------------------------------------
-def _convs(m: nn.Module, kind: type[nn.Module] = nn.Conv2d) -> list[nn.Module]:
-    return [c for c in m.modules() if isinstance(c, kind)]
-
-
-def _one(m: nn.Module, kind: type[nn.Module], what: str) -> nn.Module:
-    found = [c for c in m.modules() if isinstance(c, kind)]
-    if len(found) != 1:
-        raise ValueError(
-            f"expected one {kind.__name__} ({what}) in {type(m).__name__}, got {found}"
-        )
-    return found[0]
-
-
-_ACTS = (nn.ReLU, nn.ReLU6, nn.SiLU, nn.GELU, nn.Hardswish, nn.LeakyReLU, nn.Tanh)
-_GATES = (nn.Sigmoid, nn.Hardsigmoid)
-
-
-def _act(m: nn.Module) -> type[nn.Module]:
-    return type(next(c for c in m.modules() if isinstance(c, _ACTS)))
-
-
-def _gate(m: nn.Module) -> type[nn.Module]:
-    return type(next(c for c in m.modules() if isinstance(c, _GATES)))
-
-
-def _se_twin(b: nn.Module, c: int) -> nn.Module:
-    if getattr(b, "pool", "avg") != "avg":
-        raise ValueError("timm's SEModule only has average pooling")
-    fc1 = _convs(b)[0]
-    return SEModule(
-        c,
-        rd_channels=fc1.out_channels,
-        bias=fc1.bias is not None,
-        act_layer=_act(b),
-        gate_layer=_gate(b),
-    )
-
-
-def _eca_twin(b: nn.Module, c: int) -> nn.Module:
-    conv = _one(b, nn.Conv1d, "channel conv")
-    # channels=None: timm then uses kernel_size as given instead of its own adaptive formula
-    return EcaModule(None, kernel_size=conv.kernel_size[0], gate_layer=_gate(b))
-
-
-def _ecam_twin(b: nn.Module, c: int) -> nn.Module:
-    if b.mlp is None:
-        raise ValueError("timm's ecam is eca with mlp=True")
-    twin = EcaModule(c, use_mlp=True, rd_channels=b.mlp[0].out_channels, gate_layer=_gate(b))
-    if twin.conv2.kernel_size[0] != b.kernel_size:  # timm adapts k from C, floored at 3
-        raise ValueError(f"timm's kernel {twin.conv2.kernel_size[0]} != {b.kernel_size}")
-    return twin
-
-
-def _ceca_twin(b: nn.Module, c: int) -> nn.Module:
-    if not b.circular_pad:
-        raise ValueError("timm's ceca is eca with padding='circular'")
-    return CecaModule(None, kernel_size=b.kernel_size, gate_layer=_gate(b))
-
-
-def _ese_twin(b: nn.Module, c: int) -> nn.Module:
-    return EffectiveSEModule(c, gate_layer=_gate(b))
-
-
-def _ge_twin(b: nn.Module, c: int) -> nn.Module:
-    """timm's GatherExcite. timm 1.0.31's constructor fails whenever it builds the MLP or a
-    parametric gather (``*dd`` passes 'device'/'dtype' positionally), so it is built without
-    them and they are added exactly as the constructor would build them; timm's forward runs."""
-    if b.extent == 0 and b.gather is not None:
-        raise ValueError("timm's parametric global gather pads to 'same' size: not global")
-    twin = GatherExcite(c, extent=b.extent, use_mlp=False, gate_layer=_gate(b))
-    if b.mlp is not None:
-        twin.mlp = ConvMlp(c, b.mlp[0].out_channels, act_layer=_act(b))
-    if b.gather is not None:
-        twin.gather = nn.Sequential()
-        n = int(math.log2(b.extent))
-        for i in range(n):
-            twin.gather.add_module(f"conv{i + 1}", nn.Conv2d(c, c, 3, 2, 1, groups=c, bias=False))
-            twin.gather.add_module(f"norm{i + 1}", nn.BatchNorm2d(c))
-            if i != n - 1:
-                twin.gather.add_module(f"act{i + 1}", _act(b)(inplace=True))
-    return twin
-
-
-def _ge_pairs(b: nn.Module, t: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    # timm registers the gather added after construction behind its MLP
-    dst = t.state_dict(keep_vars=True)
-    keys = sorted(
-        (k for k, v in dst.items() if v.is_floating_point()),
-        key=lambda k: not k.startswith("gather"),
-    )
-    src = [v for v in b.state_dict(keep_vars=True).values() if v.is_floating_point()]
-    return list(zip(src, (dst[k] for k in keys)))
-
-
-def _cbam_twin(b: nn.Module, c: int) -> nn.Module:
-    fc1, spatial = b.channel.fc1, b.spatial.conv
-    if spatial.bias is not None:
-        raise ValueError("timm's CBAM spatial conv is bias-free + BN: compare with use_bn=True")
-    return (LightCbamModule if b.channel.light else CbamModule)(
-        c,
-        rd_channels=fc1.out_channels,
-        spatial_kernel_size=spatial.kernel_size[0],
-        act_layer=_act(b),
-        gate_layer=_gate(b),
-        mlp_bias=fc1.bias is not None,
-    )
-
-
-def _spatial_twin(b: nn.Module, c: int) -> nn.Module:
-    conv = _one(b, nn.Conv2d, "spatial conv")
-    if conv.bias is not None:
-        raise ValueError("timm's SpatialAttn is a bias-free conv + BN: compare with use_bn=True")
-    return SpatialAttn(conv.kernel_size[0], gate_layer=_gate(b))
-
-
-def _gc_twin(b: nn.Module, c: int) -> nn.Module:
-    first = b.fc1 if b.fc1 is not None else b.scale[0]
-    twin = GlobalContext(
-        c,
-        use_attn=b.conv_attn is not None,
-        fuse_add=b.fc2 is not None,
-        fuse_scale=b.scale is not None,
-        rd_channels=first.out_channels,
-        act_layer=_act(b),
-        gate_layer=_gate(b),
-    )
-    # GCNet's (and visattn's) nn.LayerNorm([C', 1, 1]) has eps 1e-5, timm's LayerNorm2d 1e-6
-    for mlp in (twin.mlp_add, twin.mlp_scale):
-        if mlp is not None:
-            mlp.norm.eps = 1e-5
-    return twin
-
-
-def _gc_pairs(b: nn.Module, t: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """timm holds the scale MLP after the add MLP; visattn's add transform comes first too, but
-    its scale transform is registered last: pair by role."""
-    src = b.state_dict(keep_vars=True)
-    dst = t.state_dict(keep_vars=True)
-    pairs = [(src[k], dst[k]) for k in ("conv_attn.weight", "conv_attn.bias") if k in src]
-    for prefix, names in (
-        ("mlp_add.", ("fc1", "norm", "fc2")),
-        ("mlp_scale.", ("scale.0", "scale.1", "scale.3")),
-    ):
-        for theirs, ours in zip(("fc1", "norm", "fc2"), names):
-            for p in ("weight", "bias"):
-                if f"{prefix}{theirs}.{p}" in dst:
-                    pairs.append((src[f"{ours}.{p}"], dst[f"{prefix}{theirs}.{p}"]))
-    return pairs
-
-
-def _coord_twin(b: nn.Module, c: int) -> nn.Module:
-    # timm's `bias` applies to all three convs; visattn's F_h, F_w have one, F1 (before BN) not:
-    # the twin gets biases everywhere and its F1 bias is zeroed for the check.
-    return CoordAttn(
-        c,
-        rd_channels=b.conv1.out_channels,
-        bias=True,
-        act_layer=_act(b),
-        norm_layer=nn.BatchNorm2d,
-        gate_layer=_gate(b),
-    )
-
-
-def _coord_pairs(b: nn.Module, t: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    dst = t.state_dict(keep_vars=True)
-    pairs = [(v, dst[k]) for k, v in b.state_dict(keep_vars=True).items()]
-    return [*pairs, (torch.zeros_like(dst["conv1.bias"]), dst["conv1.bias"])]
-
-
-def _scoord_twin(b: nn.Module, c: int) -> nn.Module:
-    if not b.simple:
-        raise ValueError("timm's scoord is coord with simple=True")
-    return SimpleCoordAttn(
-        c, rd_channels=b.conv1.out_channels, act_layer=_act(b), gate_layer=_gate(b)
-    )
-
-
-def _ela_twin(b: nn.Module, c: int) -> nn.Module:
-    if b.shared or b.norm_h.num_groups != 1:
-        raise ValueError("timm's ela: one conv and norm per strip (shared=False), num_groups=1")
-    return EfficientLocalAttn(
-        c, kernel_size=b.conv_h.kernel_size[0], act_layer=_act(b), gate_layer=_gate(b)
-    )
-
-
-def _ela_pairs(b: nn.Module, t: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    src, dst = b.state_dict(keep_vars=True), t.state_dict(keep_vars=True)
-    return [(src[k], v) for k, v in dst.items()]  # same names, another registration order
-
-
-def _strip_twin(b: nn.Module, c: int) -> nn.Module:
-    conv = b.conv_h if isinstance(b.conv_h, nn.Conv2d) else None
-    return StripAttn(
-        c,
-        use_conv=conv is not None,
-        kernel_size=conv.kernel_size[0] if conv is not None else 3,
-        bias=conv is not None and conv.bias is not None,
-        gate_layer=_gate(b),
-    )
-
-
-def _bat_twin(b: nn.Module, c: int) -> nn.Module:
-    return BatNonLocalAttn(
-        c,
-        block_size=b.ba.block_size,
-        groups=b.ba.groups,
-        rd_channels=b.inner_channels,
-        drop_rate=b.dropout.p,
-        act_layer=_act(b),
-    )
-
-
-def _nonlocal_twin(b: nn.Module, c: int) -> nn.Module:
-    inner = b.inner_channels
-    if b.heads != 1 or b.subsample != 1 or b.window is not None or b.selection != "soft":
-        raise ValueError("timm's NonLocalAttn has one head, no sub-sampling, global soft attention")
-    twin = NonLocalAttn(c, rd_channels=inner)
-    # timm scales by in_channels**-0.5 (or 1); give it the visattn score's scale so both compute
-    # the same function (the cost is identical: one multiply of the score matrix either way).
-    scale = {"dot": 1.0, "scaled_dot": inner**-0.5}.get(b.score)
-    if scale is None:
-        raise ValueError(f"timm's NonLocalAttn has no score {b.score!r}")
-    twin.scale = scale / b.temperature
-    return twin
-
-
-def _nonlocal_pairs(b: nn.Module, t: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    pairs = [(b.theta.weight, t.t.weight), (b.theta.bias, t.t.bias), (b.phi.weight, t.p.weight)]
-    pairs += [(b.phi.bias, t.p.bias), (b.g.weight, t.g.weight), (b.g.bias, t.g.bias)]
-    pairs += [(b.w_z.weight, t.z.weight), (torch.zeros_like(t.z.bias), t.z.bias)]
-    pairs += [
-        (v, t.norm.state_dict(keep_vars=True)[k])
-        for k, v in b.norm.state_dict(keep_vars=True).items()
-    ]
-    return pairs
-
-
-@dataclass(frozen=True)
-class Twin:
-    """How to build timm's version of a block from a visattn instance and pair their tensors.
-
-    ``options``: visattn options for the comparison (where the defaults follow the paper and timm
-    follows the official code, e.g. CBAM's BN); ``pairs``: (visattn tensor, timm tensor) to copy
-    for the equivalence check (default: all floating tensors of both state dicts, in order);
-    ``block``: the visattn block (default: the twin's key, which is otherwise timm's type name,
-    e.g. ``ecam`` for eca with ``mlp=True``); ``multiple``: timm only takes inputs whose H and W
-    are multiples of it (other shapes are timed without the twin); ``check_size``: the H, W of
-    the equivalence check.
-    """
-
-    build: Callable[[nn.Module, int], nn.Module]
-    note: str = ""
-    pairs: Callable[[nn.Module, nn.Module], list[tuple[torch.Tensor, torch.Tensor]]] | None = None
-    options: dict = field(default_factory=dict)
-    block: str | None = None
-    multiple: int = 1
-    check_size: tuple[int, int] = (12, 10)
-    # options that depend on the benchmark shape (N, C, H, W), e.g. a feature or block size; the
-    # equivalence check then runs at that shape's H x W instead of 12 x 10
-    sized: Callable[[tuple[int, ...]], dict] | None = None
-
-
-TWINS: dict[str, Twin] = {
-    "se": Twin(_se_twin),
-    "eca": Twin(
-        _eca_twin, "timm's adaptive kernel formula differs (floors k at 3); kernel given explicitly"
-    ),
-    "cbam": Twin(
-        _cbam_twin,
-        "visattn use_bn=True (official code; default is the paper's conv with bias, no BN)",
-        options={"use_bn": True},
-    ),
-    "spatial": Twin(
-        _spatial_twin,
-        "visattn use_bn=True (official code; default is the paper's conv with bias, no BN)",
-        options={"use_bn": True},
-    ),
-    "ecam": Twin(
-        _ecam_twin,
-        "timm's ecam: eca with mlp=True (timm experiment)",
-        block="eca",
-        options={"mlp": True},
-    ),
-    "ceca": Twin(
-        _ceca_twin,
-        "timm's ceca: eca with circular padding",
-        block="eca",
-        options={"padding": "circular"},
-    ),
-    "ese": Twin(
-        _ese_twin,
-        "visattn gate_layer='hard_sigmoid' (official code; default: sigmoid)",
-        options={"gate_layer": "hard_sigmoid"},
-    ),
-    "ge": Twin(
-        _ge_twin,
-        "GE-theta-plus, extent 8; timm 1.0.31's constructor fails with an MLP or a parametric "
-        "gather: those layers added as it would build them",
-        _ge_pairs,
-    ),
-    "gc": Twin(
-        _gc_twin,
-        "timm's gc (its default): fusion='scale', LayerNorm eps 1e-5",
-        _gc_pairs,
-        options={"fusion": "scale"},
-    ),
-    "gca": Twin(
-        _gc_twin,
-        "timm's gca = visattn's default: GlobalContext(fuse_add=True, fuse_scale=False), "
-        "LayerNorm eps 1e-5",
-        _gc_pairs,
-        block="gc",
-    ),
-    "lcbam": Twin(
-        _cbam_twin,
-        "timm's lcbam: cbam with light=True, use_bn=True",
-        block="cbam",
-        options={"light": True, "use_bn": True},
-    ),
-    "scoord": Twin(
-        _scoord_twin,
-        "timm's scoord: coord with simple=True, act_layer='silu'",
-        block="coord",
-        options={"simple": True, "act_layer": "silu"},
-    ),
-    "ela": Twin(
-        _ela_twin,
-        "timm's ela: shared=False, num_groups=1, act_layer='silu' (paper: shared conv/GN, 16 "
-        "groups, no act)",
-        _ela_pairs,
-        options={"shared": False, "num_groups": 1, "act_layer": "silu"},
-    ),
-    "strip": Twin(_strip_twin),
-    "bat": Twin(
-        _bat_twin,
-        "timm needs H, W multiples of s=7 (visattn pads); both without dropout",
-        multiple=7,
-        check_size=(14, 21),
-    ),
-    "coord": Twin(
-        _coord_twin,
-        "timm's conv before BN has a bias (zeroed for the check): +mip parameters",
-        _coord_pairs,
-    ),
-    "nonlocal": Twin(
-        _nonlocal_twin,
-        "timm W_z conv has a bias (cancelled by the BN that follows); score scale set to visattn's",
-        _nonlocal_pairs,
-    ),
-}
-
-
-# --------------------------------------------------------------------------------------------
-# Twins of the conv-replacing blocks (sk, splat, lambda, mhsa, halo), at the block's own widths
-# --------------------------------------------------------------------------------------------
-def _sk_twin(b: nn.Module, c: int) -> nn.Module:
-    return SelectiveKernel(
-        c, b.out_channels, stride=b.stride, rd_channels=b.rd_channels, split_input=b.split_input
-    )
-
-
-def _splat_twin(b: nn.Module, c: int) -> nn.Module:
-    if b.rd_channels % b.radix:
-        raise ValueError("timm's SplitAttn takes rd_channels per split: d must divide by radix")
-    return SplitAttn(
-        c,
-        b.out_channels,
-        stride=b.stride,
-        radix=b.radix,
-        groups=b.groups,
-        rd_channels=b.rd_channels // b.radix,
-        norm_layer=nn.BatchNorm2d,
-    )
-
-
-def _lambda_twin(b: nn.Module, c: int) -> nn.Module:
-    if b.pos_conv.bias is None:
-        raise ValueError("timm's lambda conv has a bias: compare with pos_bias=True")
-    return LambdaLayer(
-        c, b.out_channels, stride=b.stride, num_heads=b.heads, dim_head=b.dim_k, r=b.r
-    )
-
-
-def _rel_attn_options(b: nn.Module) -> dict[str, Any]:
-    """timm's names for the options visattn's mhsa and halo share."""
-    return {
-        "stride": b.stride,
-        "num_heads": b.heads,
-        "dim_head": b.dim_head,
-        "scale_pos_embed": b.scale_pos,
-    }
-
-
-def _mhsa_twin(b: nn.Module, c: int) -> nn.Module:
-    return BottleneckAttn(c, b.out_channels, feat_size=b.feat_size, **_rel_attn_options(b))
-
-
-def _halo_twin(b: nn.Module, c: int) -> nn.Module:
-    return HaloAttn(
-        c,
-        b.out_channels,
-        block_size=b.block_size,
-        halo_size=b.halo_size,
-        **_rel_attn_options(b),
-    )
-
-
-def _rel_attn_pairs(b: nn.Module, t: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    pairs = [(b.rel_h, t.pos_embed.height_rel), (b.rel_w, t.pos_embed.width_rel)]
-    for name in ("qkv", "q", "kv"):
-        if hasattr(b, name):
-            pairs.append((getattr(b, name).weight, getattr(t, name).weight))
-    return pairs
-
-
-def _halo_block_size(shape: tuple[int, ...]) -> dict:
-    """timm's HaloAttn needs the map to be a multiple of the block: 8 (paper) where it divides."""
-    h, w = shape[2:]
-    for b in (8, 7, 4):
-        if h % b == 0 and w % b == 0:
-            return {"block_size": b}
-    raise ValueError(f"no block size in (8, 7, 4) divides {h}x{w}")
-
-
-CONV_TWINS: dict[str, Twin] = {
-    "sk": Twin(
-        _sk_twin,
-        "visattn split_input=True (timm; the paper does not split); d given (paper max(C/16, 32))",
-        options={"split_input": True},
-    ),
-    "splat": Twin(_splat_twin, "timm SplitAttn with BatchNorm2d (as ResNeSt); d given"),
-    "lambda": Twin(
-        _lambda_twin,
-        "visattn pos_bias=True, r=9 (timm; the paper's embeddings have no bias, r=23)",
-        options={"pos_bias": True, "r": 9},
-    ),
-    "mhsa": Twin(
-        _mhsa_twin,
-        "feat_size = the map (timm requires it); scale_pos_embed=True (the paper's gist)",
-        _rel_attn_pairs,
-        sized=lambda shape: {"feat_size": tuple(shape[2:])},
-    ),
-    "halo": Twin(
-        _halo_twin,
-        "block size dividing the map (timm requires it); scale_pos_embed=True",
-        _rel_attn_pairs,
-        sized=_halo_block_size,
-    ),
-}
-TWINS.update(CONV_TWINS)
-
-
-# --------------------------------------------------------------------------------------------
-# Twin check: same weights, same input -> same output?
-# --------------------------------------------------------------------------------------------
-@torch.no_grad()
-def _randomize(m: nn.Module, gen: torch.Generator) -> None:
-    """Weights away from their (often degenerate) initialisation: zero-initialised BN scales and
-    output convs would make different functions look equal."""
-    for name, t in m.state_dict(keep_vars=True).items():
-        if not t.is_floating_point():
-            continue
-        if name.endswith("running_var"):
-            t.copy_(torch.rand(t.shape, generator=gen) + 0.5)
-        elif t.dim() > 1:
-            t.copy_(torch.randn(t.shape, generator=gen) / math.sqrt(t[0].numel()))
-        else:
-            t.copy_(torch.rand(t.shape, generator=gen) + 0.5)
-
-
-def _pairs_by_order(b: nn.Module, t: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    src = [v for v in b.state_dict(keep_vars=True).values() if v.is_floating_point()]
-    dst = [v for v in t.state_dict(keep_vars=True).values() if v.is_floating_point()]
-    if [s.numel() for s in src] != [d.numel() for d in dst]:
-        raise ValueError(
-            f"tensors differ: visattn {[tuple(s.shape) for s in src]} vs timm "
-            f"{[tuple(d.shape) for d in dst]}"
-        )
-    return list(zip(src, dst))
-
-
-def check_twin(
-    block: nn.Module,
-    twin: nn.Module,
-    spec: Twin,
-    channels: int,
-    size: tuple[int, ...] | None = None,
-) -> str:
-    """``same (max|d|=...)`` if the twin computes the block's function, else what differs."""
-    b, t = copy.deepcopy(block).float().cpu(), copy.deepcopy(twin).float().cpu()
-    gen = torch.Generator().manual_seed(0)
-    _randomize(b, gen)
-    try:
-        pairs = (spec.pairs or _pairs_by_order)(b, t)
-    except (ValueError, AttributeError) as e:
-        return f"not comparable: {e}"
-    with torch.no_grad():
-        for src, dst in pairs:
-            dst.copy_(src.reshape(dst.shape))
-    x = torch.randn(4, channels, *(size or spec.check_size), generator=gen)
-    worst = 0.0
-    with torch.no_grad():
-        for train in (True, False):
-            b.train(train)
-            t.train(train)
-            yb, yt = b(x), t(x)
-            worst = max(worst, ((yb - yt).abs().max() / yb.abs().max().clamp_min(1e-12)).item())
-    return f"same (rel {worst:.0e})" if worst < 1e-4 else f"DIFFERS (rel {worst:.2g})"
 
 
 # --------------------------------------------------------------------------------------------
@@ -746,7 +217,7 @@ def measure(
 
 def twins_of(name: str) -> list[str]:
     """The TWINS keys whose visattn block is ``name``."""
-    return [k for k, spec in TWINS.items() if (spec.block or k) == name]
+    return [k for k in TWINS if block_of(k) == name]
 
 
 def bench_block(
@@ -759,11 +230,9 @@ def bench_block(
 ) -> list[dict]:
     c = shape[1]
     spec, check, note = TWINS.get(twin_key or name), "", ""
-    if spec is not None and (spec.block or twin_key or name) != name:
+    if twin_key is not None and block_of(twin_key) != name:
         raise ValueError(f"twin {twin_key!r} is not a twin of block {name!r}")
-    options = spec.options if spec is not None else {}
-    if spec is not None and spec.sized is not None:
-        options = {**options, **spec.sized(shape)}
+    options = spec.block_options(shape) if spec is not None else {}
     block = visattn.create_block(name, c, **options).to(device, dtype)
     cl = getattr(args, "channels_last", False)
     modules = {"visattn": block}
@@ -821,7 +290,7 @@ def bench_gsop_reference(shape: tuple[int, ...], args, device, dtype) -> list[di
     c = shape[1]
     block = visattn.create_block("gsop", c).to(device, dtype)
     b = copy.deepcopy(block).float().cpu()
-    _randomize(b, torch.Generator().manual_seed(0))
+    randomize(b, torch.Generator().manual_seed(0))
     x = torch.randn(4, c, 12, 10)
     with torch.no_grad():
         check = _rel_diff(b(x), GSoPIHatReference(b)(x))
@@ -902,12 +371,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    dtype = parse_dtype(args.dtype)
-    device = torch.device(args.device)
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+def _fill_defaults(args: argparse.Namespace) -> None:
+    """Sampling settings left unset: the quick or the full run's."""
     args.warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
     args.repeats = args.repeats if args.repeats is not None else (5 if args.quick else 41)
     args.min_sample = (
@@ -916,18 +381,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.budget is None:
         args.budget = 3.0 if args.quick else 20.0
     args.budget = args.budget or None
-    shapes = args.shapes or (QUICK_SHAPES if args.quick else SHAPES)
-    gsop_shapes = args.gsop_shapes or (QUICK_GSOP_SHAPES if args.quick else GSOP_SHAPES)
-    names = args.blocks.split(",") if args.blocks else visattn.list_blocks()
-    for n in names:
-        visattn.block_info(n)  # unknown names fail here, before any timing
 
-    print_header("bench_blocks", device)
-    print(
-        f"dtype {args.dtype}, warmup {args.warmup}, repeats {args.repeats} (fewer, at least 5, "
-        f"where a comparison would exceed {args.budget}s), min sample {args.min_sample}s, "
-        f"seed {args.seed}, clock {args.clock}\n"
-    )
+
+def _bench_all(names, shapes, args, device, dtype) -> tuple[list[dict], list[str]]:
+    """Rows of every block at every shape (against each of its twins); errors, one a line."""
     rows: list[dict] = []
     errors: list[str] = []
     for name in names:
@@ -945,6 +402,80 @@ def main(argv: list[str] | None = None) -> int:
                     )
                 )
             print(f"  done {name} {_shape_str(shape)}", file=sys.stderr, flush=True)
+    return rows, errors
+
+
+def _label(r: dict) -> str:
+    return f"{r['block']} [{r['options']}]" if r["options"] else r["block"]
+
+
+def _print_blocks(rows: list[dict], channels_last: bool) -> None:
+    print("## Blocks" + (" (channels-last, and each block in NCHW)\n" if channels_last else "\n"))
+    print(markdown_table(rows, [*TABLE_COLUMNS, "cl_vs_nchw"] if channels_last else TABLE_COLUMNS))
+    if channels_last:
+        print("\n## visattn channels-last / NCHW (fwd+bwd; fwd), > 1.10 = more than 10% slower\n")
+        for r in rows:
+            if r.get("cl_vs_nchw") is not None and r["impl"] == "visattn":
+                flag = " SLOWER IN CHANNELS-LAST" if r["cl_vs_nchw"] > 1.10 else ""
+                print(
+                    f"- {_label(r)} {r['shape']}: {r['cl_vs_nchw']:.2f}; {r['cl_vs_nchw_fwd']:.2f}"
+                    + flag
+                )
+    twinned = [r for r in rows if r.get("ratio_vs_timm") is not None]
+    if twinned:
+        print("\n## visattn / timm (fwd+bwd), goal <= 1.05\n")
+        for r in twinned:
+            verdict = "ok" if r["ratio_vs_timm"] <= GOAL_RATIO else "MISSES GOAL"
+            print(f"- {_label(r)} {r['shape']}: {r['ratio_vs_timm']:.3f} {verdict}")
+        notes = {_label(r): (r["check"], r["note"]) for r in rows if r["impl"] == "timm"}
+        print("\ntwins:")
+        for b, (chk, nt) in notes.items():
+            print(f"- {b}: {chk}" + (f"; {nt}" if nt else ""))
+
+
+def _print_gsop(gsop_rows: list[dict]) -> None:
+    print("\n## GSoP: visattn vs official (HW)x(HW) centring-matrix covariance\n")
+    print(markdown_table(gsop_rows, [*TABLE_COLUMNS[:-2], "ratio_vs_ref", "check"]))
+    print()
+    for kind in ("gsop", "gsop_covariance"):
+        vis = [r for r in gsop_rows if r["block"] == kind and r["impl"] == "visattn"]
+        ref = [r for r in gsop_rows if r["block"] == kind and r["impl"] != "visattn"]
+        for v, o in zip(vis, ref):
+            print(
+                f"- {kind} {v['shape']}: visattn {o['fwdbwd_ms'] / v['fwdbwd_ms']:.2f}x "
+                f"faster (fwd+bwd), {o['fwd_ms'] / v['fwd_ms']:.2f}x (fwd); peak "
+                f"{v['peak_mb']:.1f} MB vs {o['peak_mb']:.1f} MB"
+            )
+        hw = [int(v["shape"].split("x")[2]) * int(v["shape"].split("x")[3]) for v in vis]
+        for name, rs in (("visattn", vis), ("official_ihat", ref)):
+            growth = [
+                f"x{b['peak_mb'] / a['peak_mb']:.1f} for HW x{hb / ha:.0f}"
+                for a, b, ha, hb in zip(rs, rs[1:], hw, hw[1:])
+            ]
+            if growth:
+                print(f"- {kind} peak memory growth, {name}: {', '.join(growth)}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    dtype = parse_dtype(args.dtype)
+    device = torch.device(args.device)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    _fill_defaults(args)
+    shapes = args.shapes or (QUICK_SHAPES if args.quick else SHAPES)
+    gsop_shapes = args.gsop_shapes or (QUICK_GSOP_SHAPES if args.quick else GSOP_SHAPES)
+    names = args.blocks.split(",") if args.blocks else visattn.list_blocks()
+    for n in names:
+        visattn.block_info(n)  # unknown names fail here, before any timing
+
+    print_header("bench_blocks", device)
+    print(
+        f"dtype {args.dtype}, warmup {args.warmup}, repeats {args.repeats} (fewer, at least 5, "
+        f"where a comparison would exceed {args.budget}s), min sample {args.min_sample}s, "
+        f"seed {args.seed}, clock {args.clock}\n"
+    )
+    rows, errors = _bench_all(names, shapes, args, device, dtype)
     gsop_rows: list[dict] = []
     if not args.no_gsop_reference and "gsop" in visattn.list_blocks() and "gsop" in names:
         for shape in gsop_shapes:
@@ -953,60 +484,9 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows + gsop_rows:
         r.update(device=str(device), dtype=args.dtype)
 
-    print(
-        "## Blocks" + (" (channels-last, and each block in NCHW)\n" if args.channels_last else "\n")
-    )
-    columns = [*TABLE_COLUMNS, "cl_vs_nchw"] if args.channels_last else TABLE_COLUMNS
-    print(markdown_table(rows, columns))
-    if args.channels_last:
-        print("\n## visattn channels-last / NCHW (fwd+bwd; fwd), > 1.10 = more than 10% slower\n")
-        for r in rows:
-            if r.get("cl_vs_nchw") is not None and r["impl"] == "visattn":
-                flag = " SLOWER IN CHANNELS-LAST" if r["cl_vs_nchw"] > 1.10 else ""
-                label = f"{r['block']} [{r['options']}]" if r["options"] else r["block"]
-                print(
-                    f"- {label} {r['shape']}: {r['cl_vs_nchw']:.2f}; {r['cl_vs_nchw_fwd']:.2f}"
-                    + flag
-                )
-    twinned = [r for r in rows if r.get("ratio_vs_timm") is not None]
-    if twinned:
-        print("\n## visattn / timm (fwd+bwd), goal <= 1.05\n")
-        for r in twinned:
-            verdict = "ok" if r["ratio_vs_timm"] <= GOAL_RATIO else "MISSES GOAL"
-            label = f"{r['block']} [{r['options']}]" if r["options"] else r["block"]
-            print(f"- {label} {r['shape']}: {r['ratio_vs_timm']:.3f} {verdict}")
-        notes = {
-            (f"{r['block']} [{r['options']}]" if r["options"] else r["block"]): (
-                r["check"],
-                r["note"],
-            )
-            for r in rows
-            if r["impl"] == "timm"
-        }
-        print("\ntwins:")
-        for b, (chk, nt) in notes.items():
-            print(f"- {b}: {chk}" + (f"; {nt}" if nt else ""))
+    _print_blocks(rows, args.channels_last)
     if gsop_rows:
-        print("\n## GSoP: visattn vs official (HW)x(HW) centring-matrix covariance\n")
-        print(markdown_table(gsop_rows, [*TABLE_COLUMNS[:-2], "ratio_vs_ref", "check"]))
-        print()
-        for kind in ("gsop", "gsop_covariance"):
-            vis = [r for r in gsop_rows if r["block"] == kind and r["impl"] == "visattn"]
-            ref = [r for r in gsop_rows if r["block"] == kind and r["impl"] != "visattn"]
-            for v, o in zip(vis, ref):
-                print(
-                    f"- {kind} {v['shape']}: visattn {o['fwdbwd_ms'] / v['fwdbwd_ms']:.2f}x "
-                    f"faster (fwd+bwd), {o['fwd_ms'] / v['fwd_ms']:.2f}x (fwd); peak "
-                    f"{v['peak_mb']:.1f} MB vs {o['peak_mb']:.1f} MB"
-                )
-            hw = [int(v["shape"].split("x")[2]) * int(v["shape"].split("x")[3]) for v in vis]
-            for name, rs in (("visattn", vis), ("official_ihat", ref)):
-                growth = [
-                    f"x{b['peak_mb'] / a['peak_mb']:.1f} for HW x{hb / ha:.0f}"
-                    for a, b, ha, hb in zip(rs, rs[1:], hw, hw[1:])
-                ]
-                if growth:
-                    print(f"- {kind} peak memory growth, {name}: {', '.join(growth)}")
+        _print_gsop(gsop_rows)
     if errors:
         print("\n## Errors\n")
         for e in errors:

@@ -25,6 +25,7 @@ from timm.layers.selective_kernel import SelectiveKernel
 from timm.layers.split_attn import SplitAttn
 
 import visattn
+from visattn.blocks.twins import TWINS, check_twin
 
 CONV_BLOCKS = ("sk", "splat", "lambda", "mhsa", "halo")
 
@@ -233,22 +234,12 @@ def test_halo_default_block_equals_timm_on_multiples_of_the_block() -> None:
 
 @pytest.mark.parametrize("name", CONV_BLOCKS)
 @pytest.mark.parametrize("size", ((8, 8), (14, 14)), ids=("8x8", "14x14"))
-def test_benchmark_twins_compute_the_same_function(name: str, size) -> None:
-    """The twins of ``benchmarks/bench_blocks.py`` (options sized to the benchmark shape)."""
-    import importlib
-    import sys
-    from pathlib import Path
-
-    bench = Path(__file__).resolve().parents[1] / "benchmarks"
-    sys.path.insert(0, str(bench))
-    try:
-        bench_blocks = importlib.import_module("bench_blocks")
-    finally:
-        sys.path.remove(str(bench))
-    spec = bench_blocks.CONV_TWINS[name]
-    options = {**spec.options, **(spec.sized((2, 32, *size)) if spec.sized else {})}
-    block = visattn.create_block(name, 32, **options)
-    check = bench_blocks.check_twin(block, spec.build(block, 32), spec, 32, size)
+def test_table_twins_compute_the_same_function_at_the_benchmark_sizes(name: str, size) -> None:
+    """The package's twins (:data:`visattn.blocks.twins.TWINS`, which the benchmark times),
+    with the options sized to each map."""
+    twin = TWINS[name]
+    block = visattn.create_block(name, 32, **twin.block_options((2, 32, *size)))
+    check = check_twin(block, twin.build(block, 32), twin, 32, size)
     assert check.startswith("same"), check
 
 
