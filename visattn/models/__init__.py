@@ -7,10 +7,9 @@ names, listing), :mod:`.zoo` (the named models), :mod:`.factory` (``create_model
 :mod:`.checkpoint` (weights).
 """
 
-from ..constants import POSITIONS
 from . import timm_bridge
 from .checkpoint import LoadReport, load_checkpoint
-from .factory import create_model, pretrained_cfg_for
+from .factory import create_model
 from .inject import inject
 from .placement import apply_placements, normalize_placements
 from .registry import ModelSpec, UnknownModelError, get_model_spec, list_models, register_model
@@ -22,7 +21,6 @@ timm_bridge.connect()  # every listed model is a timm model from here on
 
 __all__ = [
     "ECA_NET50_KERNELS",
-    "POSITIONS",
     "BasicBlock",
     "Bottleneck",
     "LoadReport",
@@ -40,6 +38,5 @@ __all__ = [
     "list_models",
     "load_checkpoint",
     "normalize_placements",
-    "pretrained_cfg_for",
     "register_model",
 ]
