@@ -304,6 +304,23 @@ def test_a_scoped_registration_is_undone_and_leaves_the_class_as_it_was() -> Non
         registry.unregister_block("generic_test_gate")
 
 
+def test_subscribers_hear_of_every_block_registered_and_removed_until_they_unsubscribe() -> None:
+    heard: list[tuple[list[str], list[str]]] = []
+    unsubscribe = registry.subscribe(lambda added, removed: heard.append((added, removed)))
+    try:
+        assert heard == [(visattn.list_blocks(), [])]  # first: what is registered now
+        with registry.registered_block("generic_test_gate", _Gate, family="channel", paper="T"):
+            assert heard[-1] == (["generic_test_gate"], [])
+        assert heard[-1] == ([], ["generic_test_gate"])
+    finally:
+        unsubscribe()
+    with registry.registered_block("generic_test_gate", _Gate, family="channel", paper="T"):
+        pass
+    assert len(heard) == 3
+    with pytest.raises(TypeError, match="callable"):
+        registry.subscribe("not a function")
+
+
 # --------------------------------------------------------------------------- identity at init
 
 

@@ -60,7 +60,7 @@ __all__ = [
 LISTED_COMPOSITION_BACKBONE = "resnet56_cifar"
 DATASETS = ("imagenet", "cifar")
 #: what :attr:`ModelSpec.meta` may hold, and the type of each value
-META_KEYS: dict[str, type | tuple[type, ...]] = {
+META_KEYS: dict[str, type] = {
     "paper": str,  # short citation of the paper the model comes from
     "follows": str,  # the official code, config or checkpoint the model follows
     "differs": str,  # where it differs from that official code, and why
@@ -109,6 +109,9 @@ class ModelSpec:
     feature_levels: int = 5
 
     def __post_init__(self) -> None:
+        if not isinstance(self.meta, Mapping):
+            raise TypeError(f"ModelSpec {self.name!r}: meta must be a mapping, got {self.meta!r}")
+        object.__setattr__(self, "meta", dict(self.meta))  # its own copy of the table's dict
         if self.dataset not in DATASETS:
             raise ValueError(
                 f"ModelSpec {self.name!r}: dataset must be one of {list(DATASETS)}, "
