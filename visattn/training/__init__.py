@@ -1,22 +1,25 @@
-"""Training: the LightningModule, the LightningCLI of ``train_cls.py`` and its callbacks."""
+"""Training: the LightningModule, the LightningCLI of ``train_cls.py``, its callbacks, and
+loading a finished run (``load_run``)."""
 
 from .._extras import missing_extra
 
 try:
-    from .callbacks import EpochMetricsCSV, RunSummary, read_metrics_csv
+    from .callbacks import EpochMetricsCSV, RunSummary
     from .cli import VisattnCLI, cli_main, run
     from .module import ClassificationModule, NonFiniteLossError, lr_factor
+    from .run import LoadedRun, load_run
 except ImportError as _err:
     raise missing_extra(_err, "train", "visattn.training") from _err
 
 __all__ = [
     "ClassificationModule",
     "EpochMetricsCSV",
+    "LoadedRun",
     "NonFiniteLossError",
     "RunSummary",
     "VisattnCLI",
     "cli_main",
+    "load_run",
     "lr_factor",
-    "read_metrics_csv",
     "run",
 ]

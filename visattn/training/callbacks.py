@@ -14,10 +14,10 @@ import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_only
 
+from ..files import atomic_write_text, read_metrics_csv
 from ..profile import count_macs, count_params
-from ..utils import atomic_write_text, read_metrics_csv
 
-__all__ = ["BestAndLastCheckpoint", "EpochMetricsCSV", "RunSummary", "read_metrics_csv"]
+__all__ = ["BestAndLastCheckpoint", "EpochMetricsCSV", "RunSummary"]
 
 #: columns always present in metrics.csv, in this order (others are appended sorted).
 COLUMNS = ("epoch", "step", "lr", "train/loss", "train/acc", "val/loss", "val/acc", "val/acc5")
