@@ -49,7 +49,7 @@ def test_ddp_on_two_cpu_processes_logs_one_synced_run(tmp_path: Path) -> None:
     assert proc.stdout.count("visattn fit:") == 1  # one summary line, from rank 0
 
     from visattn.files import read_metrics_csv
-    from visattn.training.run import load_run
+    from visattn.training.load import load_run
 
     rows = read_metrics_csv(metrics[0])
     assert [r["epoch"] for r in rows] == [0, 1]

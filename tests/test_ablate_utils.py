@@ -1,5 +1,5 @@
 """visattn.files (atomic writes, metrics.csv reading, file digests) and
-visattn.training.run.load_run (used by export, the ablation runner and the visualiser)."""
+visattn.training.load.load_run (used by export, the ablation runner and the visualiser)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from visattn.files import atomic_write_text, file_digest, read_metric_curve, read_metrics_csv
-from visattn.training.run import load_run
+from visattn.training.load import load_run
 
 
 def test_metrics_csv_rows_and_curve_keep_the_last_value_of_each_epoch(tmp_path: Path) -> None:

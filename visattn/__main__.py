@@ -71,7 +71,7 @@ def load_for_export(
     """The network to export, its input size ``(C, H, W)`` and a line saying what it is.
 
     A checkpoint written by ``train_cls.py`` is loaded with
-    :func:`visattn.training.run.load_run` (the network rebuilt from its saved hyperparameters);
+    :func:`visattn.training.load.load_run` (the network rebuilt from its saved hyperparameters);
     its input size and normalisation come from the saved data-module options when present. A
     model name builds the untrained registered model at its default input size.
     """
@@ -84,7 +84,7 @@ def load_for_export(
     if num_classes is not None:
         raise ValueError("--num-classes applies to --model; a checkpoint keeps its own")
     try:
-        from .training.run import load_run
+        from .training.load import load_run
     except ImportError as e:
         raise ImportError(
             f"loading a training checkpoint needs the train extra: pip install 'visattn[train]' "

@@ -7,7 +7,7 @@
 * :func:`file_digest`: size and SHA-256 of a file (checkpoint integrity in sweep markers).
 
 Nothing here needs an optional extra (no Lightning), so sweep files and reports can be read
-without the ``train`` extra. Loading a trained run is :func:`visattn.training.run.load_run`.
+without the ``train`` extra. Loading a trained run is :func:`visattn.training.load.load_run`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Pictures of what attention blocks look at, from a checkpoint or a network in memory.
 
 ``python -m visattn.visualize --ckpt PATH --out DIR`` (or :func:`visualize`) loads a training
-checkpoint (:func:`visattn.training.run.load_run`: the network and the data module rebuilt from the
-hyper-parameters saved in it), runs a few validation images through the network
+checkpoint (:func:`visattn.training.load.load_run`: the network and the data module rebuilt from
+the hyper-parameters saved in it), runs a few validation images through the network
 inside :func:`visattn.capture_attention` and writes one PNG per image, a grid of panels:
 
 * the image (with the target's box when the data set has ``boxes``, and label / prediction),
@@ -301,7 +301,7 @@ def visualize(
     Returns:
         The PNG paths, one per image.
     """
-    from .training.run import load_run  # the train extra, needed for checkpoints only
+    from .training.load import load_run  # the train extra, needed for checkpoints only
 
     loaded = load_run(ckpt_path, data_overrides=data_overrides, device=device)
     net, dm = loaded.net, loaded.datamodule

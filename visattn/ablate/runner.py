@@ -93,7 +93,7 @@ def _default_train_fn() -> TrainFn:
 def evaluate_run(summary: dict[str, Any], sweep: Sweep) -> dict[str, Any]:
     """Columns measured on the trained network of one run (``summary`` from ``cli.run``).
 
-    Loads the best (else the last) checkpoint with :func:`training.run.load_run` (network and
+    Loads the best (else the last) checkpoint with :func:`training.load.load_run` (network and
     data module rebuilt from the hyper-parameters saved in it), then measures latency at batch 1
     and at ``sweep.profile["batch"]`` (``visattn.profile.measure_latency``, eval mode, the
     validation images' size) and, when the validation set has ``boxes``, the localization
@@ -109,7 +109,7 @@ def evaluate_run(summary: dict[str, Any], sweep: Sweep) -> dict[str, Any]:
             "the run saved no checkpoint; the sweep needs one to measure the trained network "
             "(keep trainer.enable_checkpointing on)"
         )
-    from ..training.run import load_run  # imported here: training is optional for sweep parsing
+    from ..training.load import load_run  # imported here: training is optional for sweep parsing
 
     loaded = load_run(ckpt)
     net, hp, dm = loaded.net, loaded.hparams, loaded.datamodule

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from ..constants import STATS
 
 try:
     import lightning.pytorch as pl
+    from lightning.pytorch.utilities import rank_zero_info
 except ImportError as _err:
     raise missing_extra(_err, "train", "visattn.data.VisattnDataModule") from _err
 
@@ -116,7 +118,8 @@ class VisattnDataModule(pl.LightningDataModule):
         seed: seed of shapes' generation and of the subset/hold-out permutations.
         target_shapes, target_colors: shapes' classes (``len(shapes) * len(colors)``).
         distractors, lines, noise: shapes' clutter.
-        drop_last: drop the last incomplete training batch.
+        drop_last: drop the last incomplete training batch. A last batch of one image is
+            always dropped (BatchNorm cannot train on one image).
         pin_memory: default: when CUDA is available.
     """
 
@@ -353,13 +356,29 @@ class VisattnDataModule(pl.LightningDataModule):
             sampler=self._train_sampler if train else None,
             num_workers=workers,
             pin_memory=pin,
-            drop_last=train and h.drop_last,
+            drop_last=train and (h.drop_last or self._last_batch_of_one(ds)),
             worker_init_fn=seed_worker,
             generator=self._train_gen if train else None,
             # workers start anew each epoch, seeded from the loader's generator (set per epoch)
             persistent_workers=workers > 0 and not train,
             multiprocessing_context="fork" if workers > 0 and os.name == "posix" else None,
         )
+
+    def _last_batch_of_one(self, ds: Dataset) -> bool:
+        """True when an epoch's last training batch (per device) would hold one image, which
+        BatchNorm cannot train on (the blocks that normalise pooled features, e.g. bam, srm, sk,
+        splat, fail with "Expected more than 1 value per channel"): that batch is dropped."""
+        trainer = getattr(self, "_trainer", None)
+        world = max(int(getattr(trainer, "world_size", 1) or 1), 1)
+        per_device = math.ceil(len(ds) / world)
+        if per_device % self.hparams.batch_size != 1:
+            return False
+        rank_zero_info(
+            f"the last training batch would hold 1 image ({per_device} images per device, batch "
+            f"{self.hparams.batch_size}): it is dropped every epoch, as BatchNorm cannot train "
+            "on one image"
+        )
+        return True
 
     def _seed_epoch(self, seed: int) -> None:
         """Seed the rest of the train pipeline for one epoch (called by the sampler's

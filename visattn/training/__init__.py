@@ -6,8 +6,8 @@ from .._extras import missing_extra
 try:
     from .callbacks import EpochMetricsCSV, RunSummary
     from .cli import VisattnCLI, cli_main, run
+    from .load import LoadedRun, load_run
     from .module import ClassificationModule, NonFiniteLossError, lr_factor
-    from .run import LoadedRun, load_run
 except ImportError as _err:
     raise missing_extra(_err, "train", "visattn.training") from _err
 

@@ -104,7 +104,18 @@ class BestAndLastCheckpoint(ModelCheckpoint):
     than the run, and ``--ckpt_path last`` silently re-trains epochs. This subclass writes it at
     every save point. visattn runs save at the end of the training epoch (after that epoch's
     validation and its ``metrics.csv`` row), so the checkpoint holds the epoch's whole history.
+
+    A run folder that was moved or copied resumes in place: the restored state's paths are
+    moved into the new checkpoint folder (Lightning would drop them, then write ``last-v1.ckpt``
+    and ``best-epochNNN-v1.ckpt`` beside the old files, and the next ``--ckpt_path last`` would
+    restore the stale ``last.ckpt``).
     """
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        old = state_dict.get("dirpath")
+        if old and self.dirpath and Path(old) != Path(self.dirpath):
+            state_dict = _moved_state(state_dict, Path(old), Path(self.dirpath))
+        super().load_state_dict(state_dict)
 
     def _always_last(self, trainer: pl.Trainer) -> None:
         if self.save_last and self._last_global_step_saved != trainer.global_step:
@@ -121,6 +132,21 @@ class BestAndLastCheckpoint(ModelCheckpoint):
         skip = self._should_skip_saving_checkpoint(trainer)
         if not skip and not self._should_save_on_train_epoch_end(trainer):
             self._always_last(trainer)
+
+
+def _moved_state(state: dict[str, Any], old: Path, new: Path) -> dict[str, Any]:
+    """``ModelCheckpoint`` state with the paths under ``old`` moved to ``new``."""
+
+    def move(path: Any) -> Any:
+        if not path or Path(path).parent != old:
+            return path
+        return str(new / Path(path).name)
+
+    state = dict(state, dirpath=str(new))
+    for key in ("best_model_path", "kth_best_model_path", "last_model_path"):
+        state[key] = move(state.get(key))
+    state["best_k_models"] = {move(k): v for k, v in (state.get("best_k_models") or {}).items()}
+    return state
 
 
 def _fmt(value: Any) -> str:
