@@ -1,23 +1,34 @@
-"""Callbacks of every visattn run: the epoch-level ``metrics.csv`` and the closing summary."""
+"""Callbacks of every visattn run: the epoch-level ``metrics.csv``, the closing summary, the
+checkpoint that keeps ``last.ckpt`` current, exact resume of the random states, and the
+backbone freeze of fine-tuning."""
 
 from __future__ import annotations
 
 import csv
 import io
 import math
+import random
 import time
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
+import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_only
 
 from ..files import atomic_write_text, read_metrics_csv
 from ..profile import count_macs, count_params
+from .parameters import attention_modules, split_parameters
 
-__all__ = ["BestAndLastCheckpoint", "EpochMetricsCSV", "RunSummary"]
+__all__ = [
+    "BackboneFreeze",
+    "BestAndLastCheckpoint",
+    "EpochMetricsCSV",
+    "ExactResumeRNG",
+    "RunSummary",
+]
 
 #: columns always present in metrics.csv, in this order (others are appended sorted).
 COLUMNS = ("epoch", "step", "lr", "train/loss", "train/acc", "val/loss", "val/acc", "val/acc5")
@@ -242,3 +253,84 @@ class RunSummary(Callback):
 
     def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._finish(trainer, pl_module, "test")
+
+
+class ExactResumeRNG(Callback):
+    """The global random states (torch, numpy, Python) saved in every checkpoint and restored
+    at the first training epoch start after a resume (after the resumed run's sanity check,
+    which draws from them), so that a run resumed at an epoch boundary draws the same shuffles
+    and augmentations as the uninterrupted run. Lightning restores none of them."""
+
+    KEY = "visattn_rng"
+
+    def __init__(self) -> None:
+        self._to_restore: dict[str, Any] | None = None
+
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        kind, keys, pos, has_gauss, gauss = np.random.get_state()
+        version, internal, gauss_next = random.getstate()
+        # tensors and plain numbers only: Lightning loads checkpoints with weights_only=True
+        checkpoint[self.KEY] = {
+            "torch": torch.get_rng_state(),
+            "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss],
+            "python": [version, torch.tensor(internal, dtype=torch.int64), gauss_next],
+        }
+
+    def on_load_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        self._to_restore = checkpoint.get(self.KEY)
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        state, self._to_restore = self._to_restore, None
+        if state:
+            torch.set_rng_state(state["torch"])
+            kind, keys, pos, has_gauss, gauss = state["numpy"]
+            np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+            version, internal, gauss_next = state["python"]
+            random.setstate((version, tuple(int(v) for v in internal.tolist()), gauss_next))
+
+
+class BackboneFreeze(Callback):
+    """Keep the backbone of ``pl_module.net`` fixed for the first ``epochs`` training epochs,
+    then release it (fine-tuning a trained network with new attention blocks).
+
+    Frozen means no gradients (the optimizer skips parameters without one, so neither momentum
+    nor weight decay touches them) and the backbone's norm layers in eval mode, so their running
+    statistics stay too; norm layers inside attention blocks keep training. Lightning puts the
+    module back in train mode after every validation, so eval mode is asserted before each
+    training batch.
+    """
+
+    def __init__(self, epochs: int) -> None:
+        self.epochs = int(epochs)
+        self.frozen = False
+        self._norms: list[torch.nn.Module] = []
+
+    @staticmethod
+    def _backbone_norms(net: torch.nn.Module) -> list[torch.nn.Module]:
+        inside_attn = {id(s) for m in attention_modules(net) for s in m.modules()}
+        return [
+            m
+            for m in net.modules()
+            if isinstance(m, torch.nn.modules.batchnorm._NormBase) and id(m) not in inside_attn
+        ]
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        frozen = trainer.current_epoch < self.epochs
+        if frozen == self.frozen:
+            return
+        for _, p in split_parameters(pl_module.net)["backbone"]:
+            p.requires_grad_(not frozen)
+        self.frozen = frozen
+        self._norms = self._backbone_norms(pl_module.net) if frozen else []
+        if not frozen:
+            pl_module.net.train(pl_module.training)
+
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        for m in self._norms:
+            m.eval()
