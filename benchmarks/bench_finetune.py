@@ -39,7 +39,7 @@ import yaml
 from _common import machine_description
 
 from visattn import block_info
-from visattn.training.callbacks import read_metrics_csv
+from visattn.files import read_metrics_csv
 from visattn.training.cli import cli_main, run
 
 REPO = Path(__file__).resolve().parents[1]

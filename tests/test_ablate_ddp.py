@@ -48,7 +48,8 @@ def test_ddp_on_two_cpu_processes_logs_one_synced_run(tmp_path: Path) -> None:
     assert len(ckpt_dirs) == 1 and (next(iter(ckpt_dirs)) / "last.ckpt").is_file()
     assert proc.stdout.count("visattn fit:") == 1  # one summary line, from rank 0
 
-    from visattn.utils import load_run, read_metrics_csv
+    from visattn.files import read_metrics_csv
+    from visattn.training.load import load_run
 
     rows = read_metrics_csv(metrics[0])
     assert [r["epoch"] for r in rows] == [0, 1]

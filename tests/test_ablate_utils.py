@@ -1,5 +1,5 @@
-"""visattn.utils: the one home of atomic writes, metrics.csv reading, file digests and run
-loading (used by training callbacks, the ablation runner and the visualiser)."""
+"""visattn.files (atomic writes, metrics.csv reading, file digests) and
+visattn.training.load.load_run (used by export, the ablation runner and the visualiser)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from visattn.utils import (
-    atomic_write_text,
-    file_digest,
-    load_run,
-    read_metric_curve,
-    read_metrics_csv,
-)
+from visattn.files import atomic_write_text, file_digest, read_metric_curve, read_metrics_csv
+from visattn.training.load import load_run
 
 
 def test_metrics_csv_rows_and_curve_keep_the_last_value_of_each_epoch(tmp_path: Path) -> None:

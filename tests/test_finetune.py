@@ -10,7 +10,7 @@ import torch
 from training_helpers import TINY
 
 from visattn.training import ClassificationModule, run
-from visattn.training.module import split_parameters
+from visattn.training.parameters import split_parameters
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from training_helpers import TINY_DATA, TINY_TRAINER
 
+from visattn.files import read_metrics_csv
 from visattn.training import run
-from visattn.training.callbacks import read_metrics_csv
 from visattn.training.cli import cli_main
 
 REPO = Path(__file__).resolve().parents[1]

@@ -70,10 +70,10 @@ def load_for_export(
 ) -> tuple[torch.nn.Module, tuple[int, int, int], str]:
     """The network to export, its input size ``(C, H, W)`` and a line saying what it is.
 
-    A checkpoint written by ``train_cls.py`` rebuilds its network from the saved hyperparameters
-    (``ClassificationModule.load_from_checkpoint``); its input size and normalisation come from
-    the saved data-module options when present. A model name builds the untrained registered
-    model at its default input size.
+    A checkpoint written by ``train_cls.py`` is loaded with
+    :func:`visattn.training.load.load_run` (the network rebuilt from its saved hyperparameters);
+    its input size and normalisation come from the saved data-module options when present. A
+    model name builds the untrained registered model at its default input size.
     """
     if (ckpt is None) == (model is None):
         raise ValueError("give exactly one of --ckpt PATH and --model NAME")
@@ -83,32 +83,23 @@ def load_for_export(
         return net, tuple(net.default_input_size), f"{model} (untrained)"
     if num_classes is not None:
         raise ValueError("--num-classes applies to --model; a checkpoint keeps its own")
-    from pathlib import Path
-
-    if not Path(ckpt).is_file():
-        raise FileNotFoundError(f"checkpoint {ckpt} does not exist")
     try:
-        from .training.module import ClassificationModule
+        from .training.load import load_run
     except ImportError as e:
         raise ImportError(
             f"loading a training checkpoint needs the train extra: pip install 'visattn[train]' "
             f"({e})"
         ) from e
-    module = ClassificationModule.load_from_checkpoint(ckpt, map_location="cpu")
-    net = module.net
-    size = tuple(net.default_input_size)
-    what = f"{module.hparams.model} from {ckpt}"
-    saved = torch.load(ckpt, map_location="cpu", weights_only=False)
-    if saved.get("datamodule_hyper_parameters"):
-        from .data.datamodule import VisattnDataModule
-
-        dm = VisattnDataModule.load_from_checkpoint(ckpt, map_location="cpu", num_workers=0)
-        size = dm.image_shape
-        what += (
-            f"; inputs normalised with mean {tuple(round(m, 4) for m in dm.mean)}, "
-            f"std {tuple(round(s, 4) for s in dm.std)}"
-        )
-    return net, size, what
+    run = load_run(ckpt)
+    what = f"{run.hparams['model']} from {ckpt}"
+    dm = run.datamodule
+    if dm is None:
+        return run.net, tuple(run.net.default_input_size), what
+    what += (
+        f"; inputs normalised with mean {tuple(round(m, 4) for m in dm.mean)}, "
+        f"std {tuple(round(s, 4) for s in dm.std)}"
+    )
+    return run.net, dm.image_shape, what
 
 
 def export_command(args: argparse.Namespace) -> int:

@@ -1,8 +1,8 @@
 """Pictures of what attention blocks look at, from a checkpoint or a network in memory.
 
 ``python -m visattn.visualize --ckpt PATH --out DIR`` (or :func:`visualize`) loads a training
-checkpoint (:func:`visattn.utils.load_run`: the network and the data module rebuilt from the
-hyper-parameters saved in it), runs a few validation images through the network
+checkpoint (:func:`visattn.training.load.load_run`: the network and the data module rebuilt from
+the hyper-parameters saved in it), runs a few validation images through the network
 inside :func:`visattn.capture_attention` and writes one PNG per image, a grid of panels:
 
 * the image (with the target's box when the data set has ``boxes``, and label / prediction),
@@ -43,7 +43,6 @@ from matplotlib.patches import Rectangle
 from .blocks import capture_attention, is_block
 from .localization import gradcam as _gradcam
 from .localization import last_stage
-from .utils import load_run
 
 __all__ = [
     "MAX_COLS",
@@ -302,8 +301,12 @@ def visualize(
     Returns:
         The PNG paths, one per image.
     """
+    from .training.load import load_run  # the train extra, needed for checkpoints only
+
     loaded = load_run(ckpt_path, data_overrides=data_overrides, device=device)
     net, dm = loaded.net, loaded.datamodule
+    if dm is None:
+        raise ValueError(f"{ckpt_path} holds no data-module options to draw validation images from")
     dm.setup("validate")
     val = dm.val_dataset
     if indices is None:

@@ -25,7 +25,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
-from ..utils import atomic_write_bytes, read_metric_curve
+from ..files import atomic_write_bytes, read_metric_curve
 from .report import compare, summarize
 
 __all__ = ["write_plots"]

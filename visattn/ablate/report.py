@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..utils import atomic_write_text
+from ..files import atomic_write_text
 from .results import (
     MeanStd,
     Paired,

@@ -45,7 +45,7 @@ from typing import Any
 
 from scipy import stats as _stats
 
-from ..utils import atomic_write_bytes, atomic_write_text
+from ..files import atomic_write_bytes, atomic_write_text
 
 __all__ = [
     "NUMERIC_COLUMNS",

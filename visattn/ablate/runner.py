@@ -37,9 +37,9 @@ from typing import Any
 import torch
 
 from .._errors import first_line
+from ..files import atomic_write_text, file_digest, read_metrics_csv
 from ..localization import score_gradcam, score_model
 from ..profile import measure_latency
-from ..utils import atomic_write_text, file_digest, load_run, read_metrics_csv
 from .executors import SweepLock, cpu_count, run_local, run_ray
 from .plots import write_plots
 from .report import write_report
@@ -89,7 +89,7 @@ def _default_train_fn() -> TrainFn:
 def evaluate_run(summary: dict[str, Any], sweep: Sweep) -> dict[str, Any]:
     """Columns measured on the trained network of one run (``summary`` from ``cli.run``).
 
-    Loads the best (else the last) checkpoint with :func:`visattn.utils.load_run` (network and
+    Loads the best (else the last) checkpoint with :func:`training.load.load_run` (network and
     data module rebuilt from the hyper-parameters saved in it), then measures latency at batch 1
     and at ``sweep.profile["batch"]`` (``visattn.profile.measure_latency``, eval mode, the
     validation images' size) and, when the validation set has ``boxes``, the localization
@@ -105,6 +105,8 @@ def evaluate_run(summary: dict[str, Any], sweep: Sweep) -> dict[str, Any]:
             "the run saved no checkpoint; the sweep needs one to measure the trained network "
             "(keep trainer.enable_checkpointing on)"
         )
+    from ..training.load import load_run  # imported here: training is optional for sweep parsing
+
     loaded = load_run(ckpt)
     net, hp, dm = loaded.net, loaded.hparams, loaded.datamodule
     dm.setup("validate")

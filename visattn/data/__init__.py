@@ -1,6 +1,7 @@
 """Data: one module per source (``cifar``, ``imagefolder``, ``shapes``; ``arrays`` holds
-in-memory images), albumentations pipelines (``transforms``) and the ``VisattnDataModule`` used
-by ``train_cls.py`` (``datamodule``).
+in-memory images), the registry of the data sets a run can use (``sources``: classes, default
+size and augmentation, statistics, splits), albumentations pipelines (``transforms``) and the
+``VisattnDataModule`` used by ``train_cls.py`` (``datamodule``).
 
 The datasets need no optional dependency; ``VisattnDataModule`` and the transforms need the
 ``train`` extra (Lightning, albumentations) and are imported when first used."""
@@ -8,6 +9,7 @@ The datasets need no optional dependency; ``VisattnDataModule`` and the transfor
 import importlib
 from typing import Any
 
+from ..constants import STATS
 from .arrays import ArrayDataset
 from .cifar import CIFAR_SPECS, DatasetIntegrityError, load_cifar, locate_cifar
 from .imagefolder import (
@@ -18,11 +20,10 @@ from .imagefolder import (
     verify_images,
 )
 from .shapes import COLORS, SHAPES, make_shapes, shapes_classes
+from .sources import DataSource, get_source, list_datasets, register_source
 
 #: names that need the ``train`` extra, and their modules (loaded on first use)
 _LAZY = {
-    "DATASETS": "datamodule",
-    "STATS": "datamodule",
     "VisattnDataModule": "datamodule",
     "DeviceAugment": "transforms",
     "build_transforms": "transforms",
@@ -32,11 +33,11 @@ _LAZY = {
 __all__ = [
     "CIFAR_SPECS",
     "COLORS",
-    "DATASETS",
     "SHAPES",
     "STATS",
     "ArrayDataset",
     "BadImageError",
+    "DataSource",
     "DatasetIntegrityError",
     "DeviceAugment",
     "ImageFolderDataset",
@@ -44,9 +45,12 @@ __all__ = [
     "build_transforms",
     "check_class_folders",
     "find_classes",
+    "get_source",
+    "list_datasets",
     "load_cifar",
     "locate_cifar",
     "make_shapes",
+    "register_source",
     "seed_worker",
     "shapes_classes",
     "verify_images",

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import copy
+import math
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,17 +13,16 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from .._extras import missing_extra
-from ..constants import STATS
 
 try:
     import lightning.pytorch as pl
+    from lightning.pytorch.utilities import rank_zero_info
 except ImportError as _err:
     raise missing_extra(_err, "train", "visattn.data.VisattnDataModule") from _err
 
 from .arrays import ArrayDataset
-from .cifar import CIFAR_SPECS, load_cifar, locate_cifar
-from .imagefolder import VERIFY_MODES, ImageFolderDataset, check_class_folders
-from .shapes import DEFAULT_COLORS, DEFAULT_SHAPES, DEFAULT_SPLIT_SIZES, make_shapes, shapes_classes
+from .imagefolder import VERIFY_MODES
+from .sources import DataSource, get_source, list_datasets
 from .transforms import (
     AUGMENTS,
     DEVICE_PRESETS,
@@ -33,17 +32,7 @@ from .transforms import (
     seed_worker,
 )
 
-__all__ = ["DATASETS", "STATS", "VisattnDataModule"]
-
-DATASETS = ("shapes", "cifar10", "cifar100", "imagefolder")
-
-_DEFAULT_AUGMENT = {
-    "shapes": "flip",
-    "cifar10": "cifar",
-    "cifar100": "cifar",
-    "imagefolder": "imagenet",
-}
-_DEFAULT_SIZE = {"shapes": 32, "cifar10": 32, "cifar100": 32, "imagefolder": 224}
+__all__ = ["EpochSampler", "VisattnDataModule"]
 
 
 class EpochSampler(Sampler[int]):
@@ -77,13 +66,16 @@ class EpochSampler(Sampler[int]):
 class VisattnDataModule(pl.LightningDataModule):
     """Data for classification: datasets, augmentation and loaders.
 
-    Splits: ``shapes`` generates train/val/test from ``seed``, ``seed + 1``, ``seed + 2``.
-    CIFAR's val split is the official test set (as in He et al.) unless ``val_split > 0`` holds
-    that many training images out (a fixed permutation); test is always the test set.
-    ImageFolder reads ``root/train`` and ``root/val`` (and ``root/test`` when present, else val).
+    The data set is a registered source (:mod:`visattn.data.sources`: its classes, default
+    size and augmentation, statistics and splits). Splits: ``shapes`` generates train/val/test
+    from ``seed``, ``seed + 1``, ``seed + 2``. CIFAR's val split is the official test set (as in
+    He et al.) unless ``val_split > 0`` holds that many training images out (a fixed
+    permutation); test is always the test set. ImageFolder reads ``root/train`` and ``root/val``
+    (and ``root/test`` when present, else val).
 
     Args:
-        dataset: ``"shapes"``, ``"cifar10"``, ``"cifar100"`` or ``"imagefolder"``.
+        dataset: a registered source: ``"shapes"``, ``"cifar10"``, ``"cifar100"`` or
+            ``"imagefolder"`` (``visattn.data.sources.list_datasets()``).
         root: data folder (CIFAR: the folder holding ``cifar-10-batches-py/``; default
             ``./data``; ImageFolder: required). Unused by shapes.
         download: download CIFAR into ``root`` when missing.
@@ -116,7 +108,8 @@ class VisattnDataModule(pl.LightningDataModule):
         seed: seed of shapes' generation and of the subset/hold-out permutations.
         target_shapes, target_colors: shapes' classes (``len(shapes) * len(colors)``).
         distractors, lines, noise: shapes' clutter.
-        drop_last: drop the last incomplete training batch.
+        drop_last: drop the last incomplete training batch. A last batch of one image is
+            always dropped (BatchNorm cannot train on one image).
         pin_memory: default: when CUDA is available.
     """
 
@@ -150,55 +143,17 @@ class VisattnDataModule(pl.LightningDataModule):
         pin_memory: bool | None = None,
     ) -> None:
         super().__init__()
-        if dataset not in DATASETS:
-            raise ValueError(f"unknown dataset {dataset!r}; choose from {list(DATASETS)}")
-        augment = _DEFAULT_AUGMENT[dataset] if augment == "standard" else augment
-        if augment not in AUGMENTS:
-            raise ValueError(
-                f"unknown augment {augment!r}; choose 'standard' or one of {list(AUGMENTS)}"
-            )
-        if batch_size < 1 or num_workers < 0:
-            raise ValueError(
-                f"batch_size must be >= 1 and num_workers >= 0, got {batch_size}, {num_workers}"
-            )
-        if image_size is not None and int(image_size) < 1:
-            raise ValueError(f"image_size must be a positive number of pixels, got {image_size}")
-        for key, n in (("num_train", num_train), ("num_val", num_val), ("num_test", num_test)):
-            if n is not None and n < 1:
-                raise ValueError(f"{key} must be >= 1 (or null for the default), got {n}")
-        if verify_images not in VERIFY_MODES:
-            raise ValueError(
-                f"verify_images must be one of {list(VERIFY_MODES)}, got {verify_images!r}"
-            )
-        size = _DEFAULT_SIZE[dataset] if image_size is None else int(image_size)
-        if dataset in CIFAR_SPECS and size != 32:
-            raise ValueError(
-                f"{dataset} images are 32x32; image_size must be 32 or null, got {size}"
-            )
-        if device_augment:
-            if dataset == "imagefolder":
-                raise ValueError("device_augment needs in-memory data (shapes, cifar10, cifar100)")
-            if augment not in DEVICE_PRESETS or color_jitter:
-                raise ValueError(
-                    f"device_augment implements the presets {list(DEVICE_PRESETS)} (pad-crop, "
-                    f"flip, cutout); got augment={augment!r}, color_jitter={color_jitter}: set "
-                    "data.augment to one of them and color_jitter 0, or device_augment false"
-                )
-        if dataset == "imagefolder" and root is None:
-            raise ValueError("dataset 'imagefolder' needs --data.root PATH (with train/ and val/)")
+        source = get_source(dataset)
+        augment = source.augment if augment == "standard" else augment
         # num_classes is checked below and reaches the model by the link; kept out of hparams,
         # where Lightning would find it disagreeing (None) with the module's
         self.save_hyperparameters(ignore=["num_classes"])
+        _check_options(source, self.hparams, augment)
+        self.source = source
         self.augment = augment
-        self.image_size = size
-        self.mean, self.std = STATS[dataset]
-        self.shapes_classes = shapes_classes(target_shapes, target_colors)
-        if dataset == "imagefolder":
-            self.classes = check_class_folders(root, self._imagefolder_splits(Path(root)))
-        elif dataset == "shapes":
-            self.classes = self.shapes_classes
-        else:
-            self.classes = None  # read from the meta file in setup()
+        self.image_size = source.image_size if image_size is None else int(image_size)
+        self.mean, self.std = source.stats
+        self.classes: list[str] | None = source.classes(self) if source.classes else None
         if num_classes is not None and num_classes != self.num_classes:
             raise ValueError(
                 f"num_classes {num_classes} given, but the {dataset} data has "
@@ -216,24 +171,20 @@ class VisattnDataModule(pl.LightningDataModule):
 
     # ---- sizes -------------------------------------------------------------------------------
 
-    @staticmethod
-    def _imagefolder_splits(root: Path) -> tuple[str, ...]:
-        return ("train", "val", "test") if (root / "test").is_dir() else ("train", "val")
-
     @property
     def num_classes(self) -> int:  # type: ignore[override]
         """Number of classes, known without loading data (linked to ``model.num_classes``)."""
-        d = self.hparams.dataset
-        if d == "cifar10":
-            return 10
-        if d == "cifar100":
-            return 100
-        return len(self.classes)
+        return self.source.num_classes or len(self.classes or ())
 
     @property
     def image_shape(self) -> tuple[int, int, int]:
         """``(C, H, W)`` of the images the model sees."""
         return (3, self.image_size, self.image_size)
+
+    @property
+    def root(self) -> Path:
+        """The data folder (``./data`` when ``root`` is not given)."""
+        return Path(self.hparams.root if self.hparams.root is not None else "data")
 
     def denormalize(self, images: torch.Tensor) -> torch.Tensor:
         """Undo the normalisation: ``(N, 3, H, W)`` -> pixels in ``[0, 1]``."""
@@ -243,7 +194,9 @@ class VisattnDataModule(pl.LightningDataModule):
 
     # ---- datasets ----------------------------------------------------------------------------
 
-    def _transform(self, train: bool) -> Any:
+    def transform(self, train: bool) -> Any:
+        """The per-image pipeline of a split (None for training with ``device_augment``: the
+        batches are augmented on the device)."""
         h = self.hparams
         if train and self.device_aug is not None:
             return None
@@ -253,7 +206,7 @@ class VisattnDataModule(pl.LightningDataModule):
             mean=self.mean,
             std=self.std,
             train=train,
-            resize_eval=h.dataset == "imagefolder",
+            resize_eval=self.source.resize_eval,
             cutout=h.cutout if train else 0,
             color_jitter=h.color_jitter if train else 0.0,
         )
@@ -261,8 +214,6 @@ class VisattnDataModule(pl.LightningDataModule):
     def _subset(self, ds: Any, n: int | None, salt: int) -> Any:
         if n is None or n >= len(ds):
             return ds
-        if n < 1:
-            raise ValueError(f"subset size must be >= 1, got {n}")
         idx = np.sort(np.random.default_rng([self.hparams.seed, salt]).permutation(len(ds))[:n])
         if isinstance(ds, ArrayDataset):
             return ds.subset(idx)
@@ -270,74 +221,20 @@ class VisattnDataModule(pl.LightningDataModule):
         ds.targets = ds.targets[idx]
         return ds
 
-    def _shapes(self, n: int, split: int, train: bool) -> ArrayDataset:
-        h = self.hparams
-        images, labels, boxes, classes = make_shapes(
-            n,
-            seed=h.seed + split,
-            image_size=self.image_size,
-            shapes=h.target_shapes or DEFAULT_SHAPES,
-            colors=h.target_colors or DEFAULT_COLORS,
-            distractors=h.distractors,
-            lines=h.lines,
-            noise=h.noise,
-        )
-        return ArrayDataset(images, labels, classes, self._transform(train), boxes)
-
     def prepare_data(self) -> None:
-        h = self.hparams
-        if h.dataset in CIFAR_SPECS and h.download:
-            locate_cifar(h.dataset, self._root(), download=True)
-
-    def _root(self) -> Path:
-        return Path(self.hparams.root if self.hparams.root is not None else "data")
+        if self.hparams.download and self.source.prepare is not None:
+            self.source.prepare(self)
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_dataset is not None:
             return
         h = self.hparams
-        if h.dataset == "shapes":
-            n = DEFAULT_SPLIT_SIZES
-            self.train_dataset = self._shapes(h.num_train or n["train"], 0, True)
-            self.val_dataset = self._shapes(h.num_val or n["val"], 1, False)
-            self.test_dataset = self._shapes(h.num_test or n["test"], 2, False)
-        elif h.dataset in CIFAR_SPECS:
-            args = dict(verify=h.verify, download=h.download)
-            images, labels, classes = load_cifar(h.dataset, self._root(), train=True, **args)
-            test_images, test_labels, _ = load_cifar(h.dataset, self._root(), train=False, **args)
-            self.classes = classes
-            train = ArrayDataset(images, labels, classes, self._transform(True))
-            test = ArrayDataset(test_images, test_labels, classes, self._transform(False))
-            if h.val_split:
-                if not 0 < h.val_split < len(train):
-                    raise ValueError(f"val_split must be in (0, {len(train)}), got {h.val_split}")
-                perm = np.random.default_rng([h.seed, 7]).permutation(len(train))
-                val = ArrayDataset(images, labels, classes, self._transform(False))
-                val = val.subset(np.sort(perm[: h.val_split]))
-                train = train.subset(np.sort(perm[h.val_split :]))
-            else:
-                val = test
-            self.train_dataset = self._subset(train, h.num_train, 0)
-            self.val_dataset = self._subset(val, h.num_val, 1)
-            self.test_dataset = self._subset(test, h.num_test, 2)
-        else:
-            root = Path(h.root)
-            split = {s: self._imagefolder(root / s, s == "train") for s in ("train", "val")}
-            # no test/: test on val (a copy: the subsets below rebind samples per split)
-            has_test = (root / "test").is_dir()
-            split["test"] = (
-                self._imagefolder(root / "test", False) if has_test else copy.copy(split["val"])
-            )
-            self.train_dataset = self._subset(split["train"], h.num_train, 0)
-            self.val_dataset = self._subset(split["val"], h.num_val, 1)
-            self.test_dataset = self._subset(split["test"], h.num_test, 2)
-
-    def _imagefolder(self, folder: Path, train: bool) -> ImageFolderDataset:
-        """One ImageFolder split, its files checked (``verify_images``) before training."""
-        h = self.hparams
-        ds = ImageFolderDataset(folder, self.classes, self._transform(train))
-        ds.verify(h.verify_images, skip_bad=h.skip_bad_images)
-        return ds
+        train, val, test = self.source.build(self)
+        if self.classes is None:
+            self.classes = list(train.classes)  # e.g. CIFAR's, read from its meta file
+        self.train_dataset = self._subset(train, h.num_train, 0)
+        self.val_dataset = self._subset(val, h.num_val, 1)
+        self.test_dataset = self._subset(test, h.num_test, 2)
 
     # ---- loaders -----------------------------------------------------------------------------
 
@@ -353,13 +250,29 @@ class VisattnDataModule(pl.LightningDataModule):
             sampler=self._train_sampler if train else None,
             num_workers=workers,
             pin_memory=pin,
-            drop_last=train and h.drop_last,
+            drop_last=train and (h.drop_last or self._last_batch_of_one(ds)),
             worker_init_fn=seed_worker,
             generator=self._train_gen if train else None,
             # workers start anew each epoch, seeded from the loader's generator (set per epoch)
             persistent_workers=workers > 0 and not train,
             multiprocessing_context="fork" if workers > 0 and os.name == "posix" else None,
         )
+
+    def _last_batch_of_one(self, ds: Dataset) -> bool:
+        """True when an epoch's last training batch (per device) would hold one image, which
+        BatchNorm cannot train on (the blocks that normalise pooled features, e.g. bam, srm, sk,
+        splat, fail with "Expected more than 1 value per channel"): that batch is dropped."""
+        trainer = getattr(self, "_trainer", None)
+        world = max(int(getattr(trainer, "world_size", 1) or 1), 1)
+        per_device = math.ceil(len(ds) / world)
+        if per_device % self.hparams.batch_size != 1:
+            return False
+        rank_zero_info(
+            f"the last training batch would hold 1 image ({per_device} images per device, batch "
+            f"{self.hparams.batch_size}): it is dropped every epoch, as BatchNorm cannot train "
+            "on one image"
+        )
+        return True
 
     def _seed_epoch(self, seed: int) -> None:
         """Seed the rest of the train pipeline for one epoch (called by the sampler's
@@ -400,3 +313,48 @@ class VisattnDataModule(pl.LightningDataModule):
         trainer = getattr(self, "_trainer", None)
         train = trainer.training if trainer is not None else True
         return self.device_aug(x, train=train, generator=gen), y
+
+
+def _check_options(source: DataSource, h: Mapping[str, Any], augment: str) -> None:
+    """Refuse options (``h``: the data module's hyper-parameters) that cannot work, before any
+    data is read."""
+    if augment not in AUGMENTS:
+        raise ValueError(
+            f"unknown augment {augment!r}; choose 'standard' or one of {list(AUGMENTS)}"
+        )
+    if h["batch_size"] < 1 or h["num_workers"] < 0:
+        raise ValueError(
+            f"batch_size must be >= 1 and num_workers >= 0, got {h['batch_size']}, "
+            f"{h['num_workers']}"
+        )
+    size = h["image_size"]
+    if size is not None and int(size) < 1:
+        raise ValueError(f"image_size must be a positive number of pixels, got {size}")
+    if source.fixed_size and size is not None and int(size) != source.image_size:
+        raise ValueError(
+            f"{source.name} images are {source.image_size}x{source.image_size}; image_size must "
+            f"be {source.image_size} or null, got {size}"
+        )
+    for key in ("num_train", "num_val", "num_test"):
+        if h[key] is not None and h[key] < 1:
+            raise ValueError(f"{key} must be >= 1 (or null for the default), got {h[key]}")
+    if h["verify_images"] not in VERIFY_MODES:
+        raise ValueError(
+            f"verify_images must be one of {list(VERIFY_MODES)}, got {h['verify_images']!r}"
+        )
+    if h["device_augment"]:
+        _check_device_augment(source, augment, h["color_jitter"])
+    if source.root_help is not None and h["root"] is None:
+        raise ValueError(f"dataset {source.name!r} needs --data.root PATH ({source.root_help})")
+
+
+def _check_device_augment(source: DataSource, augment: str, color_jitter: float) -> None:
+    if not source.in_memory:
+        in_memory = [n for n in list_datasets() if get_source(n).in_memory]
+        raise ValueError(f"device_augment needs in-memory data ({', '.join(in_memory)})")
+    if augment not in DEVICE_PRESETS or color_jitter:
+        raise ValueError(
+            f"device_augment implements the presets {list(DEVICE_PRESETS)} (pad-crop, "
+            f"flip, cutout); got augment={augment!r}, color_jitter={color_jitter}: set "
+            "data.augment to one of them and color_jitter 0, or device_augment false"
+        )

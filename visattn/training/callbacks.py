@@ -1,23 +1,34 @@
-"""Callbacks of every visattn run: the epoch-level ``metrics.csv`` and the closing summary."""
+"""Callbacks of every visattn run: the epoch-level ``metrics.csv``, the closing summary, the
+checkpoint that keeps ``last.ckpt`` current, exact resume of the random states, and the
+backbone freeze of fine-tuning."""
 
 from __future__ import annotations
 
 import csv
 import io
 import math
+import random
 import time
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
+import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_only
 
+from ..files import atomic_write_text, read_metrics_csv
 from ..profile import count_macs, count_params
-from ..utils import atomic_write_text, read_metrics_csv
+from .parameters import attention_modules, split_parameters
 
-__all__ = ["BestAndLastCheckpoint", "EpochMetricsCSV", "RunSummary", "read_metrics_csv"]
+__all__ = [
+    "BackboneFreeze",
+    "BestAndLastCheckpoint",
+    "EpochMetricsCSV",
+    "ExactResumeRNG",
+    "RunSummary",
+]
 
 #: columns always present in metrics.csv, in this order (others are appended sorted).
 COLUMNS = ("epoch", "step", "lr", "train/loss", "train/acc", "val/loss", "val/acc", "val/acc5")
@@ -104,7 +115,18 @@ class BestAndLastCheckpoint(ModelCheckpoint):
     than the run, and ``--ckpt_path last`` silently re-trains epochs. This subclass writes it at
     every save point. visattn runs save at the end of the training epoch (after that epoch's
     validation and its ``metrics.csv`` row), so the checkpoint holds the epoch's whole history.
+
+    A run folder that was moved or copied resumes in place: the restored state's paths are
+    moved into the new checkpoint folder (Lightning would drop them, then write ``last-v1.ckpt``
+    and ``best-epochNNN-v1.ckpt`` beside the old files, and the next ``--ckpt_path last`` would
+    restore the stale ``last.ckpt``).
     """
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        old = state_dict.get("dirpath")
+        if old and self.dirpath and Path(old) != Path(self.dirpath):
+            state_dict = _moved_state(state_dict, Path(old), Path(self.dirpath))
+        super().load_state_dict(state_dict)
 
     def _always_last(self, trainer: pl.Trainer) -> None:
         if self.save_last and self._last_global_step_saved != trainer.global_step:
@@ -121,6 +143,21 @@ class BestAndLastCheckpoint(ModelCheckpoint):
         skip = self._should_skip_saving_checkpoint(trainer)
         if not skip and not self._should_save_on_train_epoch_end(trainer):
             self._always_last(trainer)
+
+
+def _moved_state(state: dict[str, Any], old: Path, new: Path) -> dict[str, Any]:
+    """``ModelCheckpoint`` state with the paths under ``old`` moved to ``new``."""
+
+    def move(path: Any) -> Any:
+        if not path or Path(path).parent != old:
+            return path
+        return str(new / Path(path).name)
+
+    state = dict(state, dirpath=str(new))
+    for key in ("best_model_path", "kth_best_model_path", "last_model_path"):
+        state[key] = move(state.get(key))
+    state["best_k_models"] = {move(k): v for k, v in (state.get("best_k_models") or {}).items()}
+    return state
 
 
 def _fmt(value: Any) -> str:
@@ -216,3 +253,84 @@ class RunSummary(Callback):
 
     def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._finish(trainer, pl_module, "test")
+
+
+class ExactResumeRNG(Callback):
+    """The global random states (torch, numpy, Python) saved in every checkpoint and restored
+    at the first training epoch start after a resume (after the resumed run's sanity check,
+    which draws from them), so that a run resumed at an epoch boundary draws the same shuffles
+    and augmentations as the uninterrupted run. Lightning restores none of them."""
+
+    KEY = "visattn_rng"
+
+    def __init__(self) -> None:
+        self._to_restore: dict[str, Any] | None = None
+
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        kind, keys, pos, has_gauss, gauss = np.random.get_state()
+        version, internal, gauss_next = random.getstate()
+        # tensors and plain numbers only: Lightning loads checkpoints with weights_only=True
+        checkpoint[self.KEY] = {
+            "torch": torch.get_rng_state(),
+            "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss],
+            "python": [version, torch.tensor(internal, dtype=torch.int64), gauss_next],
+        }
+
+    def on_load_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        self._to_restore = checkpoint.get(self.KEY)
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        state, self._to_restore = self._to_restore, None
+        if state:
+            torch.set_rng_state(state["torch"])
+            kind, keys, pos, has_gauss, gauss = state["numpy"]
+            np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+            version, internal, gauss_next = state["python"]
+            random.setstate((version, tuple(int(v) for v in internal.tolist()), gauss_next))
+
+
+class BackboneFreeze(Callback):
+    """Keep the backbone of ``pl_module.net`` fixed for the first ``epochs`` training epochs,
+    then release it (fine-tuning a trained network with new attention blocks).
+
+    Frozen means no gradients (the optimizer skips parameters without one, so neither momentum
+    nor weight decay touches them) and the backbone's norm layers in eval mode, so their running
+    statistics stay too; norm layers inside attention blocks keep training. Lightning puts the
+    module back in train mode after every validation, so eval mode is asserted before each
+    training batch.
+    """
+
+    def __init__(self, epochs: int) -> None:
+        self.epochs = int(epochs)
+        self.frozen = False
+        self._norms: list[torch.nn.Module] = []
+
+    @staticmethod
+    def _backbone_norms(net: torch.nn.Module) -> list[torch.nn.Module]:
+        inside_attn = {id(s) for m in attention_modules(net) for s in m.modules()}
+        return [
+            m
+            for m in net.modules()
+            if isinstance(m, torch.nn.modules.batchnorm._NormBase) and id(m) not in inside_attn
+        ]
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        frozen = trainer.current_epoch < self.epochs
+        if frozen == self.frozen:
+            return
+        for _, p in split_parameters(pl_module.net)["backbone"]:
+            p.requires_grad_(not frozen)
+        self.frozen = frozen
+        self._norms = self._backbone_norms(pl_module.net) if frozen else []
+        if not frozen:
+            pl_module.net.train(pl_module.training)
+
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        for m in self._norms:
+            m.eval()

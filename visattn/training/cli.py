@@ -8,8 +8,10 @@ What the CLI adds to plain LightningCLI:
 * Every run writes ``metrics.csv`` (one row per epoch) and prints one summary line
   (``EpochMetricsCSV``, ``RunSummary``); the resolved config goes to ``config.yaml``.
 * The default logger is TensorBoard in ``<default_root_dir>/lightning_logs/version_N``;
-  ``--ckpt_path last`` resumes the newest ``version_N`` that has ``checkpoints/last.ckpt``, in
-  the same directory (so its metrics.csv continues), or fails saying where it looked.
+  ``--ckpt_path last`` resumes the newest epoch of the newest ``version_N`` that has a last
+  checkpoint, in the same directory (so its metrics.csv continues), or fails saying where it
+  looked. A resumed fit keeps the run's recorded model and data options, warning about each
+  given value that would not take effect (``visattn.training.resume``).
 * ``seed_everything`` defaults to 0 (reproducible unless asked otherwise).
 * The progress bar shows the run's version as an integer (``v_num: 0``, not ``0.000``), and
   the model summary counts FLOPs on one image at the data's size.
@@ -21,7 +23,6 @@ What the CLI adds to plain LightningCLI:
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -37,25 +38,17 @@ from lightning.pytorch.callbacks import (
     TQDMProgressBar,
 )
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.imports import _RICH_AVAILABLE
 
 from ..data.datamodule import VisattnDataModule
 from .callbacks import BestAndLastCheckpoint, EpochMetricsCSV, RunSummary
 from .module import ClassificationModule
+from .resume import find_last_checkpoint, keep_recorded_options, read_checkpoint
 
 __all__ = ["VisattnCLI", "cli_main", "run"]
 
 _TB = "lightning.pytorch.loggers.TensorBoardLogger"
-
-
-def _find_last(save_dir: Path, name: str) -> tuple[int, Path] | None:
-    """Newest ``save_dir/name/version_N/checkpoints/last.ckpt``."""
-    found = []
-    for ckpt in (save_dir / name).glob("version_*/checkpoints/last.ckpt"):
-        m = re.fullmatch(r"version_(\d+)", ckpt.parent.parent.name)
-        if m:
-            found.append((int(m.group(1)), ckpt))
-    return max(found) if found else None
 
 
 def _expand_config(path: str, seen: tuple[str, ...] = ()) -> list[str]:
@@ -192,14 +185,13 @@ class VisattnCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         cfg = self.config[self.subcommand] if self.subcommand else self.config
         trainer = cfg.trainer
-        if trainer.get("logger") not in (None, True):
-            return  # a user-chosen logger: Lightning's own behaviour
+        tensorboard = trainer.get("logger") in (None, True)  # else a user-chosen logger
         save_dir = Path(trainer.get("default_root_dir") or ".")
         version = None
-        if cfg.get("ckpt_path") == "last":
+        if cfg.get("ckpt_path") == "last" and tensorboard:
             # resolved here for fit and test alike: Lightning's own "last" looks only at this
             # (new) trainer's checkpoints and, finding none, would test an untrained network
-            last = _find_last(save_dir, "lightning_logs")
+            last = find_last_checkpoint(save_dir)
             if last is None:
                 raise FileNotFoundError(
                     f"--ckpt_path last: no checkpoint found under {save_dir / 'lightning_logs'}"
@@ -210,10 +202,25 @@ class VisattnCLI(LightningCLI):
             if self.subcommand == "fit":
                 version = last[0]  # resume into the same version: its metrics.csv continues
             cfg.ckpt_path = str(last[1])
-        trainer.logger = Namespace(
-            class_path=_TB,
-            init_args=Namespace(save_dir=str(save_dir), name="lightning_logs", version=version),
-        )
+        if self.subcommand == "fit" and cfg.get("ckpt_path") and Path(cfg.ckpt_path).is_file():
+            self._keep_recorded_options(cfg)
+        if tensorboard:
+            trainer.logger = Namespace(
+                class_path=_TB,
+                init_args=Namespace(save_dir=str(save_dir), name="lightning_logs", version=version),
+            )
+
+    @staticmethod
+    def _keep_recorded_options(cfg: Namespace) -> None:
+        """A resumed fit keeps the run's recorded options (see ``visattn.training.resume``);
+        the checkpoint is read here, before ``config.yaml`` or anything else is written."""
+        kept = keep_recorded_options(cfg, read_checkpoint(cfg.ckpt_path), cfg.ckpt_path)
+        if kept:
+            rank_zero_warn(
+                f"resuming {cfg.ckpt_path}: these options would not take effect, the run keeps "
+                "its recorded values (its optimizer and schedule state come from the "
+                "checkpoint; start a new run to change them): " + "; ".join(kept)
+            )
 
     def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Callback]) -> Trainer:
         if config.get("fast_dev_run"):

@@ -3,45 +3,22 @@
 from __future__ import annotations
 
 import math
-import random
 from typing import Any
 
 import lightning.pytorch as pl
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torchmetrics.classification import MulticlassAccuracy
 
-from ..blocks.identity import IdentityAtInit
-from ..blocks.registry import is_block
 from ..models import create_model
 from ..models.placement import Placement, placements_to_config
+from .callbacks import BackboneFreeze, ExactResumeRNG
+from .parameters import PARAM_KINDS, split_parameters
 
 __all__ = ["ClassificationModule", "NonFiniteLossError", "lr_factor"]
 
 OPTIMIZERS = ("sgd", "adamw")
 SCHEDULES = ("multistep", "cosine", "constant")
-#: the parameter groups of ``lr_mult`` (see :func:`split_parameters`)
-PARAM_KINDS = ("backbone", "attention", "head")
-
-
-def split_parameters(net: torch.nn.Module) -> dict[str, list[tuple[str, torch.nn.Parameter]]]:
-    """Named parameters of ``net`` by kind: ``attention`` (inside a registered attention block
-    or its identity-init wrapper), ``head`` (the classifier, ``net.get_classifier()``) and
-    ``backbone`` (everything else). Every parameter appears exactly once."""
-    head = net.get_classifier() if hasattr(net, "get_classifier") else None
-    head_ids = {id(p) for p in head.parameters()} if isinstance(head, torch.nn.Module) else set()
-    attn_ids = {
-        id(p)
-        for m in net.modules()
-        if is_block(m) or isinstance(m, IdentityAtInit)
-        for p in m.parameters()
-    }
-    out: dict[str, list[tuple[str, torch.nn.Parameter]]] = {k: [] for k in PARAM_KINDS}
-    for name, p in net.named_parameters():
-        kind = "head" if id(p) in head_ids else "attention" if id(p) in attn_ids else "backbone"
-        out[kind].append((name, p))
-    return out
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -83,6 +60,10 @@ class ClassificationModule(pl.LightningModule):
     """Image classification with a ``visattn.create_model`` network in ``self.net``.
 
     Loss: cross-entropy with label smoothing ``label_smoothing`` (Szegedy et al., CVPR 2016).
+    Random states are saved in every checkpoint and restored on resume
+    (:class:`~visattn.training.callbacks.ExactResumeRNG`), so a run resumed at an epoch boundary
+    continues exactly as the uninterrupted run.
+
     Metrics: top-1/top-5 accuracy (torchmetrics, one object per split; top-5 becomes top-k with
     ``k = min(5, num_classes)``), logged as ``train/loss``, ``train/acc``, ``val/loss``,
     ``val/acc``, ``val/acc5``, ``test/loss``, ``test/acc``, ``test/acc5`` (epoch means) and
@@ -114,7 +95,8 @@ class ClassificationModule(pl.LightningModule):
             .., "head": ..}`` (missing kinds: 1.0), for fine-tuning a trained network with new
             attention blocks: e.g. ``{"backbone": 0.1}``.
         freeze_backbone_epochs: keep the backbone fixed (no gradient, its norm layers in eval
-            mode, so their running statistics stay) for this many epochs, then release it.
+            mode, so their running statistics stay) for this many epochs, then release it
+            (the :class:`~visattn.training.callbacks.BackboneFreeze` callback).
         schedule: ``"multistep"``, ``"cosine"`` or ``"constant"``.
         milestones, gamma: multi-step epochs and factor.
         warmup_epochs, warmup_start: linear warm-up length (epochs, may be fractional) and
@@ -192,7 +174,6 @@ class ClassificationModule(pl.LightningModule):
         self.test_acc5 = MulticlassAccuracy(num_classes, top_k=k, average="micro")
         self._bad_step: torch.Tensor | None = None
         self._val_bad = torch.zeros((), dtype=torch.bool)
-        self._rng_to_restore: dict[str, Any] | None = None
 
     def setup(self, stage: str) -> None:
         """One example image at the data's size (``example_input_array``), so that Lightning's
@@ -282,33 +263,6 @@ class ClassificationModule(pl.LightningModule):
                 "32-true)."
             )
 
-    # ---- exact resume ------------------------------------------------------------------------
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Random states at the save, restored at the next epoch start on resume, so that a run
-        resumed at an epoch boundary draws the same shuffles and augmentations as the
-        uninterrupted run (Lightning restores none of them)."""
-        kind, keys, pos, has_gauss, gauss = np.random.get_state()
-        version, internal, gauss_next = random.getstate()
-        # tensors and plain numbers only: Lightning loads checkpoints with weights_only=True
-        checkpoint["visattn_rng"] = {
-            "torch": torch.get_rng_state(),
-            "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss],
-            "python": [version, torch.tensor(internal, dtype=torch.int64), gauss_next],
-        }
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self._rng_to_restore = checkpoint.get("visattn_rng")
-
-    def _restore_rng(self) -> None:
-        state, self._rng_to_restore = self._rng_to_restore, None
-        if state:
-            torch.set_rng_state(state["torch"])
-            kind, keys, pos, has_gauss, gauss = state["numpy"]
-            np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
-            version, internal, gauss_next = state["python"]
-            random.setstate((version, tuple(int(v) for v in internal.tolist()), gauss_next))
-
     def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         x, y = batch
         logits = self(x)
@@ -322,34 +276,19 @@ class ClassificationModule(pl.LightningModule):
         x = batch[0] if isinstance(batch, (tuple, list)) else batch
         return self(x).softmax(-1)
 
+    def configure_callbacks(self) -> list[pl.Callback]:
+        """Exact resume (random states in every checkpoint) and, with
+        ``freeze_backbone_epochs``, the backbone freeze: callbacks that every trainer of this
+        module gets."""
+        callbacks: list[pl.Callback] = [ExactResumeRNG()]
+        if self.hparams.freeze_backbone_epochs:
+            callbacks.append(BackboneFreeze(self.hparams.freeze_backbone_epochs))
+        return callbacks
+
     def on_train_epoch_start(self) -> None:
-        # after the resumed run's sanity check, which draws from the global generator
-        self._restore_rng()
-        self._set_backbone_frozen(self.current_epoch < self.hparams.freeze_backbone_epochs)
         group = self.trainer.optimizers[0].param_groups[0]  # the base lr: undo the group's mult
         base = group["lr"] / group["lr_mult"] if group.get("lr_mult") else group["lr"]
         self.log("lr", base, on_epoch=True)
-
-    def _set_backbone_frozen(self, frozen: bool) -> None:
-        """Freeze (or release) the backbone: no gradients, and its norm layers in eval mode so
-        their running statistics do not move either. Parameters with no gradient are skipped
-        by the optimizer, so neither momentum nor weight decay touches them."""
-        if frozen == getattr(self, "_backbone_frozen", False):
-            return
-        for _, p in split_parameters(self.net)["backbone"]:
-            p.requires_grad_(not frozen)
-        self._backbone_frozen = frozen
-        self.train(self.training)
-
-    def train(self, mode: bool = True) -> ClassificationModule:
-        super().train(mode)
-        if mode and getattr(self, "_backbone_frozen", False):
-            attn = [m for m in self.net.modules() if is_block(m) or isinstance(m, IdentityAtInit)]
-            inside_attn = {id(s) for m in attn for s in m.modules()}
-            for m in self.net.modules():
-                if isinstance(m, torch.nn.modules.batchnorm._NormBase) and id(m) not in inside_attn:
-                    m.eval()
-        return self
 
     # ---- optimisation ------------------------------------------------------------------------
 

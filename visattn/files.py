@@ -1,14 +1,13 @@
-"""Small file helpers shared by training, the ablation runner and the visualiser.
+"""Files every run and sweep writes or checks: atomic writes, ``metrics.csv``, digests.
 
 * :func:`atomic_write_bytes` / :func:`atomic_write_text`: readers see the old file or the new
   one, never a partial one (temporary file in the same folder, fsync, ``os.replace``).
 * :func:`read_metrics_csv` / :func:`read_metric_curve`: the per-epoch ``metrics.csv`` every run
   writes (``visattn.training.callbacks.EpochMetricsCSV``).
 * :func:`file_digest`: size and SHA-256 of a file (checkpoint integrity in sweep markers).
-* :func:`load_run`: the trained network and data module of a training checkpoint.
 
-Nothing here imports Lightning at module level, so sweep files and reports can be read without
-the ``train`` extra; :func:`load_run` needs it.
+Nothing here needs an optional extra (no Lightning), so sweep files and reports can be read
+without the ``train`` extra. Loading a trained run is :func:`visattn.training.load.load_run`.
 """
 
 from __future__ import annotations
@@ -17,19 +16,13 @@ import csv
 import hashlib
 import os
 import tempfile
-from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch.nn as nn
-
 __all__ = [
-    "LoadedRun",
     "atomic_write_bytes",
     "atomic_write_text",
     "file_digest",
-    "load_run",
     "read_metric_curve",
     "read_metrics_csv",
 ]
@@ -98,51 +91,3 @@ def file_digest(path: str | os.PathLike, chunk: int = 1 << 20) -> dict[str, Any]
             h.update(block)
             size += len(block)
     return {"size": size, "sha256": h.hexdigest()}
-
-
-@dataclass
-class LoadedRun:
-    """A trained run: its network (eval mode, on the requested device), the Lightning module's
-    hyper-parameters and the data module rebuilt from the checkpoint (not yet set up)."""
-
-    net: nn.Module
-    hparams: dict[str, Any]
-    datamodule: Any
-
-
-def load_run(
-    ckpt_path: str | os.PathLike,
-    *,
-    data_overrides: Mapping[str, Any] | None = None,
-    device: str = "cpu",
-) -> LoadedRun:
-    """Load a checkpoint written by ``train_cls.py`` (or the ablation runner).
-
-    The network comes from ``ClassificationModule.load_from_checkpoint`` (its hyper-parameters
-    rebuild it), the data module from ``VisattnDataModule.load_from_checkpoint`` with
-    ``num_workers=0`` and ``data_overrides`` applied (e.g. ``{"root": "/data/cifar"}`` when the
-    data moved since training).
-
-    Raises:
-        FileNotFoundError: ``ckpt_path`` does not exist.
-        ValueError: the file is not a training checkpoint (e.g. a YAML config).
-    """
-    path = Path(ckpt_path)
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint {path} does not exist")
-    with open(path, "rb") as f:
-        magic = f.read(4)
-    if magic[:2] != b"PK" and magic[:1] != b"\x80":  # torch.save: a zip archive or a raw pickle
-        raise ValueError(
-            f"{path} is not a checkpoint (expected a .ckpt written by train_cls.py, e.g. "
-            "<run>/lightning_logs/version_0/checkpoints/last.ckpt)"
-        )
-    from .data.datamodule import VisattnDataModule
-    from .training.module import ClassificationModule
-
-    module = ClassificationModule.load_from_checkpoint(path, map_location="cpu")
-    net = module.net.to(device).eval()
-    dm = VisattnDataModule.load_from_checkpoint(
-        path, map_location="cpu", **{"num_workers": 0, **dict(data_overrides or {})}
-    )
-    return LoadedRun(net=net, hparams=dict(module.hparams), datamodule=dm)

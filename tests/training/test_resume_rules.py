@@ -1,0 +1,126 @@
+"""Resuming a fit run (``--ckpt_path``): a moved or copied run folder resumes in place and never
+goes back in time, changed options are named and never recorded as used, a damaged checkpoint
+leaves the run untouched; and a last training batch of one image is dropped."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from training_helpers import read_csv, tiny_fit
+
+from visattn.training.resume import find_last_checkpoint
+
+
+@pytest.fixture(scope="module")
+def one_epoch_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished one-epoch tiny run; each test resumes its own copy (a copied run folder)."""
+    root = tmp_path_factory.mktemp("one_epoch")
+    tiny_fit(root, "--trainer.max_epochs=1")
+    return root
+
+
+def _copy(run: Path, dst: Path) -> Path:
+    shutil.copytree(run, dst)
+    return dst
+
+
+def _epoch(path: Path) -> int:
+    return int(torch.load(path, map_location="cpu", weights_only=True)["epoch"])
+
+
+def _checkpoints(root: Path) -> dict[str, int]:
+    return {p.name: _epoch(p) for p in root.rglob("*.ckpt")}
+
+
+@pytest.mark.slow
+def test_a_moved_run_resumes_in_place_and_never_goes_back_in_time(
+    one_epoch_run: Path, tmp_path: Path
+) -> None:
+    moved = _copy(one_epoch_run, tmp_path / "moved")
+    tiny_fit(moved, "--trainer.max_epochs=2", "--ckpt_path=last")
+    second = tiny_fit(moved, "--trainer.max_epochs=3", "--ckpt_path=last")
+    ckpts = _checkpoints(moved)
+    # one last.ckpt holding the newest epoch, no last-v1 / best-epochNNN-v1 beside it
+    assert ckpts["last.ckpt"] == 2
+    assert not [name for name in ckpts if "-v" in name], ckpts
+    assert Path(second["last_ckpt"]) == next(moved.rglob("last.ckpt"))
+    assert Path(second["best_ckpt"]).parent == Path(second["last_ckpt"]).parent  # not the old dir
+    # every epoch trained once: steps continue, no epoch replaced by a re-trained one
+    rows = read_csv(second["metrics_csv"])
+    assert [int(r["epoch"]) for r in rows] == [0, 1, 2]
+    assert [int(r["step"]) for r in rows] == [3, 6, 9]
+
+
+def test_last_means_the_newest_epoch_among_last_checkpoints(tmp_path: Path) -> None:
+    ckpts = tmp_path / "lightning_logs" / "version_1" / "checkpoints"
+    ckpts.mkdir(parents=True)
+    for name, epoch in (("last.ckpt", 1), ("last-v1.ckpt", 4), ("last-v2.ckpt", 3)):
+        torch.save({"epoch": epoch, "global_step": 10 * epoch}, ckpts / name)
+    torch.save({"epoch": 9, "global_step": 90}, ckpts / "best-epoch009.ckpt")  # not a last one
+    old = tmp_path / "lightning_logs" / "version_0" / "checkpoints"
+    old.mkdir(parents=True)
+    torch.save({"epoch": 7, "global_step": 70}, old / "last.ckpt")  # an older version
+    assert find_last_checkpoint(tmp_path) == (1, ckpts / "last-v1.ckpt")
+    (ckpts / "last-v2.ckpt").write_bytes(b"")  # a damaged candidate is named, not skipped
+    with pytest.raises(ValueError, match=r"last-v2\.ckpt"):
+        find_last_checkpoint(tmp_path)
+
+
+def test_resume_with_changed_options_names_them_and_records_what_was_used(
+    one_epoch_run: Path, tmp_path: Path
+) -> None:
+    run = _copy(one_epoch_run, tmp_path / "run")
+    with pytest.warns(UserWarning, match=r"--model\.lr 5\.0 \(the run keeps 0\.05\)") as caught:
+        s = tiny_fit(
+            run,
+            "--trainer.max_epochs=2",
+            "--ckpt_path=last",
+            "--model.lr=5.0",
+            "--data.verify_images=full",  # how the data is read: may change
+        )
+    said = " ".join(str(w.message) for w in caught)
+    assert "verify_images" not in said and "max_epochs" not in said
+    config = yaml.safe_load((Path(s["log_dir"]) / "config.yaml").read_text())
+    assert config["model"]["lr"] == 0.05  # the value that trained, not the ignored 5.0
+    assert config["trainer"]["max_epochs"] == 2  # took effect: a second epoch ran
+    rows = read_csv(s["metrics_csv"])
+    assert [int(r["epoch"]) for r in rows] == [0, 1]
+    assert float(rows[1]["lr"]) == pytest.approx(0.05)
+
+
+def test_resume_with_another_network_is_refused_before_anything_is_written(
+    one_epoch_run: Path, tmp_path: Path
+) -> None:
+    run = _copy(one_epoch_run, tmp_path / "run")
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    with pytest.raises(ValueError, match=r"another network: --model\.attention"):
+        tiny_fit(run, "--trainer.max_epochs=2", "--ckpt_path=last", "--model.attention={name: eca}")
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+
+
+def test_a_failed_resume_leaves_the_runs_config_untouched(
+    one_epoch_run: Path, tmp_path: Path
+) -> None:
+    run = _copy(one_epoch_run, tmp_path / "run")
+    last = next(run.rglob("last.ckpt"))
+    last.write_bytes(last.read_bytes()[:100])  # damaged (cut off mid-write, disk full, ...)
+    config = next(run.rglob("config.yaml"))
+    recorded = config.read_bytes()
+    with pytest.raises(Exception) as err:
+        tiny_fit(run, "--trainer.max_epochs=3", "--ckpt_path=last")
+    assert config.read_bytes() == recorded
+    assert err.type is ValueError and "cannot read the checkpoint" in str(err.value)
+    assert str(last) in str(err.value)
+
+
+def test_a_last_training_batch_of_one_image_is_dropped(tmp_path: Path) -> None:
+    # 49 images at batch 16: 3 full batches and one of a single image, on which BAM's
+    # BatchNorm over pooled channels cannot train
+    s = tiny_fit(
+        tmp_path, "--trainer.max_epochs=1", "--data.num_train=49", "--model.attention={name: bam}"
+    )
+    assert [int(r["step"]) for r in read_csv(s["metrics_csv"])] == [3]

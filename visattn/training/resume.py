@@ -1,0 +1,133 @@
+"""Resuming a fit run (``--ckpt_path``): which checkpoint ``last`` means, and which options a
+resumed run keeps.
+
+* ``last`` is the newest epoch of the newest ``version_N``: among ``last.ckpt`` and the
+  ``last-vK.ckpt`` that Lightning writes beside it when a run folder was moved or copied, the
+  one of the latest epoch and step (:func:`find_last_checkpoint`).
+* A resumed run continues the recorded run: its optimizer and schedule state come from the
+  checkpoint, so new values of the optimizer, schedule, loss or data options would not take
+  effect (or only half: the new values sit in ``config.yaml`` while the old ones train). Such
+  options are set back to the recorded values, and one warning names each
+  (:func:`keep_recorded_options`); options that say where the data is or how the run is
+  executed (:data:`FREE_ON_RESUME`) may change, and so may every ``trainer.*`` option (e.g.
+  ``max_epochs``, the point of resuming). A different network is refused.
+* The checkpoint is read before anything is written, so a damaged one fails without touching
+  the run's ``config.yaml``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+from jsonargparse import Namespace
+
+from ..models.placement import placements_to_config
+
+__all__ = [
+    "FREE_ON_RESUME",
+    "NETWORK_OPTIONS",
+    "find_last_checkpoint",
+    "keep_recorded_options",
+    "read_checkpoint",
+]
+
+#: model options that define the network: a resumed run must have the recorded ones
+NETWORK_OPTIONS = ("model", "attention", "model_kwargs")
+#: options that may change when a run resumes (where the data is, how the run executes)
+FREE_ON_RESUME = {
+    "model": frozenset({"num_classes", "compile", "channels_last", "check_finite_every"}),
+    "data": frozenset({"root", "download", "verify", "verify_images", "num_workers", "pin_memory"}),
+}
+# (section of the config, key of the recorded hyper-parameters in a Lightning checkpoint)
+_SECTIONS = (("model", "hyper_parameters"), ("data", "datamodule_hyper_parameters"))
+
+
+def read_checkpoint(path: str | Path) -> dict[str, Any]:
+    """A checkpoint's contents (tensors and plain data only: ``weights_only``), or a
+    ``ValueError`` that names the file and what is wrong with it."""
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise ValueError(
+            f"cannot read the checkpoint {path} ({type(e).__name__}: {e}); it is damaged or "
+            "not a checkpoint: pass another with --ckpt_path PATH (nothing was written)"
+        ) from e
+    if not isinstance(ckpt, dict):
+        raise ValueError(f"{path} holds a {type(ckpt).__name__}, not a training checkpoint")
+    return ckpt
+
+
+def _progress(path: Path) -> tuple[int, int]:
+    ckpt = read_checkpoint(path)
+    return int(ckpt.get("epoch", -1)), int(ckpt.get("global_step", -1))
+
+
+def find_last_checkpoint(
+    save_dir: str | Path, name: str = "lightning_logs"
+) -> tuple[int, Path] | None:
+    """``(N, path)``: the newest last checkpoint under ``save_dir/name/version_N/checkpoints``
+    (highest ``N``; among its ``last.ckpt`` and ``last-vK.ckpt`` the latest epoch and step), or
+    None when there is none."""
+    found: dict[int, list[Path]] = {}
+    for ckpt in (Path(save_dir) / name).glob("version_*/checkpoints/last*.ckpt"):
+        m = re.fullmatch(r"version_(\d+)", ckpt.parent.parent.name)
+        if m and re.fullmatch(r"last(-v\d+)?\.ckpt", ckpt.name):
+            found.setdefault(int(m.group(1)), []).append(ckpt)
+    if not found:
+        return None
+    version = max(found)
+    candidates = sorted(found[version])
+    if len(candidates) == 1:
+        return version, candidates[0]  # not read here: Lightning reads it once, to resume
+    return version, max(candidates, key=_progress)
+
+
+def _plain(value: Any) -> Any:
+    """A config value as plain data, for comparison with the recorded hyper-parameters."""
+    if isinstance(value, Namespace):
+        value = value.as_dict()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _same(key: str, given: Any, recorded: Any) -> bool:
+    given, recorded = _plain(given), _plain(recorded)
+    if key == "attention":
+        given, recorded = placements_to_config(given), placements_to_config(recorded)
+    return given == recorded
+
+
+def keep_recorded_options(config: Namespace, ckpt: dict[str, Any], ckpt_path: str) -> list[str]:
+    """Set the ``model.*`` and ``data.*`` options of ``config`` (the ``fit`` subcommand's) that
+    differ from those recorded in ``ckpt`` back to the recorded values, except those in
+    :data:`FREE_ON_RESUME`; returns one line per option set back.
+
+    Raises:
+        ValueError: a network option (:data:`NETWORK_OPTIONS`) differs: the checkpoint's
+            weights belong to another network.
+    """
+    kept: list[str] = []
+    for section, saved_key in _SECTIONS:
+        recorded = ckpt.get(saved_key) or {}
+        given = config.get(section)
+        if given is None:
+            continue
+        for key, old in recorded.items():
+            if key in FREE_ON_RESUME[section] or key not in given or _same(key, given[key], old):
+                continue
+            option = f"--{section}.{key}"
+            if section == "model" and key in NETWORK_OPTIONS:
+                raise ValueError(
+                    f"--ckpt_path {ckpt_path} holds a run of another network: {option} is "
+                    f"{_plain(given[key])!r}, the run was trained with {old!r}; resume with the "
+                    "run's options, or start a new run (without --ckpt_path)"
+                )
+            kept.append(f"{option} {_plain(given[key])!r} (the run keeps {old!r})")
+            given[key] = old
+    return kept
