@@ -29,6 +29,7 @@ from .transforms import (
     DEVICE_PRESETS,
     DeviceAugment,
     build_transforms,
+    check_image_size,
     seed_transform,
     seed_worker,
 )
@@ -161,8 +162,8 @@ class VisattnDataModule(pl.LightningDataModule):
             raise ValueError(
                 f"batch_size must be >= 1 and num_workers >= 0, got {batch_size}, {num_workers}"
             )
-        if image_size is not None and int(image_size) < 1:
-            raise ValueError(f"image_size must be a positive number of pixels, got {image_size}")
+        if image_size is not None:
+            image_size = check_image_size(image_size)
         for key, n in (("num_train", num_train), ("num_val", num_val), ("num_test", num_test)):
             if n is not None and n < 1:
                 raise ValueError(f"{key} must be >= 1 (or null for the default), got {n}")
