@@ -1,16 +1,21 @@
 """``python -m visattn blocks`` / ``python -m visattn models [PATTERN]``: the zoo as tables;
 ``python -m visattn export (--ckpt RUN.ckpt | --model NAME) --out model.onnx``: a network as an
-ONNX file checked in onnxruntime (or a ``.pt2`` torch.export program)."""
+ONNX file checked in onnxruntime (or a ``.pt2`` torch.export program);
+``python -m visattn ablate SWEEP.yaml --out DIR``: a sweep, exactly as ``python -m visattn.ablate``
+(every option passed through)."""
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
+from typing import Any
 
 import torch
 
 from . import block_info, create_block, create_model, list_blocks, list_models
 from .models import get_model_spec
+from .models.checkpoint import check_state_dict_matches, read_checkpoint, training_checkpoint
 from .profile import count_macs, count_params
 
 
@@ -65,15 +70,36 @@ def models_table(pattern: str | None = None) -> str:
     return _table(["model", "params", "MACs", "input", "classes", "paper"], rows)
 
 
+def _from_hparams(cls: type, hparams: dict[str, Any], **overrides: Any) -> Any:
+    """``cls`` built from a checkpoint's saved hyper-parameters, as Lightning's
+    ``load_from_checkpoint`` builds it: keys ``cls`` does not take are dropped, and LightningCLI's
+    instantiator is used when the checkpoint records it (it parses nested option types); a
+    recorded subclass (``_class_path``) is not followed."""
+    names = inspect.signature(cls.__init__).parameters
+    kwargs = {k: v for k, v in {**hparams, **overrides}.items() if k in names}
+    if hparams.get("_instantiator") == "lightning.pytorch.cli.instantiate_module":
+        from lightning.pytorch.cli import instantiate_module
+
+        return instantiate_module(cls, kwargs)
+    return cls(**kwargs)
+
+
 def load_for_export(
     ckpt: str | None, model: str | None, num_classes: int | None
 ) -> tuple[torch.nn.Module, tuple[int, int, int], str]:
     """The network to export, its input size ``(C, H, W)`` and a line saying what it is.
 
-    A checkpoint written by ``train_cls.py`` rebuilds its network from the saved hyperparameters
-    (``ClassificationModule.load_from_checkpoint``); its input size and normalisation come from
-    the saved data-module options when present. A model name builds the untrained registered
-    model at its default input size.
+    A checkpoint written by ``train_cls.py`` is read once, weights-only
+    (:func:`~visattn.models.checkpoint.read_checkpoint`), and that one object rebuilds the
+    network from the saved hyperparameters and loads its weights; its input size and
+    normalisation come from the saved data-module options when present. A model name builds
+    the untrained registered model at its default input size.
+
+    Raises:
+        ValueError: both or neither of ``ckpt`` and ``model``; a file that is no usable
+            training checkpoint (:class:`~visattn.models.checkpoint.CheckpointError`, naming the
+            file and what is wrong).
+        FileNotFoundError: no such file.
     """
     if (ckpt is None) == (model is None):
         raise ValueError("give exactly one of --ckpt PATH and --model NAME")
@@ -83,10 +109,7 @@ def load_for_export(
         return net, tuple(net.default_input_size), f"{model} (untrained)"
     if num_classes is not None:
         raise ValueError("--num-classes applies to --model; a checkpoint keeps its own")
-    from pathlib import Path
-
-    if not Path(ckpt).is_file():
-        raise FileNotFoundError(f"checkpoint {ckpt} does not exist")
+    saved = training_checkpoint(read_checkpoint(ckpt), ckpt)  # the only read of the file
     try:
         from .training.module import ClassificationModule
     except ImportError as e:
@@ -94,15 +117,18 @@ def load_for_export(
             f"loading a training checkpoint needs the train extra: pip install 'visattn[train]' "
             f"({e})"
         ) from e
-    module = ClassificationModule.load_from_checkpoint(ckpt, map_location="cpu")
+    module = _from_hparams(ClassificationModule, saved["hyper_parameters"])
+    check_state_dict_matches(
+        module, saved["state_dict"], ckpt, "Its hyper-parameters build another network."
+    )
+    module.load_state_dict(saved["state_dict"])
     net = module.net
     size = tuple(net.default_input_size)
     what = f"{module.hparams.model} from {ckpt}"
-    saved = torch.load(ckpt, map_location="cpu", weights_only=False)
     if saved.get("datamodule_hyper_parameters"):
         from .data.datamodule import VisattnDataModule
 
-        dm = VisattnDataModule.load_from_checkpoint(ckpt, map_location="cpu", num_workers=0)
+        dm = _from_hparams(VisattnDataModule, saved["datamodule_hyper_parameters"], num_workers=0)
         size = dm.image_shape
         what += (
             f"; inputs normalised with mean {tuple(round(m, 4) for m in dm.mean)}, "
@@ -150,7 +176,16 @@ def export_command(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m visattn", description=__doc__)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["ablate"]:  # its own parser, options and --help
+        from .ablate.__main__ import main as ablate_main
+
+        return ablate_main(argv[1:])
+    parser = argparse.ArgumentParser(
+        prog="python -m visattn",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     pb = sub.add_parser("blocks", help="list the registered attention blocks")
     pb.add_argument("--family", choices=["channel", "spatial", "hybrid", "residual"])
@@ -174,6 +209,12 @@ def main(argv: list[str] | None = None) -> int:
     pe.add_argument("--dynamic-size", action="store_true", help="symbolic height and width too")
     pe.add_argument("--rtol", type=float, default=1e-3, help="check tolerance (relative)")
     pe.add_argument("--atol", type=float, default=1e-4, help="check tolerance (absolute)")
+    sub.add_parser(
+        "ablate",
+        add_help=False,
+        help="run or resume a sweep: the options of python -m visattn.ablate "
+        "(python -m visattn ablate --help lists them)",
+    )
     args = parser.parse_args(argv)
     if args.command == "export":
         return export_command(args)

@@ -40,6 +40,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities.imports import _RICH_AVAILABLE
 
 from ..data.datamodule import VisattnDataModule
+from ..models.checkpoint import check_training_checkpoint
 from .callbacks import BestAndLastCheckpoint, EpochMetricsCSV, RunSummary
 from .module import ClassificationModule
 
@@ -214,6 +215,16 @@ class VisattnCLI(LightningCLI):
             class_path=_TB,
             init_args=Namespace(save_dir=str(save_dir), name="lightning_logs", version=version),
         )
+
+    def instantiate_classes(self) -> None:
+        super().instantiate_classes()
+        cfg = self.config[self.subcommand] if self.subcommand else self.config
+        path = str(cfg.get("ckpt_path") or "")
+        # a local file (not Lightning's "best", "last", "hpc" or "registry", nor a URL) is checked
+        # before the run starts, so a bad one is named instead of failing in Lightning's loader
+        keyword = path in ("best", "last", "hpc") or path.startswith("registry") or "://" in path
+        if path and not keyword:
+            check_training_checkpoint(path, self.model)
 
     def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Callback]) -> Trainer:
         if config.get("fast_dev_run"):
