@@ -235,8 +235,9 @@ def check_training_checkpoint(path: str | PathLike[str], module: nn.Module) -> d
     saved = training_checkpoint(read_checkpoint(path, mmap=True), path)
     hparams = saved["hyper_parameters"]
     hint = (
-        f"It was written for model {hparams.get('model')!r} with attention "
-        f"{hparams.get('attention')!r}: pass the same --model options (its run's config.yaml)"
+        f"It was written for model {hparams.get('model')!r}, attention "
+        f"{hparams.get('attention')!r}, {hparams.get('num_classes')} classes: use the model and "
+        "data options it was trained with (its run's config.yaml)"
     )
     check_state_dict_matches(module, saved["state_dict"], path, hint)
     return saved

@@ -40,7 +40,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities.imports import _RICH_AVAILABLE
 
 from ..data.datamodule import VisattnDataModule
-from ..models.checkpoint import check_training_checkpoint
+from ..models.checkpoint import check_training_checkpoint, read_checkpoint, training_checkpoint
 from .callbacks import BestAndLastCheckpoint, EpochMetricsCSV, RunSummary
 from .module import ClassificationModule
 
@@ -57,6 +57,14 @@ def _find_last(save_dir: Path, name: str) -> tuple[int, Path] | None:
         if m:
             found.append((int(m.group(1)), ckpt))
     return max(found) if found else None
+
+
+def _local_ckpt_path(cfg: Namespace) -> str | None:
+    """``cfg.ckpt_path`` when it names a local file: not Lightning's ``best``, ``last``, ``hpc``
+    or ``registry``, nor a URL."""
+    path = str(cfg.get("ckpt_path") or "")
+    keyword = path in ("best", "last", "hpc") or path.startswith("registry") or "://" in path
+    return path if path and not keyword else None
 
 
 def _expand_config(path: str, seen: tuple[str, ...] = ()) -> list[str]:
@@ -174,6 +182,10 @@ class VisattnCLI(LightningCLI):
             return
         argv = list(sys.argv[1:] if args is None else args)
         self.config = parser.parse_args(expand_config_args(argv))
+        sub = self.config.get("subcommand")
+        path = _local_ckpt_path(self.config[sub]) if sub else None
+        if path:  # named here, before LightningCLI reads its hyper-parameters
+            training_checkpoint(read_checkpoint(path, mmap=True), path)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.link_arguments("data.num_classes", "model.num_classes", apply_on="instantiate")
@@ -219,11 +231,8 @@ class VisattnCLI(LightningCLI):
     def instantiate_classes(self) -> None:
         super().instantiate_classes()
         cfg = self.config[self.subcommand] if self.subcommand else self.config
-        path = str(cfg.get("ckpt_path") or "")
-        # a local file (not Lightning's "best", "last", "hpc" or "registry", nor a URL) is checked
-        # before the run starts, so a bad one is named instead of failing in Lightning's loader
-        keyword = path in ("best", "last", "hpc") or path.startswith("registry") or "://" in path
-        if path and not keyword:
+        path = _local_ckpt_path(cfg)  # "last" is a file by now (before_instantiate_classes)
+        if path:  # weights of another network are named before the run starts
             check_training_checkpoint(path, self.model)
 
     def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Callback]) -> Trainer:
