@@ -1,6 +1,8 @@
 """``python -m visattn blocks`` / ``python -m visattn models [PATTERN]``: the zoo as tables;
 ``python -m visattn export (--ckpt RUN.ckpt | --model NAME) --out model.onnx``: a network as an
-ONNX file checked in onnxruntime (or a ``.pt2`` torch.export program)."""
+ONNX file checked in onnxruntime (or a ``.pt2`` torch.export program);
+``python -m visattn ablate SWEEP.yaml --out DIR``: a sweep, exactly as ``python -m visattn.ablate``
+(every option passed through)."""
 
 from __future__ import annotations
 
@@ -71,9 +73,16 @@ def load_for_export(
     """The network to export, its input size ``(C, H, W)`` and a line saying what it is.
 
     A checkpoint written by ``train_cls.py`` is loaded with
-    :func:`visattn.training.load.load_run` (the network rebuilt from its saved hyperparameters);
-    its input size and normalisation come from the saved data-module options when present. A
-    model name builds the untrained registered model at its default input size.
+    :func:`visattn.training.load.load_run` (read once, weights-only; the network rebuilt from
+    its saved hyperparameters); its input size and
+    normalisation come from the saved data-module options when present. A model name builds
+    the untrained registered model at its default input size.
+
+    Raises:
+        ValueError: both or neither of ``ckpt`` and ``model``; a file that is no usable
+            training checkpoint (:class:`~visattn.models.checkpoint.CheckpointError`, naming the
+            file and what is wrong).
+        FileNotFoundError: no such file.
     """
     if (ckpt is None) == (model is None):
         raise ValueError("give exactly one of --ckpt PATH and --model NAME")
@@ -141,7 +150,16 @@ def export_command(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m visattn", description=__doc__)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["ablate"]:  # its own parser, options and --help
+        from .ablate.__main__ import main as ablate_main
+
+        return ablate_main(argv[1:])
+    parser = argparse.ArgumentParser(
+        prog="python -m visattn",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     pb = sub.add_parser("blocks", help="list the registered attention blocks")
     pb.add_argument("--family", choices=["channel", "spatial", "hybrid", "residual"])
@@ -165,6 +183,12 @@ def main(argv: list[str] | None = None) -> int:
     pe.add_argument("--dynamic-size", action="store_true", help="symbolic height and width too")
     pe.add_argument("--rtol", type=float, default=1e-3, help="check tolerance (relative)")
     pe.add_argument("--atol", type=float, default=1e-4, help="check tolerance (absolute)")
+    sub.add_parser(
+        "ablate",
+        add_help=False,
+        help="run or resume a sweep: the options of python -m visattn.ablate "
+        "(python -m visattn ablate --help lists them)",
+    )
     args = parser.parse_args(argv)
     if args.command == "export":
         return export_command(args)

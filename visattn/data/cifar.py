@@ -5,6 +5,10 @@ Layout: ``ROOT/cifar-10-batches-py/data_batch_1..5, test_batch``; ``ROOT/cifar-1
 test``. Each file's md5 is compared with torchvision's list of the official archive's sums before
 anything is unpickled; a copy that differs (re-packed, truncated) is refused with a message
 naming the file, unless ``verify=False`` (then a warning is logged).
+
+The pickles are read by a restricted unpickler that resolves only the numpy array types the format
+holds (:data:`PICKLE_GLOBALS`), so a file that names any other callable is refused before it
+runs, with or without the md5 check.
 """
 
 from __future__ import annotations
@@ -17,13 +21,58 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CIFAR_SPECS", "DatasetIntegrityError", "load_cifar", "locate_cifar", "md5sum"]
+__all__ = [
+    "CIFAR_SPECS",
+    "PICKLE_GLOBALS",
+    "DatasetIntegrityError",
+    "UnsafePickleError",
+    "load_cifar",
+    "locate_cifar",
+    "md5sum",
+]
 
 log = logging.getLogger(__name__)
 
 
 class DatasetIntegrityError(RuntimeError):
     """A dataset file's checksum differs from the official one."""
+
+
+class UnsafePickleError(DatasetIntegrityError, pickle.UnpicklingError):
+    """A CIFAR file asks the unpickler for a callable outside :data:`PICKLE_GLOBALS`."""
+
+
+#: the only globals a CIFAR batch may name: numpy's array reconstruction (the official files were
+#: written by numpy 1.x, ``numpy.core``; numpy 2 calls it ``numpy._core``; protocol 5 rebuilds
+#: arrays with ``_frombuffer``) and ``_codecs.encode``, which Python 3's protocol-2 pickles use
+#: for ``bytes`` (a re-pickled copy). None of them runs code the file chooses.
+PICKLE_GLOBALS = frozenset(
+    {
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        *((f"numpy.{core}.multiarray", "_reconstruct") for core in ("core", "_core")),
+        *((f"numpy.{core}.numeric", "_frombuffer") for core in ("core", "_core")),
+        ("_codecs", "encode"),
+    }
+)
+
+
+class _CifarUnpickler(pickle.Unpickler):
+    """Unpickles plain containers and numpy arrays; any other global is refused unresolved."""
+
+    def __init__(self, file: Any, path: Path) -> None:
+        super().__init__(file, encoding="latin1")
+        self.path = path
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in PICKLE_GLOBALS:
+            raise UnsafePickleError(
+                f"{self.path}: refused to unpickle: the file asks for {module}.{name}, which a "
+                "CIFAR batch never holds (only numpy arrays, lists, dicts, strings and numbers). "
+                "It is not the official data and may run code; re-download it with "
+                "--data.download true into an empty --data.root."
+            )
+        return super().find_class(module, name)
 
 
 def _torchvision_spec(cls: Any, label_key: str) -> dict[str, Any]:
@@ -125,6 +174,8 @@ def load_cifar(
     Raises:
         FileNotFoundError: files missing and ``download`` is off (the message names the path).
         DatasetIntegrityError: an md5 differs and ``verify`` is on.
+        UnsafePickleError: a file names a callable a CIFAR batch never holds (checked with or
+            without ``verify``; nothing in the file runs).
     """
     if name not in CIFAR_SPECS:
         raise ValueError(f"unknown CIFAR dataset {name!r}; choose from {sorted(CIFAR_SPECS)}")
@@ -168,8 +219,10 @@ def load_cifar(
 
 
 def _unpickle(path: Path) -> dict[str, Any]:
-    # The official files are Python-2 pickles of dicts with bytes keys; latin1 keeps the uint8
-    # arrays intact. Pickles can run code: only read files you trust (see the md5 check).
+    """One CIFAR file: a Python-2 pickle of a dict with bytes keys (latin1 keeps the uint8 arrays
+    intact), read by :class:`_CifarUnpickler`, so no code in the file runs."""
     with open(path, "rb") as f:
-        entry = pickle.load(f, encoding="latin1")
+        entry = _CifarUnpickler(f, path).load()
+    if not isinstance(entry, dict):
+        raise ValueError(f"{path}: expected a pickled dict (a CIFAR batch), got {type(entry)}")
     return {k.decode() if isinstance(k, bytes) else k: v for k, v in entry.items()}

@@ -28,6 +28,7 @@ from .transforms import (
     DEVICE_PRESETS,
     DeviceAugment,
     build_transforms,
+    check_image_size,
     seed_transform,
     seed_worker,
 )
@@ -145,6 +146,8 @@ class VisattnDataModule(pl.LightningDataModule):
         super().__init__()
         source = get_source(dataset)
         augment = source.augment if augment == "standard" else augment
+        if image_size is not None:
+            image_size = check_image_size(image_size)
         # num_classes is checked below and reaches the model by the link; kept out of hparams,
         # where Lightning would find it disagreeing (None) with the module's
         self.save_hyperparameters(ignore=["num_classes"])
@@ -328,8 +331,6 @@ def _check_options(source: DataSource, h: Mapping[str, Any], augment: str) -> No
             f"{h['num_workers']}"
         )
     size = h["image_size"]
-    if size is not None and int(size) < 1:
-        raise ValueError(f"image_size must be a positive number of pixels, got {size}")
     if source.fixed_size and size is not None and int(size) != source.image_size:
         raise ValueError(
             f"{source.name} images are {source.image_size}x{source.image_size}; image_size must "

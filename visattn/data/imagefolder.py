@@ -6,14 +6,19 @@ Checks, all run by :class:`~visattn.data.VisattnDataModule` before the first ste
   image, and every split has the same class list as ``train`` (an empty folder would otherwise
   become an extra output, and a folder only in ``val`` would be silently dropped). Errors name the
   exact folders.
-* **Image files** (:func:`verify_images`): every file is decoded, in parallel threads, once;
+* **Image files** (:func:`verify_images`): every file is checked, in parallel threads, once;
   results are cached by path, size and modification time, so later runs only check new or
-  changed files. ``"fast"`` parses the header and the file's structure (PIL ``verify``; PNG chunk
-  CRCs) and checks that a JPEG ends with its end-of-image marker, which catches truncated files;
-  ``"full"`` decodes every pixel (PIL, truncated data is an error). A bad file is reported by path.
+  changed files. Both modes agree with OpenCV, which reads the images for training:
+  ``"fast"`` checks the header and that the file is complete for its format (PIL ``verify``
+  and PNG chunk CRCs; a JPEG's end-of-image marker; a TIFF's strips inside the file; the raw
+  pixel bytes of BMP, netpbm and uncompressed TIFF read), and refuses what OpenCV cannot decode
+  (another format under an image extension, TIFF samples over 16 bits); ``"full"`` adds the
+  decode training does (``cv2.imread``) for every file. A bad file is reported by path.
   The cache sits in the split folder (``.visattn-verify-images.json``), or under
   ``$VISATTN_CACHE_DIR`` (default ``~/.cache/visattn``) when that is set or the folder is
   read-only.
+* **Hidden folders and files** (a name starting with ``.``, e.g. ``.ipynb_checkpoints`` or
+  macOS's ``._x.jpg``) are no class and no sample.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
@@ -37,6 +43,7 @@ from .arrays import Transform, to_tensor_uint8
 
 __all__ = [
     "IMAGE_EXTENSIONS",
+    "IMAGE_FORMATS",
     "VERIFY_MODES",
     "BadImageError",
     "ImageFolderDataset",
@@ -47,12 +54,18 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: the file extensions an ImageFolder reads: the formats OpenCV (which decodes them for training)
+#: reads, see :data:`IMAGE_FORMATS`.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".tif", ".tiff", ".webp")
+#: the formats (PIL's names) behind :data:`IMAGE_EXTENSIONS`; a file holding another one is bad.
+IMAGE_FORMATS = ("JPEG", "PNG", "BMP", "PPM", "TIFF", "WEBP")
+#: OpenCV's TIFF reader takes samples of at most this many bits (no float32 or int32 TIFF).
+OPENCV_TIFF_MAX_BITS = 16
 #: ``verify_images`` modes, weakest last.
 VERIFY_MODES = ("full", "fast", "off")
 #: folders with at least this many files get a progress bar while they are verified.
 PROGRESS_MIN_FILES = 2000
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2  # 2: checks that agree with OpenCV
 #: the cache file's name when it is kept in the checked folder itself.
 CACHE_NAME = ".visattn-verify-images.json"
 
@@ -65,19 +78,30 @@ class BadImageError(ValueError):
         self.bad = bad
 
 
+def _is_hidden(path: Path, folder: Path) -> bool:
+    return any(part.startswith(".") for part in path.relative_to(folder).parts)
+
+
 def _image_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_EXTENSIONS)
+    """Image files under ``folder``, at any depth; hidden ones (``._x.jpg``, macOS metadata) and
+    those in hidden folders are skipped."""
+    return sorted(
+        p
+        for p in folder.rglob("*")
+        if p.suffix.lower() in IMAGE_EXTENSIONS and not _is_hidden(p, folder)
+    )
 
 
 def find_classes(directory: str | Path) -> list[str]:
-    """Sorted names of the sub-folders of ``directory`` (the classes of an ImageFolder split)."""
+    """Sorted names of the sub-folders of ``directory`` (the classes of an ImageFolder split);
+    hidden folders (``.ipynb_checkpoints``, any name starting with ``.``) are skipped."""
     directory = Path(directory)
     if not directory.is_dir():
         raise FileNotFoundError(
             f"ImageFolder split not found: {directory} (expected ROOT/train/<class>/*.jpg and "
             "ROOT/val/<class>/*.jpg; pass --data.root PATH pointing at ROOT)"
         )
-    classes = sorted(p.name for p in directory.iterdir() if p.is_dir())
+    classes = sorted(p.name for p in directory.iterdir() if p.is_dir() and p.name[0] != ".")
     if not classes:
         raise FileNotFoundError(f"no class folders in {directory}")
     return classes
@@ -132,24 +156,61 @@ def check_class_folders(root: str | Path, splits: Sequence[str] = ("train", "val
 # ---- image verification --------------------------------------------------------------------
 
 
+def _structure_problem(im: Any, path: str) -> str | None:
+    """What makes an opened image unreadable for OpenCV or incomplete, from its header and the
+    file's size (no pixel decode), or None."""
+    size = os.path.getsize(path)
+    if im.format not in IMAGE_FORMATS:
+        return (
+            f"{im.format} data under a {Path(path).suffix} name: not a format the loader reads "
+            f"({', '.join(IMAGE_FORMATS)})"
+        )
+    if im.format == "TIFF":
+        bits = im.tag_v2.get(258) or (1,)
+        bits = bits if isinstance(bits, tuple) else (bits,)
+        if max(bits) > OPENCV_TIFF_MAX_BITS:
+            return (
+                f"TIFF with {max(bits)}-bit samples (mode {im.mode}): OpenCV, which reads the "
+                f"images for training, reads at most {OPENCV_TIFF_MAX_BITS}-bit samples; convert "
+                "it to 8 or 16 bits"
+            )
+        for offsets, counts in ((273, 279), (324, 325)):  # strips, tiles
+            starts, lengths = im.tag_v2.get(offsets), im.tag_v2.get(counts)
+            if starts and lengths:
+                end = max(o + n for o, n in zip(starts, lengths))
+                if end > size:
+                    return f"truncated TIFF (its data runs to byte {end}, the file has {size})"
+    if im.format == "BMP":
+        with open(path, "rb") as f:
+            declared = int.from_bytes(f.read(6)[2:6], "little")  # bfSize
+        if declared > size:
+            return f"truncated BMP (its header says {declared} bytes, the file has {size})"
+    return None
+
+
 def _check_file(path: str, mode: str) -> str | None:
-    """None when ``path`` decodes under ``mode``, else the reason."""
+    """None when ``path`` passes ``mode``'s checks (see :func:`verify_images`), else the
+    reason."""
     from PIL import Image
 
     try:
         with Image.open(path) as im:
-            fmt = im.format
-            if mode == "full":
-                im.load()  # every pixel; truncated data raises OSError
+            problem = _structure_problem(im, path)
+            if problem:
+                return problem
+            if all(tile[0] == "raw" for tile in im.tile):
+                im.load()  # raw pixel bytes (BMP, netpbm, plain TIFF): reading them is the check
             else:
                 im.verify()  # header and structure, no pixel decode
-            if fmt == "JPEG":
+            if im.format == "JPEG":
                 with open(path, "rb") as f:
                     f.seek(max(os.path.getsize(path) - 64, 0))
                     if b"\xff\xd9" not in f.read():
                         return "truncated JPEG (no end-of-image marker)"
     except Exception as e:  # PIL raises many types (OSError, SyntaxError, ValueError, ...)
         return f"{type(e).__name__}: {e}"
+    if mode == "full" and cv2.imread(path, cv2.IMREAD_COLOR) is None:
+        return "OpenCV, which reads the images for training, cannot decode it"
     return None
 
 
@@ -213,8 +274,8 @@ def verify_images(
 
     Args:
         paths: image files.
-        mode: ``"fast"`` (header and structure, JPEG end marker), ``"full"`` (decode every
-            pixel) or ``"off"``.
+        mode: ``"fast"`` (header, structure and completeness, formats OpenCV reads),
+            ``"full"`` (that, and every file decoded with OpenCV as in training) or ``"off"``.
         cache_root: the folder holding ``paths``; its results are cached (keyed by path, size
             and modification time) in ``cache_root/.visattn-verify-images.json``, or under
             ``$VISATTN_CACHE_DIR`` when set or when ``cache_root`` is read-only
@@ -311,6 +372,7 @@ class ImageFolderDataset(Dataset):
         self.samples = samples
         self.targets = np.array([s[1] for s in samples], dtype=np.int64)
         self.transform = transform
+        self.verified: str | None = None  # the verify_images mode that passed, if any
 
     def verify(
         self, mode: str = "fast", *, skip_bad: bool = False, workers: int | None = None
@@ -332,6 +394,7 @@ class ImageFolderDataset(Dataset):
         bad = verify_images(
             [p for p, _ in self.samples], mode, cache_root=self.root, workers=workers
         )
+        self.verified = mode
         if not bad:
             return bad
         listing = "\n  ".join(f"{p}: {r}" for p, r in list(bad.items())[:20])
@@ -358,6 +421,16 @@ class ImageFolderDataset(Dataset):
         )
         return bad
 
+    def _unreadable_hint(self) -> str:
+        if self.verified == "full":
+            return "it passed --data.verify_images full; was it changed or removed since?"
+        if self.verified == "fast":
+            return (
+                "it passed --data.verify_images fast (header and completeness); full decodes "
+                "every file with OpenCV before the first step"
+            )
+        return "the files were not verified; --data.verify_images full finds every such file"
+
     def __len__(self) -> int:
         return len(self.samples)
 
@@ -365,9 +438,7 @@ class ImageFolderDataset(Dataset):
         path, label = self.samples[index]
         bgr = cv2.imread(path, cv2.IMREAD_COLOR)
         if bgr is None:
-            raise OSError(
-                f"cannot read image {path} (check the data with --data.verify_images full)"
-            )
+            raise OSError(f"OpenCV cannot read image {path}: {self._unreadable_hint()}")
         image = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
         x = (
             to_tensor_uint8(image)

@@ -6,23 +6,39 @@ Keys of attention blocks the file lacks (``*.attn_<slot>.*``, e.g. loading torch
 ResNet-50 weights into ``se_resnet50``) are *new*: they keep their initialisation and are
 reported (a ``UserWarning`` and :attr:`LoadReport.new_keys`). Anything else that does not match, a
 missing or unexpected backbone key or a shape mismatch, is an error.
+
+Reading a file (:func:`read_checkpoint`) is weights-only, once; a file that cannot serve (missing,
+a directory, empty, not a torch file, damaged, holding code, a plain state_dict where a training
+checkpoint is needed, weights of another network) raises :class:`CheckpointError` naming the
+file and what is wrong, instead of the loader's own error.
 """
 
 from __future__ import annotations
 
 import logging
+import pickle
 import re
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from os import PathLike
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn as nn
 
 from ..constants import SLOT_POSITIONS
 
-__all__ = ["LoadReport", "load_checkpoint"]
+__all__ = [
+    "CheckpointError",
+    "LoadReport",
+    "check_state_dict_matches",
+    "check_training_checkpoint",
+    "load_checkpoint",
+    "read_checkpoint",
+    "training_checkpoint",
+]
 
 _log = logging.getLogger(__name__)
 _ATTENTION_KEY = re.compile(rf"(^|\.)attn_({'|'.join(SLOT_POSITIONS)})\.")
@@ -40,16 +56,178 @@ class LoadReport:
     reset_keys: list[str] = field(default_factory=list)
 
 
-def _read_state_dict(path: Path) -> tuple[dict[str, torch.Tensor], list[str]]:
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be used; the message names the file and what is wrong."""
+
+
+# torch.save writes a zip archive (since torch 1.6) or, in the legacy format, a pickle
+_TORCH_MAGIC = (b"PK\x03\x04", b"\x80")
+
+
+def _unreadable(path: Path) -> str | None:
+    """Why ``path`` cannot be a torch file, judged without unpickling it, or None."""
+    if path.is_dir():
+        found = sorted(str(p.relative_to(path)) for p in path.rglob("*.ckpt"))[:3]
+        hint = f" holding {', '.join(found)}" if found else ""
+        return f"is a directory{hint}; pass the checkpoint file itself"
+    size = path.stat().st_size
+    if size == 0:
+        return (
+            "is empty (0 bytes): its write was interrupted or the disk was full; use another "
+            "checkpoint of the run (best-*.ckpt, or last.ckpt of an earlier version)"
+        )
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if not head.startswith(_TORCH_MAGIC):
+        kind = "a text file" if head.isascii() and head.strip() else f"bytes {head!r}"
+        return (
+            f"is not a PyTorch checkpoint: it starts with {kind}, where torch.save writes a zip "
+            "archive (or a pickle in the legacy format)"
+        )
+    return None
+
+
+def read_checkpoint(path: str | PathLike[str], *, mmap: bool = False) -> Any:
+    """The object saved in ``path`` by ``torch.save``, read once and weights-only (tensors,
+    containers and plain values: nothing in the file runs), on the CPU.
+
+    Args:
+        path: the file.
+        mmap: map the tensors' storage instead of reading it (zip-format files only; for a
+            quick look at keys and shapes).
+
+    Raises:
+        FileNotFoundError: no such file.
+        CheckpointError: a directory, an empty file, not a torch file, a damaged one, or one
+            holding objects a weights-only read refuses; the message names the file.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"checkpoint {path} does not exist")
+    problem = _unreadable(path)
+    if problem:
+        raise CheckpointError(f"checkpoint {path} {problem}")
+    if mmap:
+        with open(path, "rb") as f:
+            mmap = f.read(4) == _TORCH_MAGIC[0]  # the legacy format cannot be mapped
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"checkpoint_path {str(path)!r} does not exist") from None
-    except Exception as e:  # unpickling errors come in several types
-        raise ValueError(
-            f"checkpoint_path {str(path)!r} could not be read as a weights-only torch file "
-            f"({type(e).__name__}: {e}); save a plain state_dict with torch.save"
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError as e:
+        found = re.search(r"GLOBAL ([\w.]+)", str(e))
+        what = f" such as {found.group(1)}" if found else ""
+        raise CheckpointError(
+            f"checkpoint {path} holds objects{what} beyond tensors and plain containers, which "
+            "a weights-only read refuses (unpickling them could run code); save the weights "
+            "with torch.save(module.state_dict(), ...)"
         ) from e
+    except Exception as e:  # a damaged archive: RuntimeError, EOFError, zipfile errors, ...
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise CheckpointError(
+            f"checkpoint {path} is damaged (truncated or corrupted; {type(e).__name__}: "
+            f"{first}); use another checkpoint of the run or write it again"
+        ) from e
+
+
+def training_checkpoint(obj: Any, path: str | PathLike[str]) -> dict[str, Any]:
+    """``obj`` (read from ``path``) as a checkpoint written by ``train_cls.py``: a Lightning
+    checkpoint dict with the network's ``state_dict`` and the ``hyper_parameters`` that rebuild
+    it.
+
+    Raises:
+        CheckpointError: anything else, saying what the file holds instead (a plain
+            state_dict gets the ways to use one).
+    """
+    if isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict):
+        hparams = obj.get("hyper_parameters")
+        if "pytorch-lightning_version" in obj and isinstance(hparams, dict) and "model" in hparams:
+            return obj
+    if isinstance(obj, dict) and obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise CheckpointError(
+            f"checkpoint {path} is a plain state_dict ({len(obj)} tensors, e.g. "
+            f"{next(iter(obj))!r}), not a checkpoint written by train_cls.py: it has no "
+            "hyper-parameters to rebuild the network from. Build the network and load it with "
+            "visattn.create_model(NAME, checkpoint_path=FILE) (then visattn.export_onnx), or "
+            "start a training run from it with --model.model_kwargs "
+            "'{checkpoint_path: FILE}'"
+        )
+    keys = sorted(map(str, obj))[:6] if isinstance(obj, dict) else []
+    held = f"a dict with keys {keys}" if isinstance(obj, dict) else f"a {type(obj).__name__}"
+    raise CheckpointError(
+        f"checkpoint {path} is not a checkpoint written by train_cls.py: it holds {held}, "
+        "without the 'state_dict', 'hyper_parameters' (with 'model') and "
+        "'pytorch-lightning_version' entries"
+    )
+
+
+def _shape_mismatches(own: Mapping[str, Any], state: Mapping[str, Any]) -> list[str]:
+    return [
+        f"{k}: file {tuple(state[k].shape)} vs model {tuple(own[k].shape)}"
+        for k in state
+        if k in own and state[k].shape != own[k].shape
+    ]
+
+
+def _mismatch_phrases(missing: list[str], unexpected: list[str], shapes: list[str]) -> list[str]:
+    """One phrase per kind of mismatch, each naming a few keys (empty when all match)."""
+    problems = []
+    if missing:
+        problems.append(f"{len(missing)} missing key(s): {_few(missing)}")
+    if unexpected:
+        problems.append(f"{len(unexpected)} unexpected key(s): {_few(unexpected)}")
+    if shapes:
+        problems.append(f"{len(shapes)} shape mismatch(es): {_few(shapes)}")
+    return problems
+
+
+def check_state_dict_matches(
+    model: nn.Module, state: Mapping[str, Any], path: str | PathLike[str], hint: str = ""
+) -> None:
+    """Raise unless ``state`` (the weights in ``path``) has exactly ``model``'s keys and shapes.
+
+    Raises:
+        CheckpointError: names the file, the model's class and a few mismatched keys of each
+            kind (missing, unexpected, other shape), then ``hint``.
+    """
+    own = model.state_dict()
+    problems = _mismatch_phrases(
+        [k for k in own if k not in state],
+        [k for k in state if k not in own],
+        _shape_mismatches(own, state),
+    )
+    if problems:
+        raise CheckpointError(
+            f"checkpoint {path} does not match {type(model).__name__}: "
+            + "; ".join(problems)
+            + (f". {hint}" if hint else "")
+        )
+
+
+def check_training_checkpoint(path: str | PathLike[str], module: nn.Module) -> dict[str, Any]:
+    """Read ``path`` (weights-only, tensors memory-mapped) and check that it is a checkpoint
+    written by ``train_cls.py`` whose weights fit ``module`` (a LightningModule: keys
+    ``net.*``), before a trainer resumes or tests from it.
+
+    Returns:
+        the checkpoint dict.
+
+    Raises:
+        FileNotFoundError, CheckpointError: as :func:`read_checkpoint`,
+            :func:`training_checkpoint` and :func:`check_state_dict_matches`; a mismatch names
+            the model and attention the checkpoint was written for.
+    """
+    saved = training_checkpoint(read_checkpoint(path, mmap=True), path)
+    hparams = saved["hyper_parameters"]
+    hint = (
+        f"It was written for model {hparams.get('model')!r}, attention "
+        f"{hparams.get('attention')!r}, {hparams.get('num_classes')} classes: use the model and "
+        "data options it was trained with (its run's config.yaml)"
+    )
+    check_state_dict_matches(module, saved["state_dict"], path, hint)
+    return saved
+
+
+def _read_state_dict(path: Path) -> tuple[dict[str, torch.Tensor], list[str]]:
+    obj = read_checkpoint(path)
     ignored: list[str] = []
     if isinstance(obj, dict) and "state_dict" in obj and isinstance(obj["state_dict"], dict):
         is_lightning = any(k.startswith("pytorch-lightning") for k in obj)
@@ -60,7 +238,7 @@ def _read_state_dict(path: Path) -> tuple[dict[str, torch.Tensor], list[str]]:
     elif isinstance(obj, dict) and "model" in obj and isinstance(obj["model"], dict):
         obj = obj["model"]  # torchvision reference scripts
     if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
-        raise ValueError(
+        raise CheckpointError(
             f"checkpoint_path {str(path)!r} holds no state_dict (a dict of tensors, possibly under "
             "'state_dict' or 'model')"
         )
@@ -100,12 +278,33 @@ def load_checkpoint(
     own = model.state_dict()
     reset: list[str] = []
     if classifier == "if_matching":
-        state, own, reset = _without_mismatched_classifier(model, state, own)
-    new_keys = [k for k in own if k not in state and _ATTENTION_KEY.search(k)]
-    problems = _mismatches(state, own)
+        head = _classifier_prefix(model)
+        reset = [
+            k
+            for k in own
+            if k.startswith(head) and (k not in state or state[k].shape != own[k].shape)
+        ]
+        # the file's classifier goes too when ours has none (num_classes=0) or another shape
+        drop = reset + [k for k in state if k.startswith(head) and k not in own]
+        state = {k: v for k, v in state.items() if k not in drop}
+        own = {k: v for k, v in own.items() if k not in reset}
+    missing = [k for k in own if k not in state]
+    new_keys = [k for k in missing if _ATTENTION_KEY.search(k)]
+    missing_backbone = [k for k in missing if not _ATTENTION_KEY.search(k)]
+    unexpected = [k for k in state if k not in own]
+    shapes = _shape_mismatches(own, state)
+    problems = _mismatch_phrases(missing_backbone, unexpected, shapes)
     if problems:
-        raise ValueError(
-            f"checkpoint {str(path)!r} does not match {type(model).__name__}: {problems}"
+        hint = (
+            " (a different num_classes? build the model with the checkpoint's num_classes and "
+            "call reset_classifier())"
+            if any(s.startswith("fc.") for s in shapes)
+            else ""
+        )
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} does not match {type(model).__name__}: "
+            + "; ".join(problems)
+            + hint
         )
     model.load_state_dict(state, strict=False)
     report = LoadReport(str(path), len(state), new_keys, ignored, reset)
@@ -124,49 +323,6 @@ def load_checkpoint(
         )
     model.checkpoint_report = report
     return report
-
-
-def _without_mismatched_classifier(
-    model: nn.Module, state: dict[str, torch.Tensor], own: dict[str, torch.Tensor]
-) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], list[str]]:
-    """``state`` and ``own`` without the classifier keys that do not match (missing from the
-    file, or of another shape), and those keys (they keep their initialisation)."""
-    head = _classifier_prefix(model)
-    reset = [
-        k for k in own if k.startswith(head) and (k not in state or state[k].shape != own[k].shape)
-    ]
-    # the file's classifier goes too when ours has none (num_classes=0) or another shape
-    drop = reset + [k for k in state if k.startswith(head) and k not in own]
-    state = {k: v for k, v in state.items() if k not in drop}
-    own = {k: v for k, v in own.items() if k not in reset}
-    return state, own, reset
-
-
-def _mismatches(state: dict[str, torch.Tensor], own: dict[str, torch.Tensor]) -> str:
-    """What keeps ``state`` from loading into a model with state_dict ``own``, outside the
-    attention slots (whose keys the file may lack): missing, unexpected, mis-shaped keys
-    (``""``: nothing)."""
-    missing = [k for k in own if k not in state and not _ATTENTION_KEY.search(k)]
-    unexpected = [k for k in state if k not in own]
-    shapes = [
-        f"{k}: file {tuple(state[k].shape)} vs model {tuple(own[k].shape)}"
-        for k in state
-        if k in own and state[k].shape != own[k].shape
-    ]
-    problems = []
-    if missing:
-        problems.append(f"{len(missing)} missing key(s): {_few(missing)}")
-    if unexpected:
-        problems.append(f"{len(unexpected)} unexpected key(s): {_few(unexpected)}")
-    if shapes:
-        problems.append(f"{len(shapes)} shape mismatch(es): {_few(shapes)}")
-    hint = (
-        " (a different num_classes? build the model with the checkpoint's num_classes and "
-        "call reset_classifier())"
-        if any(s.startswith("fc.") for s in shapes)
-        else ""
-    )
-    return "; ".join(problems) + hint if problems else ""
 
 
 def _few(items: list[str], n: int = 5) -> str:

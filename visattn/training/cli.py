@@ -42,13 +42,22 @@ from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.imports import _RICH_AVAILABLE
 
 from ..data.datamodule import VisattnDataModule
+from ..models.checkpoint import check_training_checkpoint, read_checkpoint, training_checkpoint
 from .callbacks import BestAndLastCheckpoint, EpochMetricsCSV, RunSummary
 from .module import ClassificationModule
-from .resume import find_last_checkpoint, keep_recorded_options, read_checkpoint
+from .resume import find_last_checkpoint, keep_recorded_options
 
 __all__ = ["VisattnCLI", "cli_main", "run"]
 
 _TB = "lightning.pytorch.loggers.TensorBoardLogger"
+
+
+def _local_ckpt_path(cfg: Namespace) -> str | None:
+    """``cfg.ckpt_path`` when it names a local file: not Lightning's ``best``, ``last``, ``hpc``
+    or ``registry``, nor a URL."""
+    path = str(cfg.get("ckpt_path") or "")
+    keyword = path in ("best", "last", "hpc") or path.startswith("registry") or "://" in path
+    return path if path and not keyword else None
 
 
 def _expand_config(path: str, seen: tuple[str, ...] = ()) -> list[str]:
@@ -166,6 +175,10 @@ class VisattnCLI(LightningCLI):
             return
         argv = list(sys.argv[1:] if args is None else args)
         self.config = parser.parse_args(expand_config_args(argv))
+        sub = self.config.get("subcommand")
+        path = _local_ckpt_path(self.config[sub]) if sub else None
+        if path:  # named here, before LightningCLI reads its hyper-parameters
+            training_checkpoint(read_checkpoint(path, mmap=True), path)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.link_arguments("data.num_classes", "model.num_classes", apply_on="instantiate")
@@ -214,13 +227,21 @@ class VisattnCLI(LightningCLI):
     def _keep_recorded_options(cfg: Namespace) -> None:
         """A resumed fit keeps the run's recorded options (see ``visattn.training.resume``);
         the checkpoint is read here, before ``config.yaml`` or anything else is written."""
-        kept = keep_recorded_options(cfg, read_checkpoint(cfg.ckpt_path), cfg.ckpt_path)
+        saved = training_checkpoint(read_checkpoint(cfg.ckpt_path), cfg.ckpt_path)
+        kept = keep_recorded_options(cfg, saved, cfg.ckpt_path)
         if kept:
             rank_zero_warn(
                 f"resuming {cfg.ckpt_path}: these options would not take effect, the run keeps "
                 "its recorded values (its optimizer and schedule state come from the "
                 "checkpoint; start a new run to change them): " + "; ".join(kept)
             )
+
+    def instantiate_classes(self) -> None:
+        super().instantiate_classes()
+        cfg = self.config[self.subcommand] if self.subcommand else self.config
+        path = _local_ckpt_path(cfg)  # "last" is a file by now (before_instantiate_classes)
+        if path:  # weights of another network are named before the run starts
+            check_training_checkpoint(path, self.model)
 
     def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Callback]) -> Trainer:
         if config.get("fast_dev_run"):

@@ -3,17 +3,16 @@ by ``train_cls.py`` (or the ablation runner). Used by export, the visualiser and
 
 from __future__ import annotations
 
-import io
+import inspect
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import torch
 import torch.nn as nn
 
 from ..data.datamodule import VisattnDataModule
+from ..models.checkpoint import check_state_dict_matches, read_checkpoint, training_checkpoint
 from .module import ClassificationModule
 
 __all__ = ["LoadedRun", "load_run"]
@@ -30,18 +29,18 @@ class LoadedRun:
     datamodule: VisattnDataModule | None
 
 
-def _read_checkpoint_bytes(path: Path) -> bytes:
-    """The file's bytes, once: everything below parses this copy, so the file cannot change
-    between two reads."""
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint {path} does not exist")
-    data = path.read_bytes()
-    if data[:2] != b"PK" and data[:1] != b"\x80":  # torch.save: a zip archive or a raw pickle
-        raise ValueError(
-            f"{path} is not a checkpoint (expected a .ckpt written by train_cls.py, e.g. "
-            "<run>/lightning_logs/version_0/checkpoints/last.ckpt)"
-        )
-    return data
+def _from_hparams(cls: type, hparams: Mapping[str, Any], **overrides: Any) -> Any:
+    """``cls`` built from a checkpoint's saved hyper-parameters, as Lightning's
+    ``load_from_checkpoint`` builds it: keys ``cls`` does not take are dropped, and LightningCLI's
+    instantiator is used when the checkpoint records it (it parses nested option types); a
+    recorded subclass (``_class_path``) is not followed."""
+    names = inspect.signature(cls.__init__).parameters
+    kwargs = {k: v for k, v in {**hparams, **overrides}.items() if k in names}
+    if hparams.get("_instantiator") == "lightning.pytorch.cli.instantiate_module":
+        from lightning.pytorch.cli import instantiate_module
+
+        return instantiate_module(cls, kwargs)
+    return cls(**kwargs)
 
 
 def load_run(
@@ -52,24 +51,27 @@ def load_run(
 ) -> LoadedRun:
     """Load a checkpoint written by ``train_cls.py`` (or the ablation runner).
 
-    The file is read once; the network comes from ``ClassificationModule.load_from_checkpoint``
-    (its hyper-parameters rebuild it), the data module from
-    ``VisattnDataModule.load_from_checkpoint`` with ``num_workers=0`` and ``data_overrides``
-    applied (e.g. ``{"root": "/data/cifar"}`` when the data moved since training).
+    The file is read once, weights-only (:func:`~visattn.models.checkpoint.read_checkpoint`: no
+    code in it runs), and that one object rebuilds the network from its saved hyper-parameters
+    and loads its weights; the data module is rebuilt from the saved data options with
+    ``num_workers=0`` and ``data_overrides`` applied (e.g. ``{"root": "/data/cifar"}`` when the
+    data moved since training).
 
     Raises:
         FileNotFoundError: ``ckpt_path`` does not exist.
-        ValueError: the file is not a training checkpoint (e.g. a YAML config).
+        CheckpointError: (a ``ValueError``) a file that is no usable training checkpoint,
+            naming the file and what is wrong (empty, damaged, a plain state_dict, the
+            weights of another network, ...).
     """
-    path = Path(ckpt_path)
-    data = _read_checkpoint_bytes(path)
-    module = ClassificationModule.load_from_checkpoint(io.BytesIO(data), map_location="cpu")
+    saved = training_checkpoint(read_checkpoint(ckpt_path), ckpt_path)  # the only read
+    module = _from_hparams(ClassificationModule, saved["hyper_parameters"])
+    check_state_dict_matches(
+        module, saved["state_dict"], ckpt_path, "Its hyper-parameters build another network."
+    )
+    module.load_state_dict(saved["state_dict"])
     net = module.net.to(device).eval()
-    saved = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     dm = None
     if saved.get("datamodule_hyper_parameters"):
         overrides = {"num_workers": 0, **dict(data_overrides or {})}
-        dm = VisattnDataModule.load_from_checkpoint(
-            io.BytesIO(data), map_location="cpu", **overrides
-        )
+        dm = _from_hparams(VisattnDataModule, saved["datamodule_hyper_parameters"], **overrides)
     return LoadedRun(net=net, hparams=dict(module.hparams), datamodule=dm)

@@ -147,6 +147,8 @@ class ClassificationModule(pl.LightningModule):
             raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
         if check_finite_every < 1:
             raise ValueError(f"check_finite_every must be >= 1, got {check_finite_every}")
+        if not weight_decay >= 0:  # negative decay grows the weights; NaN fails this too
+            raise ValueError(f"weight_decay must be >= 0 (model.weight_decay), got {weight_decay}")
         unknown = set(lr_mult or {}) - set(PARAM_KINDS)
         if unknown:
             raise ValueError(

@@ -21,9 +21,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-import torch
 from jsonargparse import Namespace
 
+from ..models.checkpoint import read_checkpoint
 from ..models.placement import placements_to_config
 
 __all__ = [
@@ -31,7 +31,6 @@ __all__ = [
     "NETWORK_OPTIONS",
     "find_last_checkpoint",
     "keep_recorded_options",
-    "read_checkpoint",
 ]
 
 #: model options that define the network: a resumed run must have the recorded ones
@@ -45,23 +44,10 @@ FREE_ON_RESUME = {
 _SECTIONS = (("model", "hyper_parameters"), ("data", "datamodule_hyper_parameters"))
 
 
-def read_checkpoint(path: str | Path) -> dict[str, Any]:
-    """A checkpoint's contents (tensors and plain data only: ``weights_only``), or a
-    ``ValueError`` that names the file and what is wrong with it."""
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:
-        raise ValueError(
-            f"cannot read the checkpoint {path} ({type(e).__name__}: {e}); it is damaged or "
-            "not a checkpoint: pass another with --ckpt_path PATH (nothing was written)"
-        ) from e
-    if not isinstance(ckpt, dict):
-        raise ValueError(f"{path} holds a {type(ckpt).__name__}, not a training checkpoint")
-    return ckpt
-
-
 def _progress(path: Path) -> tuple[int, int]:
-    ckpt = read_checkpoint(path)
+    ckpt = read_checkpoint(path, mmap=True)  # epoch and step only: no full read
+    if not isinstance(ckpt, dict):
+        return (-1, -1)
     return int(ckpt.get("epoch", -1)), int(ckpt.get("global_step", -1))
 
 

@@ -1,0 +1,66 @@
+"""Data options that would fail deep inside training are refused when the data module is built:
+an ``image_size`` past :data:`~visattn.data.transforms.MAX_IMAGE_SIZE` (it used to die in numpy
+asking for terabytes), and hidden folders and files of an ImageFolder (``.ipynb_checkpoints``,
+macOS's ``._x.jpg``), which are skipped instead of becoming a class or a sample."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from visattn.data import VisattnDataModule
+from visattn.data.imagefolder import check_class_folders, find_classes
+from visattn.data.transforms import MAX_IMAGE_SIZE
+
+
+@pytest.mark.parametrize("dataset", ["shapes", "imagefolder"])
+def test_image_size_over_the_limit_is_a_named_error(tmp_path: Path, dataset: str) -> None:
+    with pytest.raises(
+        ValueError, match=rf"image_size 100000 is over the limit of {MAX_IMAGE_SIZE}"
+    ):
+        VisattnDataModule(dataset, root=str(tmp_path), image_size=100_000, num_workers=0)
+
+
+@pytest.mark.parametrize("size", [0, -3, 2.5])
+def test_image_size_below_one_or_fractional_is_refused(size: float) -> None:
+    with pytest.raises(ValueError, match="image_size"):
+        VisattnDataModule("shapes", image_size=size, num_workers=0)
+
+
+def test_image_size_at_the_limit_is_accepted() -> None:
+    dm = VisattnDataModule("shapes", image_size=MAX_IMAGE_SIZE, num_workers=0)
+    assert dm.image_shape == (3, MAX_IMAGE_SIZE, MAX_IMAGE_SIZE)  # nothing is generated yet
+
+
+def _png(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(np.full((12, 12, 3), 9, np.uint8)).save(path)
+
+
+def _folder_with_hidden_entries(root: Path) -> None:
+    for split in ("train", "val"):
+        for c in ("cat", "dog"):
+            _png(root / split / c / "0.png")
+        # Jupyter's autosave folder, with an image in it, and a hidden sub-folder of a class
+        _png(root / split / ".ipynb_checkpoints" / "0-checkpoint.png")
+        _png(root / split / "cat" / ".thumbs" / "t.png")
+        # macOS metadata next to an image: named like an image, not one
+        (root / split / "dog" / "._0.png").write_bytes(b"\x00\x05\x16\x07 AppleDouble")
+
+
+def test_hidden_folders_are_not_classes(tmp_path: Path) -> None:
+    _folder_with_hidden_entries(tmp_path)
+    assert find_classes(tmp_path / "train") == ["cat", "dog"]
+    assert check_class_folders(tmp_path) == ["cat", "dog"]
+
+
+def test_hidden_files_and_folders_are_not_samples(tmp_path: Path) -> None:
+    _folder_with_hidden_entries(tmp_path)
+    dm = VisattnDataModule("imagefolder", root=str(tmp_path), image_size=12, num_workers=0)
+    assert dm.num_classes == 2
+    dm.setup("fit")  # the AppleDouble file would fail verification if it were read
+    names = sorted(Path(p).relative_to(tmp_path) for p, _ in dm.train_dataset.samples)
+    assert names == [Path("train/cat/0.png"), Path("train/dog/0.png")]
