@@ -13,7 +13,7 @@ from .runner import ExecutionPlan, rows_for_report, run_sweep, write_outputs
 from .sweep import load_sweep
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m visattn.ablate",
         description="Run every variant x seed of a sweep file through train_cls.py (resuming "
@@ -73,6 +73,11 @@ def main(argv: list[str] | None = None) -> int:
         metavar="ADDR",
         help="join this Ray cluster (default: start a local Ray instance)",
     )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     try:
         plan = ExecutionPlan(

@@ -36,6 +36,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from .job import RunTask, default_train_fn, read_marker, train_and_mark
 from .sweep import load_sweep
 
@@ -88,8 +90,6 @@ def run_task(task: RunTask) -> dict[str, Any]:
     """Train one run in this process (a worker): ``threads`` CPU threads, the run's lock held,
     the marker written, the row returned. Counts the attempt first, so a retried run records how
     often it started."""
-    import torch
-
     if task.threads is not None:
         torch.set_num_threads(int(task.threads))
     counter = _attempts_file(task)
@@ -121,8 +121,6 @@ def _device_slots(jobs: int, devices: Sequence[int] | None, runs_per_device: int
             f"--jobs and --runs-per-device must be >= 1, got {jobs} and {runs_per_device}"
         )
     if devices is None:
-        import torch
-
         devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
     if not devices:
         return [None] * jobs

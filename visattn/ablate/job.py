@@ -34,6 +34,7 @@ import yaml
 
 from ..localization import score_gradcam, score_model
 from ..profile import measure_latency
+from ..training import cli
 from ..utils import atomic_write_text, file_digest, load_run, read_metrics_csv
 from .lock import RunLock
 from .resolve import error_summary
@@ -99,8 +100,6 @@ class RunTask:
 
 def default_train_fn() -> TrainFn:
     """``visattn.training.cli.run``, the code path of train_cls.py."""
-    from ..training import cli  # optional extra: parsing a sweep does not need Lightning
-
     return cli.run
 
 
@@ -160,10 +159,8 @@ def run_settings(args: Sequence[str]) -> dict[str, str]:
     config or one of its pieces) is seen and named. Options left at the parser's defaults are
     not listed.
     """
-    from ..training.cli import expand_config_args  # optional extra, as default_train_fn
-
     items = list(args[1:] if args and not str(args[0]).startswith("--") else args)
-    expanded = expand_config_args(items)
+    expanded = cli.expand_config_args(items)
     flat: dict[str, Any] = {}
     i = 0
     while i < len(expanded):

@@ -25,6 +25,7 @@ import torch
 
 from ..models import create_model
 from ..profile import count_macs, count_params
+from ..training.cli import VisattnCLI
 
 __all__ = [
     "TOLERANCE",
@@ -81,7 +82,6 @@ def resolve_run(args: Sequence[str], checked_data: set[str] | None = None) -> Re
         ``ArgumentError`` for unknown keys and wrong types, ``ValueError``/``TypeError``/
         ``KeyError`` for bad placements and block options).
     """
-    from ..training.cli import VisattnCLI  # optional extra: Lightning
 
     class _ParseOnly(VisattnCLI):
         def _set_seed(self) -> None:  # parsing must not touch the global RNG

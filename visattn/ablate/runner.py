@@ -363,6 +363,27 @@ def _train_elsewhere(session: _Session, plan: ExecutionPlan) -> None:
         )
 
 
+def _execute(session: _Session, plan: ExecutionPlan, train_fn: TrainFn) -> None:
+    """Train the runs to do while holding the sweep lock, with SIGTERM as Ctrl+C; the outputs
+    (plots included) are written however it ends."""
+    driver_threads = torch.get_num_threads()
+    sweep, out, overrides = session.sweep, session.out, session.overrides
+    with SweepLock(out), sigterm_as_interrupt():
+        try:
+            session.check_run_locks()
+            if session.rows:
+                write_outputs(sweep, out, session.ordered(), overrides=overrides)
+            session.start = time.perf_counter()
+            if plan.parallel:
+                _train_elsewhere(session, plan)
+            else:
+                _train_here(session, plan, train_fn)
+        finally:
+            torch.set_num_threads(driver_threads)
+            if session.rows:
+                write_outputs(sweep, out, session.ordered(), overrides=overrides, plots=True)
+
+
 def _dry_run(session: _Session) -> list[dict[str, Any]]:
     n = len(session.runs)
     for i, run in enumerate(session.runs, 1):
@@ -442,21 +463,7 @@ def run_sweep(
         f"{session.tag} {n} runs ({len(sweep.variants)} variants x {len(sweep.seeds)} seeds): "
         f"{n - todo} done earlier, {todo} to run; output in {out}"
     )
-    driver_threads = torch.get_num_threads()
-    with SweepLock(out), sigterm_as_interrupt():
-        try:
-            session.check_run_locks()
-            if session.rows:
-                write_outputs(sweep, out, session.ordered(), overrides=overrides)
-            session.start = time.perf_counter()
-            if plan.parallel:
-                _train_elsewhere(session, plan)
-            else:
-                _train_here(session, plan, train_fn)
-        finally:
-            torch.set_num_threads(driver_threads)
-            if session.rows:
-                write_outputs(sweep, out, session.ordered(), overrides=overrides, plots=True)
+    _execute(session, plan, train_fn)
     final = session.ordered()
     failed = sum(r["status"] != "ok" for r in final)
     echo(
