@@ -6,6 +6,7 @@ cluster that does not outlive its sweep."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -303,6 +304,40 @@ def test_an_image_size_too_small_for_the_data_fails_before_the_first_run(
     assert fake.calls == []
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.slow
+def test_processes_started_under_the_reaper_die_with_a_sigkilled_parent(tmp_path: Path) -> None:
+    pytest.importorskip("ray")  # the reaper serves the Ray executor
+    from visattn.ablate.executors import reaped_on_exit
+
+    code = (
+        "import subprocess, sys, time\n"
+        "from visattn.ablate.executors import reaped_on_exit\n"
+        "with reaped_on_exit():\n"
+        "    p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
+        "    print(p.pid, flush=True)\n"
+        "    time.sleep(300)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, env=_env())
+    try:
+        child = int(parent.stdout.readline())
+        assert _running({child}) == {child}
+        parent.kill()
+        parent.wait(30)
+        deadline = time.monotonic() + 30
+        while _running({child}) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _running({child}) == set()
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        with contextlib.suppress(ProcessLookupError, UnboundLocalError):
+            os.kill(child, signal.SIGKILL)
+    with reaped_on_exit():  # a normal exit ends them too
+        sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    assert sleeper.wait(timeout=30) == -signal.SIGKILL
+
+
 def test_a_yaml_syntax_error_names_the_file_and_line(tmp_path: Path) -> None:
     path = tmp_path / "broken.yaml"
     path.write_text("name: x\nseeds: [0, 1\nvariants:\n  - {name: a}\n")
@@ -329,9 +364,12 @@ def _tagged(tag: str) -> set[int]:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
 @MULTIPROCESS
 @pytest.mark.slow
-def test_a_ray_sweep_stopped_by_sigterm_leaves_no_ray_process(tmp_path: Path) -> None:
+def test_a_ray_sweep_whose_driver_is_stopped_leaves_no_ray_process(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
     pytest.importorskip("ray")
     pytest.importorskip("visattn.training.cli")
     tag = f"VISATTN_RAY_TEST={uuid.uuid4().hex}"
@@ -352,7 +390,7 @@ def test_a_ray_sweep_stopped_by_sigterm_leaves_no_ray_process(tmp_path: Path) ->
             time.sleep(0.5)
         assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
         assert len(_tagged(tag)) > 2  # the driver, Ray's daemons and a worker
-        os.kill(driver.pid, signal.SIGTERM)
+        os.kill(driver.pid, sig)
         driver.wait(timeout=120)
         deadline = time.monotonic() + 60
         while _tagged(tag) and time.monotonic() < deadline:

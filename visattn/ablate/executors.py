@@ -24,6 +24,7 @@ the machine.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -31,8 +32,9 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +43,15 @@ import torch
 from .job import RunTask, default_train_fn, read_marker, train_and_mark
 from .sweep import load_sweep
 
-__all__ = ["DRIVER_ENV", "cpu_count", "die_with_parent", "run_local", "run_ray", "run_task"]
+__all__ = [
+    "DRIVER_ENV",
+    "cpu_count",
+    "die_with_parent",
+    "reaped_on_exit",
+    "run_local",
+    "run_ray",
+    "run_task",
+]
 
 #: Environment variable naming the driver's pid to a ``--jobs`` worker (:func:`die_with_parent`).
 DRIVER_ENV = "VISATTN_SWEEP_DRIVER"
@@ -213,6 +223,51 @@ def run_local(
         _stop_workers(active)
 
 
+_REAPER_ENV = "VISATTN_RAY_SESSION"
+# waits for its stdin to close (the driver closed it, or died), then SIGKILLs every process whose
+# environment carries the tag given as argv[1]
+_REAPER = """
+import os, signal, sys
+tag = sys.argv[1].encode()
+sys.stdin.buffer.read()
+for entry in os.listdir("/proc"):
+    if entry.isdigit() and int(entry) != os.getpid():
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if tag in f.read().split(b"\\0"):
+                    os.kill(int(entry), signal.SIGKILL)
+        except OSError:
+            pass
+"""
+
+
+@contextlib.contextmanager
+def reaped_on_exit() -> Iterator[None]:
+    """Every process started inside the block (they inherit a tag in their environment: a local
+    Ray instance's daemons and workers) is killed once the block ends or this process dies,
+    however it dies (SIGKILL included; Ray's DashboardAgent and RuntimeEnvAgent otherwise
+    outlive a killed driver). The reaper is a small process of its own that waits on a pipe
+    from this one. Linux only (it reads ``/proc``); elsewhere a no-op."""
+    if not sys.platform.startswith("linux"):  # pragma: no cover
+        yield
+        return
+    tag = f"{_REAPER_ENV}={uuid.uuid4().hex}"
+    reaper = subprocess.Popen(
+        [sys.executable, "-c", _REAPER, tag], stdin=subprocess.PIPE, start_new_session=True
+    )
+    previous = os.environ.get(_REAPER_ENV)
+    os.environ[_REAPER_ENV] = tag.split("=", 1)[1]
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(_REAPER_ENV, None)
+        else:
+            os.environ[_REAPER_ENV] = previous
+        reaper.stdin.close()
+        reaper.wait(timeout=60)
+
+
 def _ray_init(ray: Any, address: str | None, num_cpus: int | None) -> bool:
     """Connect to ``address`` or start a local instance; ``True`` if this call connected."""
     if ray.is_initialized():
@@ -273,8 +328,10 @@ def run_ray(
 ) -> None:
     """Run ``tasks`` as Ray tasks (see the module docstring).
 
-    A local instance started here is shut down on every way out (the sweep turns SIGTERM into
-    Ctrl+C, so that path too), Ray's own daemons included.
+    A local instance started here is shut down on every way out: ``ray.shutdown()`` when the
+    driver ends or is interrupted (the sweep turns SIGTERM into Ctrl+C), and a reaper process
+    that kills what is left, Ray's own daemons included, even when the driver is SIGKILLed
+    (:func:`reaped_on_exit`).
 
     Args:
         address: a running cluster (``ray start --head`` prints it); ``None`` starts a local
@@ -286,12 +343,14 @@ def run_ray(
         import ray
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError("--executor ray needs Ray: pip install 'visattn[cluster]'") from e
-    started_here = _ray_init(ray, address, num_cpus)
-    try:
-        gpus = ray.cluster_resources().get("GPU", 0)
-        remote = ray.remote(max_retries=retries, retry_exceptions=False)(run_task)
-        num_gpus = (1.0 / runs_per_device) if gpus else 0
-        _ray_loop(ray, remote, tasks, jobs, on_start, on_done, num_gpus)
-    finally:
-        if started_here:
-            ray.shutdown()
+    local = not address and not ray.is_initialized()
+    with reaped_on_exit() if local else contextlib.nullcontext():
+        started_here = _ray_init(ray, address, num_cpus)
+        try:
+            gpus = ray.cluster_resources().get("GPU", 0)
+            remote = ray.remote(max_retries=retries, retry_exceptions=False)(run_task)
+            num_gpus = (1.0 / runs_per_device) if gpus else 0
+            _ray_loop(ray, remote, tasks, jobs, on_start, on_done, num_gpus)
+        finally:
+            if started_here:
+                ray.shutdown()
