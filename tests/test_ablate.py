@@ -20,6 +20,7 @@ import pytest
 import yaml
 from scipy import stats
 
+import visattn.ablate.job as job_mod
 import visattn.ablate.runner as runner_mod
 from visattn.ablate import load_sweep, overrides_to_args, run_sweep
 from visattn.ablate.__main__ import main as ablate_main
@@ -115,7 +116,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakeTrainer:
             "profile_device": "cpu",
         }
 
-    monkeypatch.setattr(runner_mod, "evaluate_run", fake_evaluate)
+    monkeypatch.setattr(job_mod, "evaluate_run", fake_evaluate)
     return FakeTrainer()
 
 
@@ -582,7 +583,7 @@ def test_test_subcommand_runs_on_the_best_checkpoint_when_asked(
 def test_command_line_set_overrides_every_run(
     tmp_path: Path, fake: FakeTrainer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(runner_mod, "_default_train_fn", lambda: fake)
+    monkeypatch.setattr(runner_mod, "default_train_fn", lambda: fake)
     path = _write_sweep(tmp_path, [{"name": "none"}], seeds=(0, 1))
     out = tmp_path / "out"
     argv = [

@@ -17,9 +17,10 @@ import pytest
 import yaml
 from test_ablate import REPO, TINY, _read_csv, _write_sweep, fake  # noqa: F401 (fixture)
 
-from visattn.ablate import run_sweep
+from visattn.ablate import ExecutionPlan, run_sweep
 from visattn.ablate.__main__ import main as ablate_main
-from visattn.ablate.executors import LOCK, SweepLock, _device_slots
+from visattn.ablate.executors import _device_slots
+from visattn.ablate.lock import LOCK, SweepLock
 
 # the tests that start several processes (--jobs 2, Ray, the GPU script's smoke run, DDP in
 # test_ablate_ddp.py) run one after the other in one pytest-xdist worker: two of them at once
@@ -112,7 +113,7 @@ def sequential(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, str]]
     count the parallel runs below get, so that float sums are ordered alike)."""
     pytest.importorskip("visattn.training.cli")
     tmp = tmp_path_factory.mktemp("seq")
-    run_sweep(_tiny_sweep(tmp), tmp / "out", echo=lambda s: None, threads=1)
+    run_sweep(_tiny_sweep(tmp), tmp / "out", ExecutionPlan(threads=1), echo=lambda s: None)
     return _read_csv(tmp / "out" / "results.csv")
 
 
@@ -124,7 +125,8 @@ def _figures(rows: list[dict[str, str]]) -> list[tuple]:
 @pytest.mark.slow
 def test_jobs_2_gives_the_same_figures_as_jobs_1(tmp_path: Path, sequential) -> None:
     lines: list[str] = []
-    rows = run_sweep(_tiny_sweep(tmp_path), tmp_path / "out", echo=lines.append, jobs=2, threads=1)
+    plan = ExecutionPlan(jobs=2, threads=1)
+    rows = run_sweep(_tiny_sweep(tmp_path), tmp_path / "out", plan, echo=lines.append)
     assert [r["status"] for r in rows] == ["ok"] * 4
     parallel = _read_csv(tmp_path / "out" / "results.csv")
     assert _figures(parallel) == _figures(sequential)
@@ -140,16 +142,16 @@ def test_ray_runs_two_at_once_retries_a_killed_worker_and_gives_the_same_figures
 ) -> None:
     ray = pytest.importorskip("ray")
     out = tmp_path / "out"
-    pid_file = out / "runs" / "none" / ".seed0.pid"
+    lock_file = out / "runs" / "none" / ".seed0.lock"  # names the process training the run
     killed: list[int] = []
     done = threading.Event()  # no fixed deadline: on a loaded machine Ray starts slowly
 
     def kill_first_worker() -> None:  # SIGKILL the worker of none/seed0 once it trains
         while not done.is_set() and not killed:
-            if pid_file.is_file() and (out / "runs" / "none" / "seed0").is_dir():
+            if lock_file.is_file() and (out / "runs" / "none" / "seed0").is_dir():
                 time.sleep(2.0)
                 try:
-                    pid = int(pid_file.read_text())
+                    pid = int(json.loads(lock_file.read_text())["pid"])
                     os.kill(pid, signal.SIGKILL)
                     killed.append(pid)
                 except (ValueError, ProcessLookupError, FileNotFoundError):
@@ -159,9 +161,8 @@ def test_ray_runs_two_at_once_retries_a_killed_worker_and_gives_the_same_figures
     killer = threading.Thread(target=kill_first_worker, daemon=True)
     killer.start()
     try:
-        rows = run_sweep(
-            _tiny_sweep(tmp_path), out, echo=lambda s: None, jobs=2, executor="ray", threads=1
-        )
+        plan = ExecutionPlan(jobs=2, executor="ray", threads=1)
+        rows = run_sweep(_tiny_sweep(tmp_path), out, plan, echo=lambda s: None)
     finally:
         done.set()
         killer.join(timeout=5)

@@ -39,7 +39,7 @@ def test_file_digest_is_size_and_sha256(tmp_path: Path) -> None:
 def test_load_run_names_a_file_that_is_not_a_checkpoint(tmp_path: Path) -> None:
     cfg = tmp_path / "config.yaml"
     cfg.write_text("model:\n  model: resnet20_cifar\n")
-    with pytest.raises(ValueError, match=r"config\.yaml is not a checkpoint"):
+    with pytest.raises(ValueError, match=r"config\.yaml is not a PyTorch checkpoint"):
         load_run(cfg)
     with pytest.raises(FileNotFoundError, match=r"nope\.ckpt does not exist"):
         load_run(tmp_path / "nope.ckpt")

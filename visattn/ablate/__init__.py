@@ -2,11 +2,14 @@
 
 ``python -m visattn.ablate SWEEP.yaml --out DIR`` or :func:`run_sweep`. The sweep file format is
 in :mod:`visattn.ablate.sweep`, the results.csv columns in :mod:`visattn.ablate.results`, the
-report in :mod:`visattn.ablate.report`, the runner's resume rules in :mod:`visattn.ablate.runner`,
-parallel and Ray execution and the folder lock in :mod:`visattn.ablate.executors`, up-front
-validation and equal-budget widths in :mod:`visattn.ablate.resolve`.
+report in :mod:`visattn.ablate.report`, one run (settings, completion marker, resume rules,
+train-and-mark) in :mod:`visattn.ablate.job`, the sweep's course and its execution options in
+:mod:`visattn.ablate.runner`, parallel and Ray execution in :mod:`visattn.ablate.executors`, the
+folder and run locks in :mod:`visattn.ablate.lock`, up-front validation and equal-budget widths
+in :mod:`visattn.ablate.resolve`.
 """
 
+from .job import evaluate_run
 from .report import render_report, summarize, write_report
 from .results import (
     RESULT_COLUMNS,
@@ -17,11 +20,12 @@ from .results import (
     welch_ci,
     write_results,
 )
-from .runner import evaluate_run, run_sweep
+from .runner import ExecutionPlan, run_sweep
 from .sweep import Run, Sweep, Variant, load_sweep, overrides_to_args
 
 __all__ = [
     "RESULT_COLUMNS",
+    "ExecutionPlan",
     "Run",
     "Sweep",
     "Variant",

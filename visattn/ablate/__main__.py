@@ -8,14 +8,12 @@ import sys
 
 import yaml
 
-from .executors import SweepLock
-from .plots import write_plots
-from .report import write_report
-from .runner import report_kwargs, rows_for_report, run_sweep
+from .lock import SweepLock
+from .runner import ExecutionPlan, rows_for_report, run_sweep, write_outputs
 from .sweep import load_sweep
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m visattn.ablate",
         description="Run every variant x seed of a sweep file through train_cls.py (resuming "
@@ -75,8 +73,22 @@ def main(argv: list[str] | None = None) -> int:
         metavar="ADDR",
         help="join this Ray cluster (default: start a local Ray instance)",
     )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
-    if args.jobs < 1 or args.runs_per_device < 1 or (args.threads is not None and args.threads < 1):
+    try:
+        plan = ExecutionPlan(
+            jobs=args.jobs,
+            executor=args.executor,
+            devices=args.devices,
+            runs_per_device=args.runs_per_device,
+            ray_address=args.ray_address,
+            threads=args.threads,
+        )
+    except ValueError:
         parser.error("--jobs, --runs-per-device and --threads must be >= 1")
     overrides = {}
     for item in args.set:
@@ -85,34 +97,17 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--set expects KEY=VALUE, got {item!r}")
         overrides[key] = yaml.safe_load(value) if value else ""
     if args.report_only:
-        sweep = load_sweep(args.sweep)
         try:
+            sweep = load_sweep(args.sweep)
             with SweepLock(args.out):
-                rows = rows_for_report(sweep, args.out, overrides)
+                rows_for_report(sweep, args.out, overrides)
+                write_outputs(sweep, args.out, None, overrides=overrides, plots=True)
         except (ValueError, RuntimeError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
-        write_report(
-            f"{args.out}/results.csv",
-            f"{args.out}/report.md",
-            planned=len(sweep.runs(args.out, overrides)),
-            **report_kwargs(sweep, overrides),
-        )
-        write_plots(rows, args.out, baseline=sweep.baselines)
         print(f"wrote {args.out}/report.md")
         return 0
-    rows = run_sweep(
-        args.sweep,
-        args.out,
-        overrides=overrides,
-        dry_run=args.dry_run,
-        jobs=args.jobs,
-        executor=args.executor,
-        devices=args.devices,
-        runs_per_device=args.runs_per_device,
-        ray_address=args.ray_address,
-        threads=args.threads,
-    )
+    rows = run_sweep(args.sweep, args.out, plan, overrides=overrides, dry_run=args.dry_run)
     return 1 if any(r["status"] != "ok" for r in rows) else 0
 
 

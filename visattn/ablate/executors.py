@@ -1,5 +1,5 @@
 """Where a sweep's runs execute: one process per run, several at once on this machine
-(``--jobs N``), or as tasks on a Ray cluster (``--executor ray``); and the output-folder lock.
+(``--jobs N``), or as tasks on a Ray cluster (``--executor ray``).
 
 Every run executes :func:`run_task` in a fresh process (a ``python -m visattn.ablate.worker``
 subprocess, or a Ray worker), which trains it exactly as the sequential runner does, writes its
@@ -11,31 +11,51 @@ the machine.
 * Local pool: ``jobs`` runs at once. With GPUs, each run is pinned to one device through
   ``CUDA_VISIBLE_DEVICES`` (``devices``, default all visible) and at most ``runs_per_device``
   share one. A worker that dies (killed, out of memory) is retried ``retries`` times; its
-  attempts are recorded in the row (``attempts``).
+  attempts are recorded in the row (``attempts``). Workers die with their driver, however it
+  ends (:func:`die_with_parent`), and each holds its run's lock while it trains
+  (:class:`visattn.ablate.lock.RunLock`), so no orphan trains on and no two processes write
+  one run.
 * Ray: each run is a task with ``num_cpus=threads`` and ``num_gpus=1/runs_per_device`` (on a
   GPU cluster); without an address a local Ray instance is started, with one the driver joins
   that cluster. The output folder must be on a file system every node sees. Ray retries a task
-  whose worker died (``max_retries``). Ctrl+C on the driver cancels the outstanding tasks.
+  whose worker died (``max_retries``). Ctrl+C (or SIGTERM) on the driver cancels the
+  outstanding tasks and shuts down a local instance started by the sweep.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
+import ctypes
 import os
-import socket
+import signal
 import subprocess
 import sys
+import threading
 import time
-import warnings
+import uuid
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LOCK", "SweepLock", "cpu_count", "run_local", "run_ray", "run_task"]
+import torch
 
-LOCK = ".visattn_sweep.lock"
-Task = dict[str, Any]  # {"sweep", "out", "i", "n", "variant", "seed", "args", "root", "threads"}
+from .job import RunTask, default_train_fn, read_marker, train_and_mark
+from .sweep import load_sweep
+
+__all__ = [
+    "DRIVER_ENV",
+    "cpu_count",
+    "die_with_parent",
+    "reaped_on_exit",
+    "run_local",
+    "run_ray",
+    "run_task",
+]
+
+#: Environment variable naming the driver's pid to a ``--jobs`` worker (:func:`die_with_parent`).
+DRIVER_ENV = "VISATTN_SWEEP_DRIVER"
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def cpu_count() -> int:
@@ -46,49 +66,62 @@ def cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def _attempts_file(task: Task) -> Path:
-    root = Path(task["root"])
+def die_with_parent(parent: int, poll_s: float = 1.0) -> None:
+    """Make this process end as soon as ``parent`` (the sweep's driver) is gone, however it
+    ends (SIGKILL included), so that no worker trains on as an orphan.
+
+    On Linux the kernel sends SIGKILL on the parent's death (``prctl(PR_SET_PDEATHSIG)``);
+    elsewhere a daemon thread watches the parent pid. A parent already gone ends this process
+    at once.
+    """
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent:  # the driver died before the line above
+        os._exit(1)
+    if sys.platform.startswith("linux"):
+        return
+
+    def watch() -> None:  # pragma: no cover - macOS, Windows
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="visattn-driver-watch", daemon=True).start()
+
+
+def _attempts_file(task: RunTask) -> Path:
+    root = Path(task.root)
     return root.parent / f".{root.name}.attempts"
 
 
-def run_task(task: Task) -> dict[str, Any]:
-    """Train one run in this process (a worker): ``threads`` CPU threads, the marker written,
-    the row returned. Counts the attempt first, so a retried run records how often it started."""
-    import torch
-
-    from . import runner
-    from .sweep import Run, load_sweep
-
-    torch.set_num_threads(int(task["threads"]))
+def run_task(task: RunTask) -> dict[str, Any]:
+    """Train one run in this process (a worker): ``threads`` CPU threads, the run's lock held,
+    the marker written, the row returned. Counts the attempt first, so a retried run records how
+    often it started."""
+    if task.threads is not None:
+        torch.set_num_threads(int(task.threads))
     counter = _attempts_file(task)
     counter.parent.mkdir(parents=True, exist_ok=True)
     attempts = int(counter.read_text() or 0) + 1 if counter.is_file() else 1
     counter.write_text(str(attempts))
-    pid_file = counter.with_suffix(".pid")
-    pid_file.write_text(str(os.getpid()))
-    sweep = load_sweep(task["sweep"])
-    run = Run(task["variant"], int(task["seed"]), tuple(task["args"]), Path(task["root"]))
-    row = runner.train_and_mark(
-        run,
-        task["i"],
-        task["n"],
-        sweep,
-        Path(task["out"]),
-        runner._default_train_fn(),
-        print,
-        attempts=attempts,
-    )
-    pid_file.unlink(missing_ok=True)
-    return row
+    sweep = load_sweep(task.sweep)
+    return train_and_mark(task, sweep, default_train_fn(), print, attempts=attempts)
 
 
-def _read_row(task: Task) -> dict[str, Any] | None:
-    from .runner import MARKER
-
-    try:
-        return json.loads((Path(task["root"]) / MARKER).read_text())["row"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+def _failed_row(task: RunTask, error: str, **extra: Any) -> dict[str, Any]:
+    row = read_marker(Path(task.root))
+    if row is not None:
+        return row["row"]
+    return {
+        "run": task.key,
+        "variant": task.variant,
+        "seed": task.seed,
+        "status": "failed",
+        "error": error,
+        **extra,
+    }
 
 
 def _device_slots(jobs: int, devices: Sequence[int] | None, runs_per_device: int) -> list[Any]:
@@ -98,8 +131,6 @@ def _device_slots(jobs: int, devices: Sequence[int] | None, runs_per_device: int
             f"--jobs and --runs-per-device must be >= 1, got {jobs} and {runs_per_device}"
         )
     if devices is None:
-        import torch
-
         devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
     if not devices:
         return [None] * jobs
@@ -107,15 +138,54 @@ def _device_slots(jobs: int, devices: Sequence[int] | None, runs_per_device: int
     return slots[:jobs]
 
 
+OnStart = Callable[[RunTask, Any], None]
+OnDone = Callable[[RunTask, dict[str, Any]], None]
+
+
+def _start_worker(task: RunTask, slot: Any, log_dir: Path | None) -> tuple[subprocess.Popen, Any]:
+    """A ``python -m visattn.ablate.worker`` process for ``task`` on GPU ``slot`` (or the CPU),
+    its output appended to ``log_dir/<variant>_seed<k>.log``."""
+    env = dict(os.environ)
+    threads = str(task.threads or cpu_count())
+    env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
+    env[DRIVER_ENV] = str(os.getpid())
+    if slot is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(slot)
+    log = None
+    if log_dir is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        log = open(log_dir / f"{task.variant}_seed{task.seed}.log", "ab")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "visattn.ablate.worker", task.to_json()],
+        env=env,
+        stdout=log if log is not None else subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
+    return proc, log
+
+
+def _stop_workers(active: dict[subprocess.Popen, tuple[RunTask, Any, int, Any]]) -> None:
+    for proc in active:
+        proc.terminate()
+    for proc, (_, _, _, log) in active.items():
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if log is not None:
+            log.close()
+
+
 def run_local(
-    tasks: Sequence[Task],
+    tasks: Sequence[RunTask],
     *,
     jobs: int,
     devices: Sequence[int] | None = None,
     runs_per_device: int = 1,
     retries: int = 1,
-    on_start: Callable[[Task, Any], None] = lambda t, d: None,
-    on_done: Callable[[Task, dict[str, Any]], None] = lambda t, r: None,
+    on_start: OnStart = lambda t, d: None,
+    on_done: OnDone = lambda t, r: None,
     log_dir: Path | None = None,
     poll_s: float = 0.2,
 ) -> None:
@@ -123,33 +193,18 @@ def run_local(
 
     ``on_done(task, row)`` is called in the driver as each run ends; a worker that exits
     without a marker is started again up to ``retries`` times, then recorded as ``failed``.
-    Ctrl+C (or any error in the driver) terminates the workers still running.
+    Ctrl+C (or any error in the driver) terminates the workers still running; the workers also
+    end by themselves when the driver dies (:func:`die_with_parent`).
     """
-    slots = _device_slots(jobs, devices, runs_per_device)
-    free = deque(slots)
+    free = deque(_device_slots(jobs, devices, runs_per_device))
     pending = deque((t, 0) for t in tasks)
-    active: dict[subprocess.Popen, tuple[Task, Any, int, Any]] = {}
+    active: dict[subprocess.Popen, tuple[RunTask, Any, int, Any]] = {}
     try:
         while pending or active:
             while pending and free:
                 task, tries = pending.popleft()
                 slot = free.popleft()
-                env = dict(os.environ)
-                threads = str(task["threads"])
-                env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
-                if slot is not None:
-                    env["CUDA_VISIBLE_DEVICES"] = str(slot)
-                log = None
-                if log_dir is not None:
-                    log_dir.mkdir(parents=True, exist_ok=True)
-                    name = f"{task['variant']}_seed{task['seed']}.log"
-                    log = open(log_dir / name, "ab")  # noqa: SIM115 (closed when it ends)
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "visattn.ablate.worker", json.dumps(task)],
-                    env=env,
-                    stdout=log if log is not None else subprocess.DEVNULL,
-                    stderr=subprocess.STDOUT,
-                )
+                proc, log = _start_worker(task, slot, log_dir)
                 active[proc] = (task, slot, tries, log)
                 on_start(task, slot)
             time.sleep(poll_s)
@@ -158,45 +213,125 @@ def run_local(
                 if log is not None:
                     log.close()
                 free.append(slot)
-                row = _read_row(task)
-                if row is None and tries < retries:
+                if read_marker(Path(task.root)) is None and tries < retries:
                     pending.appendleft((task, tries + 1))
                     continue
-                if row is None:
-                    row = {
-                        "run": f"{task['variant']}/seed{task['seed']}",
-                        "variant": task["variant"],
-                        "seed": task["seed"],
-                        "status": "failed",
-                        "error": f"worker exited with code {proc.returncode} before finishing "
-                        f"({tries + 1} attempt(s))",
-                        "attempts": tries + 1,
-                    }
+                error = f"worker exited with code {proc.returncode} before finishing"
+                row = _failed_row(task, f"{error} ({tries + 1} attempt(s))", attempts=tries + 1)
                 on_done(task, row)
     finally:
-        for proc in active:
-            proc.terminate()
-        for proc, (_, _, _, log) in active.items():
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-            if log is not None:
-                log.close()
+        _stop_workers(active)
+
+
+_REAPER_ENV = "VISATTN_RAY_SESSION"
+# waits for its stdin to close (the driver closed it, or died), then SIGKILLs every process whose
+# environment carries the tag given as argv[1]
+_REAPER = """
+import os, signal, sys
+tag = sys.argv[1].encode()
+sys.stdin.buffer.read()
+for entry in os.listdir("/proc"):
+    if entry.isdigit() and int(entry) != os.getpid():
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if tag in f.read().split(b"\\0"):
+                    os.kill(int(entry), signal.SIGKILL)
+        except OSError:
+            pass
+"""
+
+
+@contextlib.contextmanager
+def reaped_on_exit() -> Iterator[None]:
+    """Every process started inside the block (they inherit a tag in their environment: a local
+    Ray instance's daemons and workers) is killed once the block ends or this process dies,
+    however it dies (SIGKILL included; Ray's DashboardAgent and RuntimeEnvAgent otherwise
+    outlive a killed driver). The reaper is a small process of its own that waits on a pipe
+    from this one. Linux only (it reads ``/proc``); elsewhere a no-op."""
+    if not sys.platform.startswith("linux"):  # pragma: no cover
+        yield
+        return
+    tag = f"{_REAPER_ENV}={uuid.uuid4().hex}"
+    reaper = subprocess.Popen(
+        [sys.executable, "-c", _REAPER, tag], stdin=subprocess.PIPE, start_new_session=True
+    )
+    previous = os.environ.get(_REAPER_ENV)
+    os.environ[_REAPER_ENV] = tag.split("=", 1)[1]
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(_REAPER_ENV, None)
+        else:
+            os.environ[_REAPER_ENV] = previous
+        reaper.stdin.close()
+        reaper.wait(timeout=60)
+
+
+def _ray_init(ray: Any, address: str | None, num_cpus: int | None) -> bool:
+    """Connect to ``address`` or start a local instance; ``True`` if this call connected."""
+    if ray.is_initialized():
+        return False
+    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+    if address:
+        kwargs["address"] = address
+    elif num_cpus is not None:
+        kwargs["num_cpus"] = num_cpus
+    ray.init(**kwargs)
+    return True
+
+
+def _ray_loop(
+    ray: Any,
+    remote: Any,
+    tasks: Sequence[RunTask],
+    jobs: int | None,
+    on_start: OnStart,
+    on_done: OnDone,
+    num_gpus: float,
+) -> None:
+    pending = deque(tasks)
+    inflight: dict[Any, RunTask] = {}
+    limit = jobs or len(tasks)
+    try:
+        while pending or inflight:
+            while pending and len(inflight) < limit:
+                task = pending.popleft()
+                threads = int(task.threads or 1)
+                ref = remote.options(num_cpus=threads, num_gpus=num_gpus).remote(task)
+                inflight[ref] = task
+                on_start(task, "ray")
+            ready, _ = ray.wait(list(inflight), num_returns=1)
+            for ref in ready:
+                task = inflight.pop(ref)
+                try:
+                    row = ray.get(ref)
+                except Exception as exc:  # the task died more than `retries` times
+                    row = _failed_row(task, f"Ray task failed: {type(exc).__name__}")
+                on_done(task, row)
+    except BaseException:
+        for ref in inflight:
+            ray.cancel(ref, force=True)
+        raise
 
 
 def run_ray(
-    tasks: Sequence[Task],
+    tasks: Sequence[RunTask],
     *,
     address: str | None = None,
     jobs: int | None = None,
     runs_per_device: int = 1,
     retries: int = 1,
-    on_start: Callable[[Task, Any], None] = lambda t, d: None,
-    on_done: Callable[[Task, dict[str, Any]], None] = lambda t, r: None,
+    on_start: OnStart = lambda t, d: None,
+    on_done: OnDone = lambda t, r: None,
     num_cpus: int | None = None,
 ) -> None:
     """Run ``tasks`` as Ray tasks (see the module docstring).
+
+    A local instance started here is shut down on every way out: ``ray.shutdown()`` when the
+    driver ends or is interrupted (the sweep turns SIGTERM into Ctrl+C), and a reaper process
+    that kills what is left, Ray's own daemons included, even when the driver is SIGKILLed
+    (:func:`reaped_on_exit`).
 
     Args:
         address: a running cluster (``ray start --head`` prints it); ``None`` starts a local
@@ -208,116 +343,14 @@ def run_ray(
         import ray
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError("--executor ray needs Ray: pip install 'visattn[cluster]'") from e
-    started_here = not ray.is_initialized()
-    if started_here:
-        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
-        if address:
-            kwargs["address"] = address
-        elif num_cpus is not None:
-            kwargs["num_cpus"] = num_cpus
-        ray.init(**kwargs)
-    try:
-        gpus = ray.cluster_resources().get("GPU", 0)
-        remote = ray.remote(max_retries=retries, retry_exceptions=False)(run_task)
-        num_gpus = (1.0 / runs_per_device) if gpus else 0
-        pending = deque(tasks)
-        inflight: dict[Any, Task] = {}
-        limit = jobs or len(tasks)
+    local = not address and not ray.is_initialized()
+    with reaped_on_exit() if local else contextlib.nullcontext():
+        started_here = _ray_init(ray, address, num_cpus)
         try:
-            while pending or inflight:
-                while pending and len(inflight) < limit:
-                    task = pending.popleft()
-                    ref = remote.options(num_cpus=int(task["threads"]), num_gpus=num_gpus).remote(
-                        task
-                    )
-                    inflight[ref] = task
-                    on_start(task, "ray")
-                ready, _ = ray.wait(list(inflight), num_returns=1)
-                for ref in ready:
-                    task = inflight.pop(ref)
-                    try:
-                        row = ray.get(ref)
-                    except Exception as exc:  # the task died more than `retries` times
-                        row = _read_row(task) or {
-                            "run": f"{task['variant']}/seed{task['seed']}",
-                            "variant": task["variant"],
-                            "seed": task["seed"],
-                            "status": "failed",
-                            "error": f"Ray task failed: {type(exc).__name__}",
-                        }
-                    on_done(task, row)
-        except BaseException:
-            for ref in inflight:
-                ray.cancel(ref, force=True)
-            raise
-    finally:
-        if started_here:
-            ray.shutdown()
-
-
-class SweepLock:
-    """An exclusive lock on a sweep's output folder: ``DIR/.visattn_sweep.lock`` holding the
-    owner's host and pid. A second sweep on the same folder is refused while the owner runs; a
-    lock whose process is gone (same host) is taken over with a warning.
-
-    Use as a context manager; the file is removed on exit.
-    """
-
-    def __init__(self, out_dir: str | Path) -> None:
-        self.path = Path(out_dir) / LOCK
-        self.owner = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.time()}
-
-    def _alive(self, holder: dict[str, Any]) -> bool:
-        if holder.get("host") != self.owner["host"]:
-            return True  # cannot tell from here: assume it runs
-        try:
-            os.kill(int(holder["pid"]), 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-
-    def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        for _ in range(3):
-            try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                try:
-                    holder = json.loads(self.path.read_text())
-                except (OSError, ValueError):
-                    holder = {}
-                if holder and self._alive(holder):
-                    raise RuntimeError(
-                        f"{self.path.parent} is in use by another sweep (host "
-                        f"{holder.get('host')}, pid {holder.get('pid')}, lock {self.path}); wait "
-                        "for it to finish, or "
-                        "delete the lock file if that sweep is gone"
-                    ) from None
-                warnings.warn(
-                    f"taking over the stale sweep lock {self.path} "
-                    f"(host {holder.get('host', '?')}, pid {holder.get('pid', '?')} is gone)",
-                    stacklevel=2,
-                )
-                self.path.unlink(missing_ok=True)
-                continue
-            with os.fdopen(fd, "w") as f:
-                json.dump(self.owner, f)
-            return
-        raise RuntimeError(f"could not take the sweep lock {self.path}")
-
-    def release(self) -> None:
-        try:
-            holder = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return
-        if holder.get("pid") == self.owner["pid"] and holder.get("host") == self.owner["host"]:
-            self.path.unlink(missing_ok=True)
-
-    def __enter__(self) -> SweepLock:
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
+            gpus = ray.cluster_resources().get("GPU", 0)
+            remote = ray.remote(max_retries=retries, retry_exceptions=False)(run_task)
+            num_gpus = (1.0 / runs_per_device) if gpus else 0
+            _ray_loop(ray, remote, tasks, jobs, on_start, on_done, num_gpus)
+        finally:
+            if started_here:
+                ray.shutdown()

@@ -17,7 +17,7 @@ follow. The variant with the best mean val/acc is marked ★.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,9 @@ from .results import (
 )
 
 __all__ = [
+    "COLUMNS",
     "PLOT_FILES",
+    "Column",
     "Comparison",
     "VariantSummary",
     "baselines_of",
@@ -207,120 +209,122 @@ def _how_to_read(
     )
 
 
-def render_report(
-    rows: Sequence[dict[str, Any]],
-    *,
-    name: str,
-    baseline: str | Mapping[str, str] | None = None,
-    description: str = "",
-    planned: int | None = None,
-    plots: Sequence[str] = PLOT_FILES,
-    notes: Sequence[str] = (),
-    budget: Mapping[str, str] | None = None,
-) -> str:
-    """The markdown report of ``rows`` (as :func:`visattn.ablate.results.read_results` gives).
+@dataclass(frozen=True)
+class _Context:
+    """What the report's columns and notes are computed from."""
 
-    Args:
-        name: the sweep's name (title).
-        baseline: the variant differences are measured against (default: the first), or a
-            mapping ``{variant: its baseline}`` (variants not in it use the first).
-        planned: the number of runs the sweep plans (for the header; ``None``: not shown).
-        plots: PNG files to link below the table.
-        notes: extra bullet lines (e.g. how an equal-budget variant was sized).
-        budget: ``{equal-budget variant: the variant it matches}``; each such pair gets a row in
-            an "Against an equal budget" table (the matched variant minus the widened
-            baseline, paired by seed).
-    """
-    summaries = summarize(rows)
-    if not summaries:
-        return f"# Sweep `{name}`\n\nNo finished runs yet.\n"
-    by_name = {s.name: s for s in summaries}
-    base_of = baselines_of(summaries, baseline)
-    first = summaries[0].name
-    several = len(set(base_of.values())) > 1
-    scored = [s for s in summaries if s.stats["val/acc"].n]
-    best = max(scored, key=lambda s: s.stats["val/acc"].mean).name if scored else None
-    has_test = any(s.stats["test/acc"].n for s in summaries)
-    has_loc = any(s.stats["loc/pointing"].n for s in summaries)
-    has_cam = any(s.stats["gradcam/pointing"].n for s in summaries)
-    batches = {s.throughput_batch for s in summaries} - {None}
-    devices = {s.profile_device for s in summaries} - {None}
-    tb = f"b{batches.pop()}" if len(batches) == 1 else "batch"
+    summaries: list[VariantSummary]
+    base_of: dict[str, str]
+    comparisons: dict[str, dict[str, Comparison]]  # {metric: {variant: Comparison}}
+    best: str | None
+    batch_label: str
+
+    @property
+    def several(self) -> bool:
+        return len(set(self.base_of.values())) > 1
+
+    def has(self, column: str) -> bool:
+        return any(s.stats[column].n for s in self.summaries)
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of the report's table: its header, its cell for a variant, and whether the
+    table shows it (e.g. test columns only when some run tested)."""
+
+    header: str | Callable[[_Context], str]
+    cell: Callable[[VariantSummary, _Context], str]
+    shown: Callable[[_Context], bool] = lambda ctx: True
+
+    def head(self, ctx: _Context) -> str:
+        return self.header(ctx) if callable(self.header) else self.header
+
+
+def _label(s: VariantSummary, ctx: _Context) -> str:
+    return (
+        s.name
+        + (" ★" if s.name == ctx.best else "")
+        + (f" ({s.failed} failed)" if s.failed else "")
+    )
+
+
+def _comparison_columns(metric: str, suffix: str) -> list[Column]:
+    """Δ paired [CI], pairs, Wilcoxon p, Δ Welch [CI] of ``metric`` against the baseline."""
+
+    def cell(k: int) -> Callable[[VariantSummary, _Context], str]:
+        def get(s: VariantSummary, ctx: _Context) -> str:
+            c = ctx.comparisons[metric].get(s.name)
+            return _paired_cells(c, s.name == ctx.base_of[s.name])[k]
+
+        return get
+
+    shown = (lambda ctx: True) if metric == "val/acc" else (lambda ctx: ctx.has(metric))
+    heads = (
+        f"Δ {metric} paired (pp) [95% CI]",
+        f"pairs{suffix}",
+        f"Wilcoxon p{suffix}",
+        f"Δ {metric} Welch (pp) [95% CI]",
+    )
+    return [Column(h, cell(k), shown) for k, h in enumerate(heads)]
+
+
+def _stat(column: str, scale: float, digits: int) -> Callable[[VariantSummary, _Context], str]:
+    return lambda s, ctx: _pm(s.stats[column], scale, digits)
+
+
+def _has(column: str) -> Callable[[_Context], bool]:
+    return lambda ctx: ctx.has(column)
+
+
+#: The report's table, in order.
+COLUMNS: tuple[Column, ...] = (
+    Column("variant", _label),
+    Column("vs", lambda s, ctx: ctx.base_of[s.name], lambda ctx: ctx.several),
+    Column("params", lambda s, ctx: _count(s.stats["params"].mean)),
+    Column("MACs", lambda s, ctx: _count(s.stats["macs"].mean)),
+    Column("latency b1 (ms)", lambda s, ctx: _num(s.stats["latency_ms"].mean, 2)),
+    Column(
+        lambda ctx: f"img/s {ctx.batch_label}", lambda s, ctx: _num(s.stats["throughput"].mean, 0)
+    ),
+    Column("val/acc (%)", _stat("val/acc", 100, 2)),
+    Column("n", lambda s, ctx: str(s.stats["val/acc"].n)),
+    *_comparison_columns("val/acc", ""),
+    Column("test/acc (%)", _stat("test/acc", 100, 2), _has("test/acc")),
+    Column("n test", lambda s, ctx: str(s.stats["test/acc"].n), _has("test/acc")),
+    *_comparison_columns("test/acc", " test"),
+    Column("loc/pointing", _stat("loc/pointing", 1, 3), _has("loc/pointing")),
+    Column("loc/energy", _stat("loc/energy", 1, 3), _has("loc/pointing")),
+    Column("gradcam/pointing", _stat("gradcam/pointing", 1, 3), _has("gradcam/pointing")),
+    Column("gradcam/energy", _stat("gradcam/energy", 1, 3), _has("gradcam/pointing")),
+)
+
+
+def _table(ctx: _Context) -> list[str]:
+    columns = [c for c in COLUMNS if c.shown(ctx)]
+    lines = ["| " + " | ".join(c.head(ctx) for c in columns) + " |"]
+    lines.append("|" + "|".join("---" for _ in columns) + "|")
+    for s in ctx.summaries:
+        lines.append("| " + " | ".join(c.cell(s, ctx) for c in columns) + " |")
+    return lines
+
+
+def _notes(ctx: _Context, rows: Sequence[dict[str, Any]], planned: int | None) -> list[str]:
+    """The runs line and the bullets that explain the table's columns."""
     ok = sum(r["status"] == "ok" for r in rows)
-    failed = len(rows) - ok
-    val_cmp = compare(summaries, baseline, "val/acc")
-    test_cmp = compare(summaries, baseline, "test/acc") if has_test else {}
-
-    def comparison_head(metric: str) -> list[str]:
-        return [
-            f"Δ {metric} paired (pp) [95% CI]",
-            "pairs" if metric == "val/acc" else "pairs test",
-            "Wilcoxon p" if metric == "val/acc" else "Wilcoxon p test",
-            f"Δ {metric} Welch (pp) [95% CI]",
-        ]
-
-    head = [
-        "variant",
-        *(["vs"] if several else []),
-        "params",
-        "MACs",
-        "latency b1 (ms)",
-        f"img/s {tb}",
-        "val/acc (%)",
-        "n",
-        *comparison_head("val/acc"),
-    ]
-    if has_test:
-        head += ["test/acc (%)", "n test", *comparison_head("test/acc")]
-    if has_loc:
-        head += ["loc/pointing", "loc/energy"]
-    if has_cam:
-        head += ["gradcam/pointing", "gradcam/energy"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    for s in summaries:
-        st = s.stats
-        label = s.name + (" ★" if s.name == best else "")
-        if s.failed:
-            label += f" ({s.failed} failed)"
-        is_base = s.name == base_of[s.name]
-        cells = [
-            label,
-            *([base_of[s.name]] if several else []),
-            _count(st["params"].mean),
-            _count(st["macs"].mean),
-            _num(st["latency_ms"].mean, 2),
-            _num(st["throughput"].mean, 0),
-            _pm(st["val/acc"], 100, 2),
-            str(st["val/acc"].n),
-            *_paired_cells(val_cmp.get(s.name), is_base),
-        ]
-        if has_test:
-            cells += [
-                _pm(st["test/acc"], 100, 2),
-                str(st["test/acc"].n),
-                *_paired_cells(test_cmp.get(s.name), is_base),
-            ]
-        if has_loc:
-            cells += [_pm(st["loc/pointing"], 1, 3), _pm(st["loc/energy"], 1, 3)]
-        if has_cam:
-            cells += [_pm(st["gradcam/pointing"], 1, 3), _pm(st["gradcam/energy"], 1, 3)]
-        lines.append("| " + " | ".join(cells) + " |")
-
-    out = [f"# Sweep `{name}`", ""]
-    if description:
-        out += [description.strip(), ""]
-    runs_line = f"Runs: {ok} ok, {failed} failed"
+    runs_line = f"Runs: {ok} ok, {len(rows) - ok} failed"
     if planned is not None:
         runs_line += f", {planned - len(rows)} not run yet (of {planned} planned)"
-    out += [
+    devices = {s.profile_device for s in ctx.summaries} - {None}
+    first = ctx.summaries[0].name
+    baseline = (
+        "- Baselines: per variant, column `vs`."
+        if ctx.several
+        else f"- Baseline: `{ctx.base_of[first]}`."
+    )
+    out = [
         runs_line + ". Every figure below is computed from `results.csv`.",
         "",
-        (
-            "- Baselines: per variant, column `vs`."
-            if several
-            else f"- Baseline: `{base_of[first]}`."
-        )
-        + " ★ marks the best mean val/acc.",
+        baseline + " ★ marks the best mean val/acc.",
         "- Accuracies are top-1 in %, mean ± sample standard deviation over the seeds; n counts "
         "the ok runs.",
         "- Δ paired: the mean of the per-seed differences to the baseline (runs with the same "
@@ -336,7 +340,7 @@ def render_report(
         + (f", both measured on `{devices.pop()}`" if len(devices) == 1 else "")
         + " (means over seeds).",
     ]
-    if has_loc:
+    if ctx.has("loc/pointing"):
         out.append(
             "- loc/pointing: pointing-game hit rate (the map's maximum falls in the target's box); "
             "loc/energy: share of the map's non-negative mass inside the box. Each is averaged "
@@ -344,36 +348,85 @@ def render_report(
             "(`visattn.localization`), then mean ± std over seeds; - where no block has a "
             "spatial map."
         )
-    if has_cam:
+    if ctx.has("gradcam/pointing"):
         out.append(
             "- gradcam/pointing, gradcam/energy: the same two scores for Grad-CAM (Selvaraju et "
             "al., ICCV 2017) of the last stage for the true label, for every network, the "
             "baseline included."
         )
-    out += [f"- {n}" for n in notes]
-    out += ["", *lines, "", _how_to_read(summaries, base_of, "val/acc")]
-    if has_test:
-        out += ["", _how_to_read(summaries, base_of, "test/acc")]
-    out.append("")
-    budget_rows = []
-    for matched, target in (budget or {}).items():
+    return out
+
+
+def _budget_section(ctx: _Context, budget: Mapping[str, str]) -> list[str]:
+    by_name = {s.name: s for s in ctx.summaries}
+    rows = []
+    for matched, target in budget.items():
         if matched in by_name and target in by_name:
-            c = compare(summaries, {target: matched}, "val/acc").get(target)
-            cells = _paired_cells(c, False)
-            budget_rows.append(f"| {target} | {matched} | " + " | ".join(cells) + " |")
-    if budget_rows:
-        out += [
-            "## Against an equal budget",
-            "",
-            "Each variant against the baseline widened to its size (Δ = variant - widened "
-            "baseline, val/acc, paired by seed as above).",
-            "",
-            "| variant | equal-budget baseline | Δ val/acc paired (pp) [95% CI] | pairs | "
-            "Wilcoxon p | Δ val/acc Welch (pp) [95% CI] |",
-            "|---|---|---|---|---|---|",
-            *budget_rows,
-            "",
-        ]
+            c = compare(ctx.summaries, {target: matched}, "val/acc").get(target)
+            rows.append(f"| {target} | {matched} | " + " | ".join(_paired_cells(c, False)) + " |")
+    if not rows:
+        return []
+    return [
+        "## Against an equal budget",
+        "",
+        "Each variant against the baseline widened to its size (Δ = variant - widened "
+        "baseline, val/acc, paired by seed as above).",
+        "",
+        "| variant | equal-budget baseline | Δ val/acc paired (pp) [95% CI] | pairs | "
+        "Wilcoxon p | Δ val/acc Welch (pp) [95% CI] |",
+        "|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
+
+
+def render_report(
+    rows: Sequence[dict[str, Any]],
+    *,
+    name: str,
+    baseline: str | Mapping[str, str] | None = None,
+    description: str = "",
+    planned: int | None = None,
+    plots: Sequence[str] = PLOT_FILES,
+    notes: Sequence[str] = (),
+    budget: Mapping[str, str] | None = None,
+) -> str:
+    """The markdown report of ``rows`` (as :func:`visattn.ablate.results.read_results` gives);
+    its table has the :data:`COLUMNS` that apply.
+
+    Args:
+        name: the sweep's name (title).
+        baseline: the variant differences are measured against (default: the first), or a
+            mapping ``{variant: its baseline}`` (variants not in it use the first).
+        planned: the number of runs the sweep plans (for the header; ``None``: not shown).
+        plots: PNG files to link below the table.
+        notes: extra bullet lines (e.g. how an equal-budget variant was sized).
+        budget: ``{equal-budget variant: the variant it matches}``; each such pair gets a row in
+            an "Against an equal budget" table (the matched variant minus the widened
+            baseline, paired by seed).
+    """
+    summaries = summarize(rows)
+    if not summaries:
+        return f"# Sweep `{name}`\n\nNo finished runs yet.\n"
+    scored = [s for s in summaries if s.stats["val/acc"].n]
+    batches = {s.throughput_batch for s in summaries} - {None}
+    ctx = _Context(
+        summaries=summaries,
+        base_of=baselines_of(summaries, baseline),
+        comparisons={m: compare(summaries, baseline, m) for m in ("val/acc", "test/acc")},
+        best=max(scored, key=lambda s: s.stats["val/acc"].mean).name if scored else None,
+        batch_label=f"b{batches.pop()}" if len(batches) == 1 else "batch",
+    )
+    out = [f"# Sweep `{name}`", ""]
+    if description:
+        out += [description.strip(), ""]
+    out += _notes(ctx, rows, planned)
+    out += [f"- {n}" for n in notes]
+    out += ["", *_table(ctx), "", _how_to_read(summaries, ctx.base_of, "val/acc")]
+    if ctx.has("test/acc"):
+        out += ["", _how_to_read(summaries, ctx.base_of, "test/acc")]
+    out.append("")
+    out += _budget_section(ctx, budget or {})
     failures = [r for r in rows if r["status"] != "ok"]
     if failures:
         out += ["## Failed runs", "", "| run | error |", "|---|---|"]

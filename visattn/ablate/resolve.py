@@ -5,7 +5,9 @@ the width of equal-budget baselines.
   parser (base configs, ``_base_`` pieces, overrides) and builds its data module and Lightning
   module, so a misspelt key (``trainer.max_epocs``), a wrong type, an unknown placement key
   (``positon``) or a placement that matches nothing fails here, naming the variant.
-* :func:`check_variants` does it for one run per variant, before the first run trains.
+* :func:`check_variants` does it for one run per variant, before the first run trains, and also
+  runs each network once and loads the validation data, so that an image size too small for
+  the model or the data source fails there too.
 * :func:`match_width` widens a baseline ResNet (``model.model_kwargs.width``, which scales every
   stage's channels and the stem) until its parameters or multiply-accumulates are within
   :data:`TOLERANCE` of another variant's: an equal-budget baseline (sweep key ``match``).
@@ -13,18 +15,25 @@ the width of equal-budget baselines.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from .._errors import first_line
+from ..models import create_model
+from ..profile import count_macs, count_params
+from ..training.cli import VisattnCLI
 
 __all__ = [
     "TOLERANCE",
     "BudgetMatch",
     "ResolvedRun",
     "check_variants",
+    "error_summary",
     "match_width",
     "resolve_run",
 ]
@@ -45,17 +54,35 @@ class ResolvedRun:
     params: int
 
 
-def resolve_run(args: Sequence[str]) -> ResolvedRun:
+def _check_fit(cli: Any, checked_data: set[str]) -> None:
+    """Run the network once on a batch of 2 at the data's image size (train mode, as the first
+    step will) and load the validation split, unless a run with the same data options has
+    already loaded it: an image size the model or the data source cannot take fails here."""
+    shape = getattr(cli.datamodule, "image_shape", None) or cli.model.net.default_input_size
+    net = cli.model.net.train()
+    with torch.no_grad():
+        net(torch.zeros(2, *(int(s) for s in shape)))
+    data = cli.config.get("data")
+    key = json.dumps(data.as_dict() if hasattr(data, "as_dict") else data, default=str)
+    if key not in checked_data:
+        cli.datamodule.setup("validate")
+        checked_data.add(key)
+
+
+def resolve_run(args: Sequence[str], checked_data: set[str] | None = None) -> ResolvedRun:
     """Parse ``args`` (a ``train_cls.py fit ...`` argument list) and build its data module and
     network without training or writing anything.
+
+    With ``checked_data`` (the data options already checked, updated here), also run the
+    network once on a batch of 2 at the data's image size and load the validation split once
+    per distinct data options, so that an image size too small for the model or the data
+    source fails here rather than at the first step.
 
     Raises:
         Whatever the command line or the builders raise for bad input (``jsonargparse``'s
         ``ArgumentError`` for unknown keys and wrong types, ``ValueError``/``TypeError``/
         ``KeyError`` for bad placements and block options).
     """
-    from ..profile import count_params
-    from ..training.cli import VisattnCLI
 
     class _ParseOnly(VisattnCLI):
         def _set_seed(self) -> None:  # parsing must not touch the global RNG
@@ -74,6 +101,8 @@ def resolve_run(args: Sequence[str]) -> ResolvedRun:
 
     argv = list(args[1:] if args and args[0] in ("fit", "test", "validate") else args)
     cli = _ParseOnly(args=argv, run=False, parser_kwargs={"exit_on_error": False})
+    if checked_data is not None:
+        _check_fit(cli, checked_data)
     hp = cli.model.hparams
     shape = getattr(cli.datamodule, "image_shape", None) or cli.model.net.default_input_size
     return ResolvedRun(
@@ -89,10 +118,10 @@ def resolve_run(args: Sequence[str]) -> ResolvedRun:
 _CAUSE = re.compile(r"not accepted|unknown|did you mean|must be|invalid", re.IGNORECASE)
 
 
-def _first_line(exc: BaseException) -> str:
-    """The error's first line, plus the lines that name the cause when the first one only
-    introduces them (jsonargparse: 'Parser key "model.attention":' ... 'Option 'positon' is
-    not accepted')."""
+def error_summary(exc: BaseException) -> str:
+    """``Type: message``: the error's first line, plus the lines that name the cause when the
+    first one only introduces them (jsonargparse: 'Parser key "model.attention":' ...
+    'Option 'positon' is not accepted')."""
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     if not lines or not lines[0].endswith(":"):
         return first_line(exc)
@@ -101,21 +130,24 @@ def _first_line(exc: BaseException) -> str:
 
 
 def check_variants(runs: Sequence[Any], what: str = "sweep") -> None:
-    """Resolve the first run of every variant (``runs``: :class:`visattn.ablate.sweep.Run`).
+    """Resolve the first run of every variant (``runs``: :class:`visattn.ablate.sweep.Run`),
+    run its network once and load its validation data (:func:`resolve_run` with
+    ``checked_data``).
 
     Raises:
         ValueError: one line per variant that does not parse or build, naming it and the error.
     """
     seen: set[str] = set()
+    checked_data: set[str] = set()
     errors = []
     for run in runs:
         if run.variant in seen:
             continue
         seen.add(run.variant)
         try:
-            resolve_run(run.args)
+            resolve_run(run.args, checked_data)
         except Exception as exc:  # every kind of bad input: report them all at once
-            errors.append(f"  variant {run.variant!r}: {_first_line(exc)}")
+            errors.append(f"  variant {run.variant!r}: {error_summary(exc)}")
     if errors:
         raise ValueError(
             f"{what}: {len(errors)} variant(s) would fail before training, nothing was run:\n"
@@ -149,11 +181,6 @@ class BudgetMatch:
 
 
 def _measure(resolved: ResolvedRun, width: float | None, quantity: str) -> int:
-    import torch
-
-    from ..models import create_model
-    from ..profile import count_macs, count_params
-
     kwargs = dict(resolved.model_kwargs)
     if width is not None:
         kwargs["width"] = width

@@ -10,7 +10,11 @@ A sweep file (its format is described in the README) is a YAML mapping::
       - {name: none, set: {model.attention: null}}
       - {name: se_standard, set: {model.attention: {name: se, position: standard}}}
 
-Optional keys: ``baseline`` (the variant differences are measured against; default the first;
+Optional keys: ``extends`` (another sweep file, relative to this one: its keys are inherited,
+each key given here replaces the parent's, except ``variants``, which are merged by name: a
+variant named as one of the parent's replaces it in place, a new name is appended; so a
+``_full`` sweep is its ``_quick`` form plus what differs),
+``baseline`` (the variant differences are measured against; default the first;
 a variant may name its own ``baseline``, e.g. to compare each backbone's attention variants with
 that backbone's plain version in one sweep), a variant's ``match`` (an equal-budget baseline:
 ``{name: resnet20_wide, match: {params: resnet20_gsop}}`` trains the variant's baseline with its
@@ -31,16 +35,19 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-__all__ = ["Run", "Sweep", "Variant", "load_sweep", "overrides_to_args"]
+from .resolve import BudgetMatch, match_width, resolve_run
+
+__all__ = ["SEED_RANGE", "Run", "Sweep", "Variant", "load_sweep", "overrides_to_args"]
 
 _TOP_KEYS = (
+    "extends",
     "name",
     "description",
     "base",
@@ -54,18 +61,90 @@ _TOP_KEYS = (
 )
 _PROFILE_KEYS = {"device": "cpu", "batch": 32, "warmup": 3, "repeats": 10}
 _LOCALIZATION_KEYS = {"max_images": 512, "tolerance": 0.0}
+#: Seeds ``seed_everything`` takes as given (outside it Lightning silently draws another).
+SEED_RANGE = (0, 2**32 - 1)
+_VARIANT_KEYS = ("name", "set", "baseline", "match")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
+def _mapping(value: Any, what: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(
+            f"{what} must be a mapping of dotted overrides, got {type(value).__name__}"
+        )
+    return dict(value)
+
+
+def _options(value: Any, defaults: dict[str, Any], what: str) -> dict[str, Any]:
+    value = _mapping(value, what)
+    unknown = sorted(set(value) - set(defaults))
+    if unknown:
+        raise ValueError(f"{what}: unknown key(s) {unknown}; valid keys: {sorted(defaults)}")
+    return {**defaults, **value}
+
+
+def _check_name(name: Any, what: str) -> str:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValueError(
+            f"{what} {name!r} must be letters, digits, '_', '.', '-', '+' (it names a folder)"
+        )
+    return name
+
+
 @dataclass(frozen=True)
 class Variant:
-    """One row of the report: a name and its dotted overrides."""
+    """One row of the report: a name and its dotted overrides (the YAML key ``set``).
+
+    ``baseline``: the variant its differences are measured against (``None``: the sweep's);
+    ``match``: an equal-budget baseline, ``("params" | "macs", the variant to match)`` (a
+    one-key mapping ``{params: VARIANT}`` is accepted and normalised).
+
+    Raises:
+        ValueError: a malformed field, naming the variant and the field.
+    """
 
     name: str
     overrides: dict[str, Any] = field(default_factory=dict)
-    baseline: str | None = None  # None: the sweep's baseline
-    match: tuple[str, str] | None = None  # ("params" | "macs", the variant to match)
+    baseline: str | None = None
+    match: tuple[str, str] | Mapping[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        what = f"variant {self.name!r}"
+        _check_name(self.name, "variant name")
+        overrides = _mapping(self.overrides, f"{what}: 'set'")
+        overrides_to_args(overrides)  # validates keys and values early
+        object.__setattr__(self, "overrides", overrides)
+        if self.baseline is not None:
+            object.__setattr__(self, "baseline", str(self.baseline))
+        match = self.match
+        if isinstance(match, Mapping):
+            match = tuple(next(iter(match.items()))) if len(match) == 1 else None
+        if self.match is not None and (
+            not isinstance(match, tuple) or len(match) != 2 or match[0] not in ("params", "macs")
+        ):
+            raise ValueError(
+                f"{what}: match must be {{params: VARIANT}} or {{macs: VARIANT}}, "
+                f"got {self.match!r}"
+            )
+        if match is not None:
+            object.__setattr__(self, "match", (match[0], str(match[1])))
+
+    @classmethod
+    def from_config(cls, data: Any, index: int) -> Variant:
+        """A variant from its YAML mapping (``name``, ``set``, ``baseline``, ``match``)."""
+        if not isinstance(data, Mapping) or "name" not in data:
+            raise ValueError(f"variant #{index} must be a mapping with a 'name'")
+        extra = sorted(set(data) - set(_VARIANT_KEYS))
+        if extra:
+            raise ValueError(
+                f"variant {data['name']!r}: unknown key(s) {extra}; valid: "
+                + ", ".join(_VARIANT_KEYS)
+            )
+        name = data["name"] if isinstance(data["name"], str) else str(data["name"])
+        return cls(name, data.get("set"), data.get("baseline"), data.get("match"))
 
 
 @dataclass(frozen=True)
@@ -84,7 +163,18 @@ class Run:
 
 @dataclass(frozen=True)
 class Sweep:
-    """A validated sweep file."""
+    """A validated sweep: every field is checked and normalised at construction, as a
+    :class:`~visattn.models.placement.Placement` is, so a ``Sweep`` that exists is runnable.
+
+    ``seeds``: distinct ints in :data:`SEED_RANGE`; ``variants``: :class:`Variant` objects (or
+    their YAML mappings) with distinct names; ``baseline``: a variant name (``None``: the
+    first); ``profile``: the latency measurement's ``{device, batch, warmup, repeats}`` (missing
+    keys take their defaults); ``localization``: ``{max_images, tolerance}``, ``True`` for the
+    defaults, or ``False``/``None`` for none.
+
+    Raises:
+        ValueError: a malformed field, prefixed with ``sweep <path>:`` and naming it.
+    """
 
     name: str
     path: Path
@@ -92,11 +182,77 @@ class Sweep:
     seeds: tuple[int, ...]
     overrides: dict[str, Any]
     variants: tuple[Variant, ...]
-    baseline: str
+    baseline: str | None = None
     test: bool = False
-    profile: dict[str, Any] = field(default_factory=lambda: dict(_PROFILE_KEYS))
-    localization: dict[str, Any] | None = field(default_factory=lambda: dict(_LOCALIZATION_KEYS))
+    profile: dict[str, Any] | None = None
+    localization: dict[str, Any] | bool | None = True
     description: str = ""
+
+    def __post_init__(self) -> None:
+        try:
+            self._normalise()
+        except ValueError as e:
+            raise ValueError(f"sweep {self.path}: {e}") from None
+
+    def _normalise(self) -> None:
+        set_ = object.__setattr__  # frozen: normalise in place, once, at construction
+        set_(self, "name", _check_name(str(self.name), "name"))
+        set_(self, "path", Path(self.path).resolve())
+        set_(self, "base", tuple(Path(b) for b in self.base))
+        set_(self, "seeds", _seeds(self.seeds))
+        overrides = _mapping(self.overrides, "'set'")
+        overrides_to_args(overrides)  # validates keys and values early
+        set_(self, "overrides", overrides)
+        set_(self, "variants", _variants(self.variants))
+        names = [v.name for v in self.variants]
+        set_(self, "baseline", str(names[0] if self.baseline is None else self.baseline))
+        _check_baselines(self.variants, self.baseline)
+        if not isinstance(self.test, bool):
+            raise ValueError(f"test must be true or false, got {self.test!r}")
+        set_(self, "profile", _options(self.profile, _PROFILE_KEYS, "profile"))
+        loc = self.localization
+        if loc is False or loc is None:
+            set_(self, "localization", None)
+        else:
+            value = None if loc is True else loc
+            set_(self, "localization", _options(value, _LOCALIZATION_KEYS, "localization"))
+        set_(self, "description", str(self.description or ""))
+
+    @classmethod
+    def from_config(cls, data: Mapping[str, Any], path: str | Path) -> Sweep:
+        """A sweep from the mapping of a sweep file at ``path`` (``extends`` already merged;
+        ``base`` entries resolved as :func:`load_sweep` describes)."""
+        path = Path(path)
+        unknown = sorted(set(data) - set(_TOP_KEYS))
+        if unknown:
+            raise ValueError(
+                f"sweep {path}: unknown key(s) {unknown}; valid keys: {list(_TOP_KEYS)}"
+            )
+        missing = [k for k in ("name", "seeds", "variants") if k not in data]
+        if missing:
+            raise ValueError(f"sweep {path}: missing key(s) {missing}")
+        base = data.get("base") or []
+        base = [base] if isinstance(base, str | Path) else base
+        raw = data["variants"]
+        if not isinstance(raw, list) or not raw:
+            raise ValueError(f"sweep {path}: variants must be a non-empty list")
+        try:
+            variants = tuple(Variant.from_config(v, i) for i, v in enumerate(raw))
+        except ValueError as e:
+            raise ValueError(f"sweep {path}: {e}") from None
+        return cls(
+            name=data["name"],
+            path=path,
+            base=tuple(_resolve_base(b, path) for b in base),
+            seeds=data["seeds"],
+            overrides=data.get("set"),
+            variants=variants,
+            baseline=data.get("baseline"),
+            test=data.get("test", False),
+            profile=data.get("profile"),
+            localization=data.get("localization", True),
+            description=data.get("description", ""),
+        )
 
     @property
     def baselines(self) -> dict[str, str]:
@@ -115,8 +271,6 @@ class Sweep:
         """``{variant: BudgetMatch}`` for the variants with ``match`` (their width is found by
         building the networks: :func:`visattn.ablate.resolve.match_width`). Cached per
         ``extra``."""
-        from .resolve import BudgetMatch, match_width, resolve_run
-
         extra = dict(extra or {})
         key = json.dumps(extra, sort_keys=True, default=str)
         cache = self.__dict__.setdefault("_budget_cache", {})
@@ -197,22 +351,64 @@ def overrides_to_args(overrides: Mapping[str, Any]) -> list[str]:
     return args
 
 
-def _mapping(value: Any, what: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _seeds(seeds: Any) -> tuple[int, ...]:
+    if _is_int(seeds):
+        raise ValueError(f"seeds must be a list such as [0, 1, 2], got {seeds!r}")
+    if isinstance(seeds, str | bytes) or not isinstance(seeds, Sequence) or not seeds:
+        raise ValueError(f"seeds must be a non-empty list of ints, got {seeds!r}")
+    not_int = [s for s in seeds if not _is_int(s)]
+    if not_int:
+        raise ValueError(f"seeds must be ints, got {not_int} in {list(seeds)}")
+    lo, hi = SEED_RANGE
+    out = [s for s in seeds if not lo <= s <= hi]
+    if out:
         raise ValueError(
-            f"{what} must be a mapping of dotted overrides, got {type(value).__name__}"
+            f"seeds must be between {lo} and {hi} (the range seed_everything takes), got {out}"
         )
-    return dict(value)
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds repeat: {list(seeds)}")
+    return tuple(seeds)
 
 
-def _options(value: Any, defaults: dict[str, Any], what: str) -> dict[str, Any]:
-    value = _mapping(value, what)
-    unknown = sorted(set(value) - set(defaults))
-    if unknown:
-        raise ValueError(f"{what}: unknown key(s) {unknown}; valid keys: {sorted(defaults)}")
-    return {**defaults, **value}
+def _variants(variants: Any) -> tuple[Variant, ...]:
+    if isinstance(variants, str | bytes) or not isinstance(variants, Sequence) or not variants:
+        raise ValueError("variants must be a non-empty list")
+    out = tuple(
+        v if isinstance(v, Variant) else Variant.from_config(v, i) for i, v in enumerate(variants)
+    )
+    names = [v.name for v in out]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ValueError(f"duplicate variant name(s) {dupes}")
+    return out
+
+
+def _check_baselines(variants: Sequence[Variant], baseline: str) -> None:
+    """Every baseline names a variant; a ``match`` names another plain variant and widens a
+    plain baseline."""
+    names = [v.name for v in variants]
+    for b in [baseline, *(v.baseline for v in variants if v.baseline is not None)]:
+        if b not in names:
+            raise ValueError(f"baseline {b!r} is not a variant; variants: {names}")
+    matched = {v.name for v in variants if v.match}
+    for v in variants:
+        if v.match is None:
+            continue
+        of, widened = v.match[1], v.baseline or baseline
+        if of not in names or of in matched or of == v.name:
+            raise ValueError(
+                f"variant {v.name!r}: match names {of!r}, which must be another variant without "
+                f"match; variants: {names}"
+            )
+        if widened in matched or widened == v.name:
+            raise ValueError(
+                f"variant {v.name!r}: its baseline {widened!r} must be a plain variant (the one "
+                "that is widened)"
+            )
 
 
 def _resolve_base(entry: Any, sweep_path: Path) -> Path:
@@ -233,132 +429,77 @@ def _resolve_base(entry: Any, sweep_path: Path) -> Path:
     )
 
 
-def load_sweep(path: str | Path) -> Sweep:
-    """Read and validate a sweep file.
-
-    Raises:
-        FileNotFoundError: the sweep file or a base config does not exist.
-        ValueError: a missing or unknown key, a malformed value, duplicate or unsafe variant
-            names, or a baseline that names no variant.
-    """
-    path = Path(path)
+def _read_yaml(path: Path) -> dict[str, Any]:
+    """The mapping in a sweep file; a syntax error names the file, line and column."""
     if not path.is_file():
         raise FileNotFoundError(f"sweep file {path} does not exist")
-    data = yaml.safe_load(path.read_text())
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = e.problem or e.context or "malformed"
+        raise ValueError(f"sweep {path}: not valid YAML{where}: {problem}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise ValueError(f"sweep {path}: not valid YAML: {e}") from None
     if not isinstance(data, Mapping):
         raise ValueError(f"sweep {path}: the file must hold a mapping (name, base, seeds, ...)")
-    unknown = sorted(set(data) - set(_TOP_KEYS))
-    if unknown:
-        raise ValueError(f"sweep {path}: unknown key(s) {unknown}; valid keys: {list(_TOP_KEYS)}")
-    missing = [k for k in ("name", "seeds", "variants") if k not in data]
-    if missing:
-        raise ValueError(f"sweep {path}: missing key(s) {missing}")
+    return dict(data)
 
-    name = str(data["name"])
-    if not _NAME.match(name):
-        raise ValueError(f"sweep {path}: name {name!r} must be letters, digits, '_', '.', '-', '+'")
-    base = data.get("base") or []
-    if isinstance(base, str):
-        base = [base]
-    base = tuple(_resolve_base(b, path) for b in base)
 
-    seeds = data["seeds"]
-    if isinstance(seeds, int) and not isinstance(seeds, bool):
-        raise ValueError(f"sweep {path}: seeds must be a list such as [0, 1, 2], got {seeds!r}")
-    if (
-        not isinstance(seeds, list)
-        or not seeds
-        or any(isinstance(s, bool) or not isinstance(s, int) for s in seeds)
-    ):
-        raise ValueError(f"sweep {path}: seeds must be a non-empty list of ints, got {seeds!r}")
-    if len(set(seeds)) != len(seeds):
-        raise ValueError(f"sweep {path}: seeds repeat: {seeds}")
+def _merge_variants(parent: Any, child: Any) -> Any:
+    """The parent's variants with the child's merged in by name (replaced in place or appended);
+    anything malformed is passed on for :class:`Sweep` to report."""
+    if not isinstance(parent, list) or not isinstance(child, list):
+        return child
+    merged = list(parent)
+    index = {v["name"]: i for i, v in enumerate(merged) if isinstance(v, Mapping) and "name" in v}
+    for v in child:
+        name = v.get("name") if isinstance(v, Mapping) else None
+        if name is not None and name in index:
+            merged[index[name]] = v
+        else:
+            merged.append(v)
+    return merged
 
-    overrides = _mapping(data.get("set"), f"sweep {path}: 'set'")
-    overrides_to_args(overrides)  # validates keys and values early
 
-    raw_variants = data["variants"]
-    if not isinstance(raw_variants, list) or not raw_variants:
-        raise ValueError(f"sweep {path}: variants must be a non-empty list")
-    variants = []
-    for i, v in enumerate(raw_variants):
-        if not isinstance(v, Mapping) or "name" not in v:
-            raise ValueError(f"sweep {path}: variant #{i} must be a mapping with a 'name'")
-        extra = sorted(set(v) - {"name", "set", "baseline", "match"})
-        if extra:
-            raise ValueError(
-                f"sweep {path}: variant {v['name']!r}: unknown key(s) {extra}; "
-                "valid: name, set, baseline, match"
-            )
-        vname = str(v["name"])
-        if not _NAME.match(vname):
-            raise ValueError(
-                f"sweep {path}: variant name {vname!r} must be letters, digits, '_', '.', '-', '+'"
-                " (it names a folder)"
-            )
-        vset = _mapping(v.get("set"), f"sweep {path}: variant {vname!r}: 'set'")
-        overrides_to_args(vset)
-        vbase = v.get("baseline")
-        match = v.get("match")
-        if match is not None:
-            if (
-                not isinstance(match, Mapping)
-                or len(match) != 1
-                or next(iter(match)) not in ("params", "macs")
-            ):
-                raise ValueError(
-                    f"sweep {path}: variant {vname!r}: match must be {{params: VARIANT}} or "
-                    f"{{macs: VARIANT}}, got {match!r}"
-                )
-            match = (next(iter(match)), str(next(iter(match.values()))))
-        variants.append(Variant(vname, vset, None if vbase is None else str(vbase), match))
-    names = [v.name for v in variants]
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise ValueError(f"sweep {path}: duplicate variant name(s) {dupes}")
-
-    baseline = str(data.get("baseline", names[0]))
-    for b in [baseline, *(v.baseline for v in variants if v.baseline is not None)]:
-        if b not in names:
-            raise ValueError(f"sweep {path}: baseline {b!r} is not a variant; variants: {names}")
-    matched = {v.name for v in variants if v.match}
-    for v in variants:
-        if v.match is None:
-            continue
-        of, widened = v.match[1], v.baseline or baseline
-        if of not in names or of in matched or of == v.name:
-            raise ValueError(
-                f"sweep {path}: variant {v.name!r}: match names {of!r}, which must be another "
-                f"variant without match; variants: {names}"
-            )
-        if widened in matched or widened == v.name:
-            raise ValueError(
-                f"sweep {path}: variant {v.name!r}: its baseline {widened!r} must be a plain "
-                "variant (the one that is widened)"
-            )
-
-    test = data.get("test", False)
-    if not isinstance(test, bool):
-        raise ValueError(f"sweep {path}: test must be true or false, got {test!r}")
-    profile = _options(data.get("profile"), _PROFILE_KEYS, f"sweep {path}: profile")
-    loc = data.get("localization", True)
-    if loc is False:
-        localization = None
-    else:
-        localization = _options(
-            None if loc is True else loc, _LOCALIZATION_KEYS, f"sweep {path}: localization"
+def _read_extended(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A sweep file's mapping with its ``extends`` chain merged in and every ``base`` entry
+    resolved against the file that wrote it."""
+    path = path.resolve()
+    if path in seen:
+        chain = " -> ".join(str(p) for p in (*seen, path))
+        raise ValueError(f"sweep {seen[0]}: extends cycle: {chain}")
+    data = _read_yaml(path)
+    if data.get("base"):
+        base = data["base"]
+        data["base"] = [_resolve_base(b, path) for b in ([base] if isinstance(base, str) else base)]
+    parent = data.pop("extends", None)
+    if parent is None:
+        return data
+    if not isinstance(parent, str):
+        raise ValueError(f"sweep {path}: extends must be the path of another sweep file")
+    parent_path = path.parent / parent
+    if not parent_path.is_file():
+        raise FileNotFoundError(
+            f"sweep {path}: extends {parent!r}, which does not exist ({parent_path}); give a path "
+            "relative to this sweep file's folder"
         )
+    merged = _read_extended(parent_path, (*seen, path))
+    if "variants" in data:
+        data["variants"] = _merge_variants(merged.get("variants"), data["variants"])
+    return {**merged, **data}
 
-    return Sweep(
-        name=name,
-        path=path.resolve(),
-        base=base,
-        seeds=tuple(seeds),
-        overrides=overrides,
-        variants=tuple(variants),
-        baseline=baseline,
-        test=test,
-        profile=profile,
-        localization=localization,
-        description=str(data.get("description", "")),
-    )
+
+def load_sweep(path: str | Path) -> Sweep:
+    """Read and validate a sweep file (``extends`` followed).
+
+    Raises:
+        FileNotFoundError: the sweep file, the file it extends or a base config does not exist.
+        ValueError: the file is not valid YAML (naming the line), a missing or unknown key, a
+            malformed value, duplicate or unsafe variant names, seeds out of range, or a
+            baseline that names no variant.
+    """
+    path = Path(path)
+    return Sweep.from_config(_read_extended(path), path)

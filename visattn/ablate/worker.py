@@ -3,10 +3,11 @@ the ``--jobs`` executor; see :mod:`visattn.ablate.executors`)."""
 
 from __future__ import annotations
 
-import json
+import os
 import sys
 
-from .executors import run_task
+from .executors import DRIVER_ENV, die_with_parent, run_task
+from .job import RunTask
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -14,7 +15,9 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m visattn.ablate.worker TASK_JSON", file=sys.stderr)
         return 2
-    row = run_task(json.loads(args[0]))
+    if os.environ.get(DRIVER_ENV):
+        die_with_parent(int(os.environ[DRIVER_ENV]))
+    row = run_task(RunTask.from_json(args[0]))
     return 0 if row.get("status") == "ok" else 1
 
 

@@ -1,0 +1,99 @@
+"""Sweep files as data: ``Sweep`` and ``Variant`` validate themselves when built, and a sweep may
+``extends:`` another (keys replaced, variants merged by name)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from visattn.ablate import Sweep, Variant, load_sweep
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _write(path: Path, data: dict) -> Path:
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def test_a_sweep_built_in_python_is_validated_like_a_file(tmp_path: Path) -> None:
+    sweep = Sweep("s", tmp_path / "s.yaml", (), [0, 1], {"trainer.max_epochs": 1}, [Variant("a")])
+    assert sweep.seeds == (0, 1) and sweep.baseline == "a"
+    assert sweep.profile["device"] == "cpu" and sweep.localization["max_images"] == 512
+    with pytest.raises(ValueError, match=r"sweep .*s\.yaml: seeds must be between 0 and"):
+        Sweep("s", tmp_path / "s.yaml", (), [-1], {}, [Variant("a")])
+    with pytest.raises(ValueError, match=r"duplicate variant name\(s\) \['a'\]"):
+        Sweep("s", tmp_path / "s.yaml", (), [0], {}, [Variant("a"), Variant("a")])
+    with pytest.raises(ValueError, match="match must be"):
+        Variant("w", match={"flops": "a"})
+    assert Variant("w", match={"params": "a"}).match == ("params", "a")
+
+
+def test_extends_inherits_replaces_keys_and_merges_variants_by_name(tmp_path: Path) -> None:
+    base = tmp_path / "base.yaml"
+    base.write_text("trainer:\n  max_epochs: 1\n")
+    _write(
+        tmp_path / "parent.yaml",
+        {
+            "name": "p",
+            "base": ["base.yaml"],
+            "seeds": [0, 1],
+            "set": {"trainer.max_epochs": 2, "data.num_train": 64},
+            "localization": {"max_images": 8},
+            "variants": [
+                {"name": "none", "set": {"model.attention": None}},
+                {"name": "se", "set": {"model.attention": {"name": "se"}}},
+            ],
+        },
+    )
+    (tmp_path / "sub").mkdir()
+    child = _write(
+        tmp_path / "sub" / "child.yaml",
+        {
+            "extends": "../parent.yaml",
+            "name": "c",
+            "set": {"trainer.max_epochs": 5},
+            "variants": [
+                {
+                    "name": "se",
+                    "set": {"model.attention": {"name": "se", "args": {"reduction": 8}}},
+                },
+                {"name": "eca", "set": {"model.attention": {"name": "eca"}}},
+            ],
+        },
+    )
+    sweep = load_sweep(child)
+    assert sweep.name == "c" and sweep.seeds == (0, 1)
+    assert sweep.base == (base.resolve(),)  # resolved against the parent, which wrote it
+    assert sweep.overrides == {"trainer.max_epochs": 5}  # a key given replaces the parent's
+    assert sweep.localization["max_images"] == 8
+    assert [v.name for v in sweep.variants] == ["none", "se", "eca"]
+    assert sweep.variants[1].overrides["model.attention"]["args"] == {"reduction": 8}
+
+
+def test_extends_errors_name_the_file(tmp_path: Path) -> None:
+    a = _write(tmp_path / "a.yaml", {"extends": "b.yaml", "name": "a"})
+    _write(tmp_path / "b.yaml", {"extends": "a.yaml", "name": "b"})
+    with pytest.raises(ValueError, match=r"extends cycle: .*a\.yaml -> .*b\.yaml -> .*a\.yaml"):
+        load_sweep(a)
+    c = _write(tmp_path / "c.yaml", {"extends": "missing.yaml", "name": "c"})
+    with pytest.raises(FileNotFoundError, match=r"c\.yaml: extends 'missing\.yaml'"):
+        load_sweep(c)
+
+
+@pytest.mark.parametrize(
+    "stem",
+    ["cbam_design", "equal_budget", "nonlocal_taxonomy", "residual_attention", "se_integration"],
+)
+def test_full_sweeps_extend_their_quick_form_and_keep_every_quick_variant(
+    stem: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(REPO)
+    path = REPO / "configs" / "ablations" / f"{stem}_full.yaml"
+    assert yaml.safe_load(path.read_text())["extends"] == f"{stem}_quick.yaml"
+    quick, full = load_sweep(path.with_name(f"{stem}_quick.yaml")), load_sweep(path)
+    assert full.variants[: len(quick.variants)] == quick.variants
+    assert full.base != quick.base and full.name == f"{stem}_full"
+    assert full.localization == {"max_images": 512, "tolerance": 0.0}  # not the quick subset

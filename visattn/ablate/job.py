@@ -1,0 +1,404 @@
+"""One run of a sweep: what it needs (:class:`RunTask`), the settings that decide its result, its
+completion marker, the check whether it is already done, and train-and-mark (the body of every
+executor: in the driver, a ``--jobs`` worker or a Ray task).
+
+Layout of one run under the sweep's output folder ``DIR``::
+
+    DIR/runs/<variant>/seed<k>/              the run's trainer.default_root_dir
+    DIR/runs/<variant>/seed<k>/result.json   completion marker: its row, arguments and settings
+    DIR/runs/<variant>/.seed<k>.lock         held while a process trains it (visattn.ablate.lock)
+    DIR/runs/<variant>/.seed<k>.attempts     how often a worker started it
+
+The marker is written atomically once a run has finished (``ok`` or ``failed``). It records
+the run's settings (:func:`run_settings`: the fully resolved options, ``_base_`` pieces of base
+configs included, independent of where files live) and the checkpoint's size and SHA-256. A
+run is done when its marker says ``ok``, its settings are unchanged and its ``metrics.csv``
+and intact checkpoint still exist (:func:`completed`); any other run is trained again from
+scratch in a clean folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import shutil
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from ..files import atomic_write_text, file_digest, read_metrics_csv
+from ..localization import score_gradcam, score_model
+from ..profile import measure_latency
+from ..training import cli
+from ..training.load import load_run
+from .lock import RunLock
+from .resolve import error_summary
+from .sweep import Run, Sweep
+
+__all__ = [
+    "MARKER",
+    "RunTask",
+    "TrainFn",
+    "completed",
+    "default_train_fn",
+    "evaluate_run",
+    "fmt_time",
+    "read_marker",
+    "run_settings",
+    "train_and_mark",
+]
+
+MARKER = "result.json"
+TrainFn = Callable[[list[str]], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class RunTask:
+    """Everything a process needs to train run ``i`` of ``n`` of the sweep file ``sweep`` into
+    the output folder ``out``; plain data, so it travels as JSON to a worker or pickled to Ray.
+
+    ``threads``: CPU threads for the run (``None``: leave torch's setting).
+    """
+
+    sweep: str
+    out: str
+    i: int
+    n: int
+    variant: str
+    seed: int
+    args: tuple[str, ...]
+    root: str
+    threads: int | None = None
+
+    @classmethod
+    def of(cls, run: Run, sweep: Sweep, out: Path, i: int, n: int, threads: int | None) -> RunTask:
+        return cls(
+            str(sweep.path), str(out), i, n, run.variant, run.seed, run.args, str(run.root), threads
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> RunTask:
+        data = json.loads(text)
+        return cls(**{**data, "args": tuple(data["args"])})
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @property
+    def run(self) -> Run:
+        return Run(self.variant, int(self.seed), tuple(self.args), Path(self.root))
+
+    @property
+    def key(self) -> str:
+        return self.run.key
+
+
+def default_train_fn() -> TrainFn:
+    """``visattn.training.cli.run``, the code path of train_cls.py."""
+    return cli.run
+
+
+def fmt_time(seconds: float) -> str:
+    """``1h02m03s``, ``2m03s``, ``3s``; ``?`` for ``nan``."""
+    if math.isnan(seconds):
+        return "?"
+    seconds = round(seconds)
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+# --------------------------------------------------------------------------- settings
+
+
+def _assign(flat: dict[str, Any], key: str, value: Any) -> None:
+    """Set ``key`` to ``value`` (a mapping is spread into dotted leaves), dropping what it
+    replaces: the key's own leaves and any leaf at one of its parents."""
+    parts = key.split(".")
+    for i in range(1, len(parts)):
+        flat.pop(".".join(parts[:i]), None)
+    for old in [k for k in flat if k == key or k.startswith(key + ".")]:
+        del flat[old]
+    if isinstance(value, Mapping) and value:
+        for k, v in value.items():
+            _merge(flat, f"{key}.{k}", v)
+    else:
+        flat[key] = value
+
+
+def _merge(flat: dict[str, Any], key: str, value: Any) -> None:
+    """Merge a config section into ``flat``: mappings field by field, as the CLI does."""
+    if isinstance(value, Mapping) and value:
+        for k, v in value.items():
+            _merge(flat, f"{key}.{k}" if key else str(k), v)
+    elif key:
+        _assign(flat, key, value)
+
+
+def _load_config(item: str) -> Any:
+    try:
+        is_file = Path(item).is_file()
+    except OSError:  # a YAML string too long for a file name
+        is_file = False
+    return yaml.safe_load(Path(item).read_text() if is_file else item)
+
+
+def run_settings(args: Sequence[str]) -> dict[str, str]:
+    """What decides a run's result: the options its ``train_cls.py`` arguments resolve to, as
+    ``{dotted key: JSON value}``, with every ``--config`` file expanded into its ``_base_``
+    pieces (as the CLI does: pieces first, later values win, a placement replaced whole) and the
+    log directory left out.
+
+    Files enter by content, not by path, so a copied or moved sweep folder (or a repository
+    cloned elsewhere) resumes, while any change that alters an option (in an override, a base
+    config or one of its pieces) is seen and named. Options left at the parser's defaults are
+    not listed.
+    """
+    items = list(args[1:] if args and not str(args[0]).startswith("--") else args)
+    expanded = cli.expand_config_args(items)
+    flat: dict[str, Any] = {}
+    i = 0
+    while i < len(expanded):
+        item = expanded[i]
+        if item == "--config" and i + 1 < len(expanded):
+            _merge(flat, "", _load_config(expanded[i + 1]))
+            i += 2
+            continue
+        key, sep, value = item.removeprefix("--").partition("=")
+        if not sep and i + 1 < len(expanded) and not expanded[i + 1].startswith("--"):
+            value, i = expanded[i + 1], i + 1  # "--key value"
+        _assign(flat, key, yaml.safe_load(value) if value else value)
+        i += 1
+    flat.pop("trainer.default_root_dir", None)
+    return {k: json.dumps(flat[k], sort_keys=True, default=str) for k in sorted(flat)}
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def describe_changes(old: Mapping[str, str], new: Mapping[str, str]) -> str:
+    """``key: old -> new; ...`` for every key whose value differs (``(unset)`` if absent)."""
+    parts = []
+    for key in dict.fromkeys([*old, *new]):
+        a, b = old.get(key, "(unset)"), new.get(key, "(unset)")
+        if a != b:
+            parts.append(f"{key}: {_short(a)} -> {_short(b)}")
+    return "; ".join(parts)
+
+
+# --------------------------------------------------------------------------- the marker
+
+
+def read_marker(root: Path) -> dict[str, Any] | None:
+    """The completion marker of the run in ``root`` (``row``, ``args``, ``settings``), or
+    ``None`` when it is missing or unreadable."""
+    try:
+        record = json.loads((Path(root) / MARKER).read_text())
+        if not isinstance(record["row"], dict) or not isinstance(record["args"], list):
+            return None
+        return record
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _damaged_checkpoint(row: dict[str, Any], out: Path) -> str:
+    if not row.get("ckpt_sha256"):
+        return ""
+    ckpt = out / row["ckpt"]
+    if ckpt.stat().st_size != row.get("ckpt_size"):
+        return (
+            f"its checkpoint {row['ckpt']} is damaged ({ckpt.stat().st_size} bytes, "
+            f"{row.get('ckpt_size')} when it finished)"
+        )
+    if file_digest(ckpt)["sha256"] != row["ckpt_sha256"]:
+        return f"its checkpoint {row['ckpt']} is damaged (SHA-256 differs)"
+    return ""
+
+
+def completed(run: Run, out: Path) -> tuple[dict[str, Any] | None, str]:
+    """The run's recorded ok row if it can be skipped, else ``None`` and why it must run.
+
+    A run is skipped when its marker says ``ok``, its settings (:func:`run_settings`) are
+    unchanged, its ``metrics.csv`` exists and its checkpoint has the size and SHA-256 recorded
+    when it finished.
+    """
+    if not (run.root / MARKER).is_file():
+        return None, "new" if not run.root.exists() else "cut off before it finished"
+    record = read_marker(run.root)
+    if record is None:
+        return None, "its completion marker is unreadable"
+    row = record["row"]
+    old = record.get("settings") or {}
+    if any(k.startswith("config[") for k in old):
+        return None, "its marker predates resolved settings (written by an older visattn)"
+    changed = describe_changes(old, run_settings(run.args))
+    if changed:
+        return None, f"its settings changed: {changed}"
+    if row.get("status") != "ok":
+        return None, "it failed before"
+    for key in ("metrics_csv", "ckpt"):
+        if not row.get(key) or not (out / row[key]).is_file():
+            return None, f"its {key.replace('_', '.')} is missing"
+    damage = _damaged_checkpoint(row, out)
+    return (None, damage) if damage else (row, "done")
+
+
+# --------------------------------------------------------------------------- training
+
+
+@torch.no_grad()
+def evaluate_run(summary: dict[str, Any], sweep: Sweep) -> dict[str, Any]:
+    """Columns measured on the trained network of one run (``summary`` from ``cli.run``).
+
+    Loads the best (else the last) checkpoint with :func:`~visattn.training.load.load_run`
+    (network and data module rebuilt from the hyper-parameters saved in it), then measures
+    latency at batch 1 and at ``sweep.profile["batch"]`` (``visattn.profile.measure_latency``,
+    eval mode, the validation images' size) and, when the validation set has ``boxes``, the
+    localization scores of the attention maps (``visattn.localization.score_model``) and of
+    Grad-CAM at the last stage (``visattn.localization.score_gradcam``, every network).
+
+    Raises:
+        RuntimeError: the run saved no checkpoint.
+    """
+    ckpt = summary.get("best_ckpt") or summary.get("last_ckpt")
+    if not ckpt or not Path(ckpt).is_file():
+        raise RuntimeError(
+            "the run saved no checkpoint; the sweep needs one to measure the trained network "
+            "(keep trainer.enable_checkpointing on)"
+        )
+    loaded = load_run(ckpt)
+    net, hp, dm = loaded.net, loaded.hparams, loaded.datamodule
+    dm.setup("validate")
+    val = dm.val_dataset
+    shape = tuple(torch.as_tensor(val[0][0]).shape)  # (C, H, W)
+
+    prof = sweep.profile
+    device = torch.device(prof["device"])
+    net.to(device)
+    t1 = measure_latency(net, (1, *shape), warmup=prof["warmup"], repeats=prof["repeats"])
+    batch = int(prof["batch"])
+    tb = measure_latency(net, (batch, *shape), warmup=prof["warmup"], repeats=prof["repeats"])
+    cols: dict[str, Any] = {
+        "model": hp.get("model", ""),
+        "attention": json.dumps(hp.get("attention")),
+        "latency_ms": t1,
+        "batch_latency_ms": tb,
+        "throughput": 1000.0 * batch / tb,
+        "throughput_batch": batch,
+        "profile_device": str(device),
+    }
+    boxes = getattr(val, "boxes", None)
+    if sweep.localization is not None and boxes is not None:
+        cols.update(_localization(net, val, torch.as_tensor(boxes), sweep.localization))
+    net.cpu()
+    return cols
+
+
+def _localization(net: Any, val: Any, boxes: torch.Tensor, options: dict) -> dict[str, Any]:
+    loc = {k: options[k] for k in ("max_images", "tolerance")}
+    scores = score_model(net, val, boxes, **loc)
+    cols: dict[str, Any] = {"loc/blocks": len(scores)}
+    if scores:
+        cols["loc/pointing"] = sum(s["pointing"] for s in scores.values()) / len(scores)
+        energies = [s["energy"] for s in scores.values() if not math.isnan(s["energy"])]
+        cols["loc/energy"] = sum(energies) / len(energies) if energies else math.nan
+    cam = score_gradcam(net, val, boxes, **loc)
+    cols["gradcam/pointing"] = cam["pointing"]
+    cols["gradcam/energy"] = cam["energy"]
+    return cols
+
+
+def _rel(path: str | Path | None, out: Path) -> str:
+    if not path:
+        return ""
+    p = Path(path).resolve()
+    try:
+        return str(p.relative_to(out))
+    except ValueError:
+        return str(p)
+
+
+def _last_losses(metrics_csv: str | None) -> dict[str, float | None]:
+    rows = read_metrics_csv(metrics_csv) if metrics_csv and Path(metrics_csv).is_file() else []
+    last = rows[-1] if rows else {}
+    return {"train/loss": last.get("train/loss"), "val/loss": last.get("val/loss")}
+
+
+def _train_one(run: Run, sweep: Sweep, out: Path, train_fn: TrainFn) -> dict[str, Any]:
+    """Train, test (if asked) and evaluate one run. An ``Exception`` makes a ``failed`` row;
+    ``KeyboardInterrupt`` and ``SystemExit`` (Ctrl+C, and SIGTERM, which the sweep turns into
+    Ctrl+C) stop the sweep, leaving the run without a marker so that the next pass retries it."""
+    row: dict[str, Any] = {"run": run.key, "variant": run.variant, "seed": run.seed}
+    t0 = time.perf_counter()
+    try:
+        summary = train_fn(list(run.args))
+        if sweep.test and summary.get("test_acc") is None:
+            ckpt = summary.get("best_ckpt") or summary.get("last_ckpt")
+            test_args = ["test", *run.args[1:-1], f"--trainer.default_root_dir={run.root / 'test'}"]
+            summary["test_acc"] = train_fn([*test_args, f"--ckpt_path={ckpt}"]).get("test_acc")
+        wall = time.perf_counter() - t0
+        cols = evaluate_run(summary, sweep)
+    except Exception as exc:
+        row.update(status="failed", error=error_summary(exc), wall_s=time.perf_counter() - t0)
+        return row
+    row.update(
+        status="ok",
+        error="",
+        params=summary.get("params"),
+        macs=summary.get("macs"),
+        wall_s=wall,
+        epochs=summary.get("epochs"),
+        **{
+            "val/acc": summary.get("best_val_acc"),
+            "val/acc_last": summary.get("last_val_acc"),
+            "test/acc": summary.get("test_acc"),
+        },
+        **_last_losses(summary.get("metrics_csv")),
+        log_dir=_rel(summary.get("log_dir"), out),
+        metrics_csv=_rel(summary.get("metrics_csv"), out),
+        ckpt=_rel(summary.get("best_ckpt") or summary.get("last_ckpt"), out),
+        **cols,
+    )
+    return row
+
+
+def train_and_mark(
+    task: RunTask,
+    sweep: Sweep,
+    train_fn: TrainFn,
+    echo: Callable[[str], None],
+    *,
+    attempts: int = 1,
+) -> dict[str, Any]:
+    """Train ``task``'s run in a clean folder while holding its lock
+    (:class:`~visattn.ablate.lock.RunLock`), write its marker and return its row.
+
+    Raises:
+        RuntimeError: another live process holds the run's lock (it is training the run).
+    """
+    run, out = task.run, Path(task.out)
+    with RunLock(run.root, run.key):
+        if run.root.exists():
+            shutil.rmtree(run.root)
+        run.root.mkdir(parents=True)
+        row = _train_one(run, sweep, out, train_fn)
+        row["attempts"] = attempts
+        if row["status"] == "ok" and row.get("ckpt") and (out / row["ckpt"]).is_file():
+            digest = file_digest(out / row["ckpt"])
+            row.update(ckpt_size=digest["size"], ckpt_sha256=digest["sha256"])
+        record = {"row": row, "args": list(run.args), "settings": run_settings(run.args)}
+        atomic_write_text(run.root / MARKER, json.dumps(record, indent=1, default=str))
+    tag = f"[{sweep.name}] run {task.i}/{task.n} {run.key}"
+    if row["status"] == "ok":
+        acc = "?" if row["val/acc"] is None else f"{row['val/acc']:.4f}"
+        echo(f"{tag}: ok, val/acc {acc}, {fmt_time(row['wall_s'])}")
+    else:
+        echo(f"{tag}: FAILED ({row['error']})")
+    return row
