@@ -61,7 +61,7 @@ __all__ = [
     "plan_placements",
 ]
 
-POSITIONS = ("standard", "pre", "post", "identity", "inner", "stage", "conv")
+POSITIONS = ("standard", "pre", "post", "identity", "inner", "stage", "conv", "output")
 PLACEMENT_KEYS = ("name", "args", "stages", "blocks", "position", "init")
 _BLOCK_WORDS = ("all", "first", "last")
 _CONV_ARGS = ("out_channels", "stride")  # set by position 'conv' from the conv it replaces
