@@ -81,3 +81,17 @@ def recorded(blk: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, torch
         y = blk(x)
     assert list(maps) == [""]
     return y, maps[""]
+
+
+#: timm's ``NonLocalAttn`` tensor names -> visattn ``nonlocal``'s (timm's ``z.bias``, a bias
+#: before the BN, has no counterpart)
+TIMM_NONLOCAL_NAMES = {
+    "t.weight": "theta.weight",
+    "t.bias": "theta.bias",
+    "p.weight": "phi.weight",
+    "p.bias": "phi.bias",
+    "g.weight": "g.weight",
+    "g.bias": "g.bias",
+    "z.weight": "w_z.weight",
+    **{f"norm.{k}": f"norm.{k}" for k in ("weight", "bias", "running_mean", "running_var")},
+}

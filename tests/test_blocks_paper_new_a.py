@@ -349,8 +349,8 @@ def test_bat_transforms_are_normalised_and_map_is_received_attention() -> None:
     ("channels", "options"), [(32, {}), (256, {}), (72, {"groups": 3, "block_size": 4})]
 )
 def test_bat_param_count(channels: int, options: dict) -> None:
-    c, cr = channels, channels // 4
-    g, s = options.get("groups", 2), options.get("block_size", 7)
+    c, cr = channels, channels // 2  # the authors' r = 2 and 4 groups
+    g, s = options.get("groups", 4), options.get("block_size", 7)
     closed = 2 * c * cr + cr**2 + cr * g + 4 * cr + 2 * g + 2 * s**3 * g**2 + 2 * s**2 * g + 2 * c
     assert n_params(visattn.create_block("bat", c, **options)) == closed
 

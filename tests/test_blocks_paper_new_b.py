@@ -180,13 +180,13 @@ def test_fca_official_fixed_dct_size_pools_other_sizes_first() -> None:
 
 def test_fca_gap_special_case_and_uneven_channel_split() -> None:
     # top1 is (0, 0): Freq = H W * GAP (Sec. 3.2), SE's squeeze up to scale
-    blk = randomized("fca", 8, freq_sel="top1", reduction=4)
+    blk = randomized("fca", 8, freq_sel="top1", reduction=4, dct_norm="none")
     x = randn64(2, 8, 5, 6)
     hidden = (30 * x.mean((2, 3)) @ blk.fc1.weight.detach().T).clamp_min(0)
     close(blk(x), x * sigmoid(hidden @ blk.fc2.weight.detach().T)[:, :, None, None])
     # C = 72 with 16 frequencies: channel c takes frequency floor(16 c / 72); at 7x7 the mapped
     # index floor(u 7 / 7) = u
-    blk = randomized("fca", 72, freq_sel="top16")
+    blk = randomized("fca", 72, freq_sel="top16", dct_norm="none")
     freqs = visattn.blocks.fca.frequency_indices("top16")
     x = randn64(2, 72, 7, 7)
     filt = torch.stack(
@@ -197,7 +197,7 @@ def test_fca_gap_special_case_and_uneven_channel_split() -> None:
 
 def test_fca_maps_frequencies_to_any_size() -> None:
     # at 8x13 the index u on the 7-grid becomes floor(u * S / 7) on each axis
-    blk = randomized("fca", 16, freq_sel="bot16", reduction=4)
+    blk = randomized("fca", 16, freq_sel="bot16", reduction=4, dct_norm="none")
     freqs = visattn.blocks.fca.frequency_indices("bot16")
     assert freqs[0] == (6, 6)
     x = randn64(2, 16, 8, 13)

@@ -17,6 +17,7 @@ import math
 import pytest
 import torch
 import torch.nn as nn
+from paper_helpers import TIMM_NONLOCAL_NAMES
 from timm.layers.create_attn import get_attn
 from timm.layers.mlp import ConvMlp
 
@@ -188,23 +189,13 @@ def test_nonlocal_equals_timm_nl() -> None:
     sqrt(C) is the same. timm's W_z conv has a bias, zeroed here (BN follows it)."""
     ours = block("nonlocal", inner_channels=8, score="dot", temperature=math.sqrt(C))
     theirs = get_attn("nl")(C, rd_channels=8)
-    names = {
-        "t.weight": "theta.weight",
-        "t.bias": "theta.bias",
-        "p.weight": "phi.weight",
-        "p.bias": "phi.bias",
-        "g.weight": "g.weight",
-        "g.bias": "g.bias",
-        "z.weight": "w_z.weight",
-        **{f"norm.{k}": f"norm.{k}" for k in ("weight", "bias", "running_mean", "running_var")},
-    }
-    assert_same_function(ours, theirs, names, zero=("z.bias",), size=(9, 7))
+    assert_same_function(ours, theirs, TIMM_NONLOCAL_NAMES, zero=("z.bias",), size=(9, 7))
 
 
 @pytest.mark.parametrize("size", [(14, 14), (7, 21)])
 def test_bat_equals_timm_bat_with_its_dropout(size) -> None:
-    ours = block("bat", drop_rate=0.2)
-    theirs = get_attn("bat")(C, rd_channels=ours.inner_channels)
+    ours = block("bat", reduction=4, groups=2, drop_rate=0.2)  # timm's width and groups
+    theirs = get_attn("bat")(C)
     assert_same_function(ours, theirs, size=size, seed_each_call=True)
 
 

@@ -68,7 +68,7 @@ def test_identity_insertion_at_every_position_keeps_the_logits(trained18, librar
     original = trained18[library]
     model = copy.deepcopy(original)
     paths = visattn.inject(model, _every_position(name, "identity"))
-    assert len(paths) == 5 * 8 + 4  # 5 block positions x 8 blocks, 4 stages
+    assert len(paths) == 6 * 8 + 4  # 6 block positions x 8 blocks, 4 stages
     x = torch.randn(X64)
     with torch.no_grad():
         expected = original(x)

@@ -17,7 +17,7 @@ from visattn.blocks import is_block
 from visattn.models import normalize_placements
 from visattn.models.placement import Placement
 
-BLOCK_POSITIONS = ["pre", "inner", "standard", "identity", "post"]
+BLOCK_POSITIONS = ["pre", "inner", "standard", "identity", "post", "output"]
 
 
 # ----------------------------------------------------------------------------- normalize
@@ -104,7 +104,7 @@ def test_create_model_accepts_placement_objects_and_mappings_alike():
         (
             {"name": "se", "position": "after"},
             r"unknown position 'after'.*valid positions: \['standard', 'pre', 'post', 'identity', "
-            r"'inner', 'stage', 'conv'\]",
+            r"'inner', 'stage', 'conv', 'output'\]",
         ),
         (
             {"name": "bam", "position": "stage", "blocks": "all"},
@@ -212,22 +212,54 @@ def test_placement_fills_exactly_the_predicted_slots(model, attention, paths):
         (
             "resnet20_cifar",
             2,
-            {"pre": 16, "inner": 32, "standard": 32, "identity": 32, "post": 32, "stage": 32},
+            {
+                "pre": 16,
+                "inner": 32,
+                "standard": 32,
+                "identity": 32,
+                "post": 32,
+                "output": 32,
+                "stage": 32,
+            },
         ),
         (
             "resnet18",
             3,
-            {"pre": 128, "inner": 256, "standard": 256, "identity": 256, "post": 256, "stage": 256},
+            {
+                "pre": 128,
+                "inner": 256,
+                "standard": 256,
+                "identity": 256,
+                "post": 256,
+                "output": 256,
+                "stage": 256,
+            },
         ),
         (
             "resnet50",
             2,
-            {"pre": 256, "inner": 128, "standard": 512, "identity": 512, "post": 512, "stage": 512},
+            {
+                "pre": 256,
+                "inner": 128,
+                "standard": 512,
+                "identity": 512,
+                "post": 512,
+                "output": 512,
+                "stage": 512,
+            },
         ),
         (
             "preresnet164_cifar",
             1,
-            {"pre": 16, "inner": 16, "standard": 64, "identity": 64, "post": 64, "stage": 64},
+            {
+                "pre": 16,
+                "inner": 16,
+                "standard": 64,
+                "identity": 64,
+                "post": 64,
+                "output": 64,
+                "stage": 64,
+            },
         ),
     ],
 )
@@ -328,6 +360,9 @@ def test_each_block_position_computes_what_the_api_says(model, position):
     elif position == "post":  # the sum
         torch.testing.assert_close(seen, end + shortcut)
         torch.testing.assert_close(out, act(made))
+    elif position == "output":  # the block's output, after its final activation
+        torch.testing.assert_close(seen, act(end + shortcut))
+        torch.testing.assert_close(out, made)
 
 
 @pytest.mark.parametrize("model", ["resnet20_cifar", "preresnet164_cifar"])

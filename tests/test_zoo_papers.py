@@ -27,6 +27,7 @@ PAPER_MODELS = [
     "gct_resnet50",
     "botnet50",
     "lambda_resnet50",
+    "bat_resnet50",
     "sk_resnet18",
     "sk_resnet34",
 ]

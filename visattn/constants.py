@@ -17,11 +17,11 @@ __all__ = [
 ]
 
 #: where a placement may put a block (names from the SE paper's integration study, plus
-#: ``stage`` and ``conv``); see :mod:`visattn.models.placement`
-POSITIONS = ("standard", "pre", "post", "identity", "inner", "stage", "conv")
+#: ``stage``, ``conv`` and ``output``); see :mod:`visattn.models.placement`
+POSITIONS = ("standard", "pre", "post", "identity", "inner", "stage", "conv", "output")
 #: the positions inside a residual block, each an ``attn_<position>`` slot, in the order the
 #: block's forward reaches them (the order its slots are created in, hence of their parameters)
-BLOCK_POSITIONS = ("pre", "inner", "standard", "identity", "post")
+BLOCK_POSITIONS = ("pre", "inner", "standard", "identity", "post", "output")
 #: the positions that fill an ``attn_<position>`` slot (all but ``conv``, which replaces a conv)
 SLOT_POSITIONS = (*BLOCK_POSITIONS, "stage")
 

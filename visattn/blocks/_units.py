@@ -91,7 +91,7 @@ class PreActBottleneck(nn.Module):
     ``attn_pre`` sees ``relu(bn1(x))`` (the input of the first convolution); ``attn_inner`` the
     output of the 3x3 convolution (before ``bn3``, the next stage's pre-activation);
     ``attn_standard`` the output of ``conv3``; there is no final activation, so ``attn_post``
-    sees the unit's output.
+    and ``attn_output`` (after it) both see the unit's output.
 
     Args:
         in_channels: ``Cin``.
@@ -148,7 +148,7 @@ class PreActBottleneck(nn.Module):
         out = self.conv3(self.relu(self.bn3(out)))
         out = self.drop_path(self.attn_standard(out))
         out = out + self.attn_identity(shortcut)
-        return self.attn_post(out)
+        return self.attn_output(self.attn_post(out))
 
     def zero_init_last(self) -> None:
         """Zero the last layer of the residual branch, so the unit starts as the identity."""

@@ -101,35 +101,39 @@ class BatNonLocal(nn.Module):
     """BAT block: a non-local block whose attention is a grouped bilinear transform ``P X Q``.
 
     ``z = x + drop(phi_2(BAT(phi_1(x))))`` (the paper's non-local block with its BA
-    transform): ``phi_1`` a 1x1 conv ``C -> C' = C / r`` with BN and ReLU, ``BAT`` the grouped
-    bilinear attentional transform (:class:`BilinearAttnTransform`, ``s x s`` block-level
-    transforms per group of ``C' / G`` channels, ``s = 7``, ``G = 2``), ``phi_2`` a 1x1 conv
-    ``C' -> C`` with BN and ReLU. Instead of an ``HW x HW`` affinity, each position mixes with the
-    same offset in the other ``s`` row blocks and ``s`` column blocks, so the cost is
-    ``O(s C' HW)`` rather than ``O(C' (HW)^2)``.
+    transform): ``phi_1`` a 1x1 conv ``C -> C' = C / r`` with BN and ReLU (``r = 2``), ``BAT``
+    the grouped bilinear attentional transform (:class:`BilinearAttnTransform`, ``s x s``
+    block-level transforms per group of ``C' / G`` channels, ``s = 7``, ``G = 4``), ``phi_2``
+    a 1x1 conv ``C' -> C`` with BN and ReLU. Instead of an ``HW x HW`` affinity, each position
+    mixes with the same offset in the other ``s`` row blocks and ``s`` column blocks, so the cost
+    is ``O(s C' HW)`` rather than ``O(C' (HW)^2)``.
 
-    Paper vs official code (``BA-Transform/BAT-Image-Classification``; timm's
-    ``BatNonLocalAttn``): both put ``Dropout2d(0.2)`` on the branch (``drop_rate=0.2``; 0 here by
-    default) and require ``H`` and ``W`` to be multiples of ``s``; here other sizes are padded
-    (see :class:`BilinearAttnTransform`). timm computes ``P X Q`` with explicit ``H x H`` and
-    ``W x W`` Kronecker matrices; here they are never built. timm's channel count is
-    ``make_divisible(C / 4, 8)``; here ``C // r``.
+    The defaults are the authors' (``BA-Transform/BAT-Image-Classification``, ``BATBlock``:
+    ``r = 2``, ``k = 4`` groups; ``s = 7`` as their ResNets pass it). timm's
+    ``BatNonLocalAttn`` halves the inner width and the groups: ``reduction=4, groups=2`` is
+    timm's module (its width is ``make_divisible(C / 4, 8)``, equal to ``C // 4`` for every
+    ResNet width). The official code and timm put ``Dropout2d(0.2)`` on the branch
+    (``drop_rate=0.2``; 0 here by default, 0.2 in ``bat_resnet50``) and require ``H`` and ``W``
+    to be multiples of ``s``; here other sizes are padded (see :class:`BilinearAttnTransform`).
+    timm computes ``P X Q`` with explicit ``H x H`` and ``W x W`` Kronecker matrices; here they
+    are never built.
 
     Shapes: ``(N, C, H, W) -> (N, C, H, W)``. The attention map recorded is the weight each
     input position *receives*, ``(N, 1, H, W)``: the column sums of ``P kron I`` times the row
     sums of ``Q kron I``, averaged over groups and normalised to sum to 1 per image (only
     computed while ``capture_attention`` is active).
 
-    Parameters (default options, ``C' = C // 4``, ``G = 2``, ``s = 7``):
+    Parameters (default options, ``C' = C // 2``, ``G = 4``, ``s = 7``):
     ``2 C C' + C'^2 + C' G + 4 C' + 2 G + 2 s^3 G^2 + 2 s^2 G + 2 C``
     (``phi_1`` ``C C' + 2 C'``; BAT: ``C' G + 2 G``, ``conv_p``/``conv_q``
     ``2 (s^3 G^2 + s^2 G)``, ``C'^2 + 2 C'``; ``phi_2`` ``C' C + 2 C``).
 
     Args:
         channels: input channels ``C``.
-        reduction: ``C' = C // reduction`` (4, timm's rd_ratio 0.25).
+        reduction: ``C' = C // reduction`` (2, the authors'; timm's rd_ratio 0.25 is 4).
         block_size: ``s``, the size of the block-level transforms (7, official code and timm).
-        groups: ``G``, the number of transform groups (must divide ``C'``; 2).
+        groups: ``G``, the number of transform groups (must divide ``C'``; 4, the authors';
+            timm's 2).
         drop_rate: ``Dropout2d`` on the branch (0.2 in the official code and timm).
         act_layer: activation after each BN (name or class), ReLU.
     """
@@ -137,9 +141,9 @@ class BatNonLocal(nn.Module):
     def __init__(
         self,
         channels: int,
-        reduction: float = 4,
+        reduction: float = 2,
         block_size: int = 7,
-        groups: int = 2,
+        groups: int = 4,
         drop_rate: float = 0.0,
         act_layer: str | type[nn.Module] = "relu",
     ) -> None:

@@ -24,7 +24,8 @@ class ChannelGate(nn.Module):
 
     ``M_c(F) = sigmoid(sum_p MLP(Pool_p(F)))`` over the pooling types ``p`` (average and max in the
     paper) with ONE shared MLP ``W1 ReLU(W0 .)``, ``W0: C -> C/r``, ``W1: C/r -> C`` (1x1 convs
-    with bias, like the official code's ``nn.Linear``). The pooled vectors go through the MLP as
+    with bias, like the official code's ``nn.Linear``; ``mlp_bias=False`` drops the biases, as
+    timm's default does). The pooled vectors go through the MLP as
     one batch. ``light=True`` (timm's ``LightChannelAttn``) averages the two pooled vectors,
     ``0.5 (AvgPool + MaxPool)``, before ONE pass through the MLP.
     """
@@ -37,20 +38,23 @@ class ChannelGate(nn.Module):
         act_layer: str | type[nn.Module] = "relu",
         gate_layer: str | type[nn.Module] = "sigmoid",
         light: bool = False,
+        mlp_bias: bool = True,
     ) -> None:
         super().__init__()
         hidden = reduced_channels(channels, reduction)
         self.pool_types = tuple(pool_types)
         self.light = bool(light)
-        self.fc1 = nn.Conv2d(channels, hidden, 1)
+        self.fc1 = nn.Conv2d(channels, hidden, 1, bias=mlp_bias)
         self.act = get_layer(act_layer, "act_layer")()
-        self.fc2 = nn.Conv2d(hidden, channels, 1)
+        self.fc2 = nn.Conv2d(hidden, channels, 1, bias=mlp_bias)
         self.gate = get_layer(gate_layer, "gate_layer")()
 
     def init_identity(self) -> None:
         """Zero the MLP's last layer; gate 2*sigmoid, so ``M_c = 1``."""
         nn.init.zeros_(self.fc2.weight)
-        nn.init.zeros_(self.fc2.bias)
+        bias = self.fc2.bias  # a local: TorchScript refines its Optional type
+        if bias is not None:
+            nn.init.zeros_(bias)
         self.gate = ScaledSigmoid(2.0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -109,7 +113,7 @@ class CBAM(nn.Module):
 
     Parameters (default options, ``C_r = C // 16``, ``k = 7``): ``2 C C_r + C_r + C + 2 k^2 + 1``
     (MLP ``C C_r + C_r + C_r C + C``; spatial conv ``2 k^2 + 1``); ``light=True``:
-    ``2 C C_r + C_r + C + k^2 + 1``.
+    ``2 C C_r + C_r + C + k^2 + 1``; ``mlp_bias=False`` drops ``C_r + C``.
 
     Args:
         channels: input channels ``C``.
@@ -121,6 +125,7 @@ class CBAM(nn.Module):
         act_layer: MLP activation (name or class), ReLU in the paper.
         gate_layer: gate of both maps (name or class), sigmoid in the paper.
         light: timm's light CBAM (``lcbam``), see above.
+        mlp_bias: biases in the channel MLP (official code: yes; timm's default: no).
     """
 
     def __init__(
@@ -134,6 +139,7 @@ class CBAM(nn.Module):
         act_layer: str | type[nn.Module] = "relu",
         gate_layer: str | type[nn.Module] = "sigmoid",
         light: bool = False,
+        mlp_bias: bool = True,
     ) -> None:
         super().__init__()
         check_choice("order", order, _ORDERS)
@@ -141,7 +147,9 @@ class CBAM(nn.Module):
         if light and pool_types != _POOLS:
             raise ValueError("option 'pool_types' does not apply with light=True (avg and max)")
         self.order = order
-        self.channel = ChannelGate(channels, reduction, pool_types, act_layer, gate_layer, light)
+        self.channel = ChannelGate(
+            channels, reduction, pool_types, act_layer, gate_layer, light, mlp_bias
+        )
         self.spatial = SpatialGate(kernel_size, use_bn=use_bn, gate_layer=gate_layer, light=light)
 
     def init_identity(self) -> None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
+from timm.layers import make_divisible
 
-from ._utils import get_layer, reduced_channels
+from ._utils import check_positive_int, get_layer, reduced_channels
 from .capture import is_capturing, record_attention
 from .identity import ScaledSigmoid
 from .registry import register_block
@@ -33,8 +34,8 @@ class CoordinateAttention(nn.Module):
 
     ``simple=True`` is timm's ``scoord`` (``SimpleCoordAttn``): no BN (``F1`` then has a bias)
     and the two directions are added before ONE gate, ``y = x * sigmoid(F_h(f^h) + F_w(f^w))``
-    (timm's defaults there are ``act_layer="silu"`` and ``mip = make_divisible(C / 6, 8)``;
-    pass ``act_layer``/``reduction`` to match).
+    (timm's defaults there are ``act_layer="silu"`` and ``mip = make_divisible(C / 6, 8)``:
+    ``act_layer="silu", reduction=6, divisor=8``, which the alias ``scoord`` sets).
 
     Shapes: ``(N, C, H, W) -> (N, C, H, W)``; attention map ``g^h * g^w`` ``(N, C, H, W)`` (only
     computed while ``capture_attention`` is active; with ``simple=True`` the single gate).
@@ -50,6 +51,8 @@ class CoordinateAttention(nn.Module):
         act_layer: activation ``delta`` (name or class), h-swish in the paper.
         gate_layer: gate (name or class), sigmoid in the paper.
         simple: timm's simplified coordinate attention (``scoord``), see above.
+        divisor: ``d > 1`` rounds ``C / r`` to the nearest multiple of ``d`` instead of
+            flooring it (timm's ``make_divisible``), still at least ``min_channels``.
     """
 
     def __init__(
@@ -60,9 +63,13 @@ class CoordinateAttention(nn.Module):
         act_layer: str | type[nn.Module] = "hard_swish",
         gate_layer: str | type[nn.Module] = "sigmoid",
         simple: bool = False,
+        divisor: int = 1,
     ) -> None:
         super().__init__()
+        check_positive_int("divisor", divisor)
         mip = reduced_channels(channels, reduction, min_channels=min_channels)
+        if divisor > 1:  # timm's rounding: nearest multiple (make_divisible, round_limit 0)
+            mip = max(min_channels, make_divisible(channels / reduction, divisor, round_limit=0.0))
         gate = get_layer(gate_layer, "gate_layer")
         self.simple = bool(simple)
         self.conv1 = nn.Conv2d(channels, mip, 1, bias=self.simple)

@@ -92,9 +92,11 @@ class FcaAttention(nn.Module):
     ``floor(c n / C)`` (parts differ by at most one channel; equal to the official equal split
     when ``n`` divides ``C``, which the official code requires). ``C < n`` is an error.
 
-    ``dct_norm="none"`` (default) is the paper's basis as written in Eq. (1); ``"ortho"`` is the
-    official filters' orthonormal DCT (rows scaled by ``sqrt(1/S)`` for frequency 0,
-    ``sqrt(2/S)`` otherwise), which keeps ``Freq`` on the scale of the input.
+    ``dct_norm="ortho"`` (default) is the official filters' orthonormal DCT (rows scaled by
+    ``sqrt(1/S)`` for frequency 0, ``sqrt(2/S)`` otherwise), which keeps ``Freq`` on the scale of
+    the input; ``"none"`` is the basis as written in Eq. (1), whose unscaled sums grow with
+    ``H W``: on a 56x56 post-ReLU map at C=256 nearly every gate of a fresh block starts
+    saturated (below 0.01 or above 0.99), none with the orthonormal DCT.
 
     Identity at init: the generic wrapper. The SE-style form (``W2 = 0``, gate ``2 sigmoid``) is
     exact, but with no biases nothing learns whenever every hidden ReLU is off for the batch,
@@ -111,7 +113,7 @@ class FcaAttention(nn.Module):
         freq_sel: ``"top16"`` etc., see above.
         dct_size: ``None`` (filters for the input size) or a fixed ``(h, w)``/int with adaptive
             pooling (official).
-        dct_norm: ``"none"`` (paper) or ``"ortho"`` (official).
+        dct_norm: ``"ortho"`` (official, default) or ``"none"`` (Eq. (1) as written).
         act_layer: hidden activation (name or class), ReLU in the paper.
         gate_layer: gate (name or class), sigmoid in the paper.
     """
@@ -122,7 +124,7 @@ class FcaAttention(nn.Module):
         reduction: float = 16,
         freq_sel: str = "top16",
         dct_size: int | tuple[int, int] | None = None,
-        dct_norm: str = "none",
+        dct_norm: str = "ortho",
         act_layer: str | type[nn.Module] = "relu",
         gate_layer: str | type[nn.Module] = "sigmoid",
     ) -> None:

@@ -54,6 +54,7 @@ class GlobalContext(nn.Module):
         act_layer: bottleneck activation (name or class), ReLU in the paper.
         gate_layer: gate of the scale fusion (name or class), sigmoid.
         zero_init_last: start the addition transform's last conv at zero (identity at init).
+        norm_eps: the LayerNorms' epsilon (1e-5 as GCNet's ``nn.LayerNorm``; timm uses 1e-6).
     """
 
     def __init__(
@@ -65,9 +66,12 @@ class GlobalContext(nn.Module):
         act_layer: str | type[nn.Module] = "relu",
         gate_layer: str | type[nn.Module] = "sigmoid",
         zero_init_last: bool = True,
+        norm_eps: float = 1e-5,
     ) -> None:
         super().__init__()
         check_choice("pool", pool, ("attn", "avg"))
+        if isinstance(norm_eps, bool) or not isinstance(norm_eps, (int, float)) or norm_eps <= 0:
+            raise ValueError(f"option 'norm_eps' must be a positive number, got {norm_eps!r}")
         check_choice("fusion", fusion, ("add", "scale", "both"))
         hidden = reduced_channels(channels, reduction)
         act = get_layer(act_layer, "act_layer")
@@ -76,14 +80,14 @@ class GlobalContext(nn.Module):
         self.fc1 = self.norm = self.act = self.fc2 = None  # the addition transform T_a
         if fusion != "scale":
             self.fc1 = nn.Conv2d(channels, hidden, 1)
-            self.norm = nn.LayerNorm([hidden, 1, 1])
+            self.norm = nn.LayerNorm([hidden, 1, 1], eps=norm_eps)
             self.act = act()
             self.fc2 = nn.Conv2d(hidden, channels, 1)
         self.scale: nn.Module | None = None  # the scale transform T_s
         if fusion != "add":
             self.scale = nn.Sequential(
                 nn.Conv2d(channels, hidden, 1),
-                nn.LayerNorm([hidden, 1, 1]),
+                nn.LayerNorm([hidden, 1, 1], eps=norm_eps),
                 act(),
                 nn.Conv2d(hidden, channels, 1),
             )

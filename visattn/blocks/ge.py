@@ -100,6 +100,8 @@ class GatherExcite(nn.Module):
         mlp: SE's MLP after the gather; ``None`` = only for ``variant="plus"``.
         feat_size: ``(H, W)`` of the input, needed by a parametric global gather only.
         act_layer: activation of the MLP and between gather convs (name or class), ReLU.
+        gather_act: the activation after the gather's last BN too (the released
+            ``RN50-GEPP.prototxt`` has a ReLU there); parametric gathers only.
         gate_layer: gate (name or class), sigmoid in the paper.
     """
 
@@ -113,9 +115,14 @@ class GatherExcite(nn.Module):
         feat_size: tuple[int, int] | None = None,
         act_layer: str | type[nn.Module] = "relu",
         gate_layer: str | type[nn.Module] = "sigmoid",
+        gather_act: bool = False,
     ) -> None:
         super().__init__()
         check_choice("variant", variant, VARIANTS)
+        if gather_act and variant == "minus":
+            raise ValueError(
+                "option 'gather_act' needs a parametric gather (variant 'theta' or 'plus')"
+            )
         e = _check_extent(extent, variant)
         act = get_layer(act_layer, "act_layer")
         self.variant, self.extent = variant, e
@@ -149,6 +156,9 @@ class GatherExcite(nn.Module):
                     ]
                     if i < n - 1:
                         layers.append(act())
+            self._gather_norm = len(layers) - 1  # the last BN (init_identity zeroes it)
+            if gather_act:
+                layers.append(act())
             self.gather = nn.Sequential(*layers)
         elif feat_size is not None:
             raise ValueError("option 'feat_size' only applies to the parametric variants")
@@ -175,8 +185,8 @@ class GatherExcite(nn.Module):
             nn.init.zeros_(self.mlp[-1].weight)
             nn.init.zeros_(self.mlp[-1].bias)
         elif self.gather is not None:
-            nn.init.zeros_(self.gather[-1].weight)
-            nn.init.zeros_(self.gather[-1].bias)
+            nn.init.zeros_(self.gather[self._gather_norm].weight)
+            nn.init.zeros_(self.gather[self._gather_norm].bias)
         else:
             self.context_scale = nn.Parameter(torch.zeros(1))
         self.gate = ScaledSigmoid(2.0)

@@ -20,6 +20,7 @@ SCORES = ("dot", "scaled_dot", "cosine", "additive", "gaussian")
 SELECTIONS = ("soft", "topk")
 RECORDS = ("received", "full")
 SUBSAMPLE_ORDERS = ("after", "before")
+SCALES = ("head", "channels")
 COSINE_TEMPERATURE = 0.1
 
 
@@ -77,7 +78,9 @@ class NonLocal(nn.Module):
     Scores ``s_ij`` (option ``score``):
 
     * ``dot``: ``q_i . k_j``; with softmax this is the paper's *embedded Gaussian* (Eq. 3),
-    * ``scaled_dot`` (default): ``q_i . k_j / sqrt(d)`` (Vaswani et al., 2017, Eq. 1),
+    * ``scaled_dot`` (default): ``q_i . k_j / sqrt(d)`` (Vaswani et al., 2017, Eq. 1); with
+      ``scale_by="channels"``, ``q_i . k_j / sqrt(C)`` by the input width ``C`` instead (timm's
+      ``NonLocalAttn``, after the BAT authors' non-local code),
     * ``cosine``: ``cos(q_i, k_j) / temperature`` (``temperature`` defaults to 0.1, fixed),
     * ``additive``: ``w^T tanh(q_i + k_j)`` (Bahdanau et al., 2015, App. A.1.2; ``theta`` and
       ``phi`` play the roles of ``W_q`` and ``W_k``; ``w`` is a learned vector of ``d`` per head).
@@ -153,6 +156,8 @@ class NonLocal(nn.Module):
         subsample_order: ``after`` (pool phi(x), g(x); the paper) | ``before`` (pool x, then
             phi, g; the official code).
         temperature: divides the scores (see above).
+        scale_by: the width ``scaled_dot`` divides by the root of: ``head`` (``d``) or
+            ``channels`` (the input's ``C``).
         norm: BatchNorm after ``W_z`` (paper) with zero-initialised scale.
         record: what :func:`visattn.capture_attention` receives, ``received`` | ``full``.
     """
@@ -172,9 +177,11 @@ class NonLocal(nn.Module):
         temperature: float | None = None,
         norm: bool = True,
         record: str = "received",
+        scale_by: str = "head",
     ) -> None:
         super().__init__()
         check_choice("score", score, SCORES)
+        check_choice("scale_by", scale_by, SCALES)
         check_choice("selection", selection, SELECTIONS)
         check_choice("record", record, RECORDS)
         check_choice("subsample_order", subsample_order, SUBSAMPLE_ORDERS)
@@ -219,6 +226,8 @@ class NonLocal(nn.Module):
         self.window, self.subsample, self.temperature = window, subsample, float(temperature)
         self.record = record
         self.subsample_order = subsample_order
+        # the root scaled_dot divides by: the head depth, or the input width (scale_by)
+        self.scale_width = inner // heads if scale_by == "head" else channels
 
         if score == "gaussian":
             self.theta = self.phi = None
@@ -267,7 +276,7 @@ class NonLocal(nn.Module):
         else:  # dot, scaled_dot, gaussian
             s = q @ k.transpose(-1, -2)
             if self.score == "scaled_dot":
-                s = s * q.shape[-1] ** -0.5
+                s = s * self.scale_width**-0.5
         return s if self.temperature == 1.0 else s / self.temperature
 
     def _fused_ok(self) -> bool:
@@ -314,7 +323,8 @@ class NonLocal(nn.Module):
             # Same function through the fused kernel: no (HW x HWk) weights kept for backward.
             if self.score == "cosine":
                 q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
-            scale = (q.shape[-1] ** -0.5 if self.score == "scaled_dot" else 1.0) / self.temperature
+            scaled = self.score == "scaled_dot"
+            scale = (self.scale_width**-0.5 if scaled else 1.0) / self.temperature
             y = F.scaled_dot_product_attention(q, k, v.to(q.dtype), attn_mask=allowed, scale=scale)
             y = y.transpose(-1, -2).reshape(n, self.inner_channels, h, w)
             return x + self.norm(self.w_z(y.to(x.dtype)))

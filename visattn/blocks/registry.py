@@ -24,6 +24,7 @@ The decorator also gives every block two behaviours users of ``torch.nn`` and ti
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import difflib
 import functools
 import inspect
@@ -35,6 +36,7 @@ import torch
 import torch.nn as nn
 
 from .._subscribers import Listener, Subscribers
+from .aliases import TIMM_ALIASES
 from .identity import INITS, identity_form, make_identity
 
 __all__ = [
@@ -73,6 +75,11 @@ class BlockInfo:
     cls: type[nn.Module]
     defaults: dict[str, Any] = field(default_factory=dict)
     replaces_conv: bool = False
+    #: for an alias (timm's attention strings, :mod:`visattn.blocks.aliases`): the block it
+    #: names, the options it sets (already in ``defaults``) and what it is in timm
+    alias_of: str | None = None
+    alias_args: dict[str, Any] = field(default_factory=dict)
+    alias_notes: str = ""
 
     @property
     def identity_form(self) -> str:
@@ -248,13 +255,33 @@ def subscribe(listener: Listener) -> Callable[[], None]:
     from now on (first with every registered name as added); returns the function that
     unsubscribes it."""
     return _SUBSCRIBERS.subscribe(listener, _REGISTRY)
+def _alias_info(name: str) -> BlockInfo | None:
+    """The :class:`BlockInfo` of timm's alias ``name`` (its block's, renamed, with the alias's
+    options as defaults), or ``None``."""
+    alias = TIMM_ALIASES.get(name) if isinstance(name, str) else None
+    if alias is None or alias.alias_of not in _REGISTRY:
+        return None
+    base = _REGISTRY[alias.alias_of]
+    return dataclasses.replace(
+        base,
+        name=name,
+        paper=f"{base.paper} (timm's {alias.timm_module})",
+        defaults={**base.defaults, **alias.args},
+        alias_of=base.name,
+        alias_args=dict(alias.args),
+        alias_notes=alias.notes,
+    )
 
 
 def _lookup(name: str) -> BlockInfo:
     try:
         return _REGISTRY[name]
     except (KeyError, TypeError):
-        close = difflib.get_close_matches(str(name), list(_REGISTRY), n=3, cutoff=0.5)
+        info = _alias_info(name)
+        if info is not None:
+            return info
+        known = [*_REGISTRY, *(a for a in TIMM_ALIASES if TIMM_ALIASES[a].alias_of in _REGISTRY)]
+        close = difflib.get_close_matches(str(name), known, n=3, cutoff=0.5)
         hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
         raise UnknownBlockError(
             f"unknown block {name!r}{hint} (registered: {', '.join(sorted(_REGISTRY))})"
@@ -269,13 +296,17 @@ def list_blocks(family: str | None = None) -> list[str]:
 
 
 def block_info(name: str) -> BlockInfo:
-    """The :class:`BlockInfo` of a registered block; unknown names raise ``UnknownBlockError``."""
+    """The :class:`BlockInfo` of a registered block or of one of timm's attention strings
+    (``ecam``, ``ceca``, ``gca``, ``lcbam``, ``scoord``, ``bottleneck``, ``nl``: ``.alias_of``
+    names the block, ``.alias_args`` the options the alias sets); unknown names raise
+    ``UnknownBlockError``."""
     return _lookup(name)
 
 
 def create_block(name: str, channels: int, *, init: str = "default", **kwargs: Any) -> nn.Module:
     """Build the block ``name`` for ``channels`` channels with keyword ``kwargs``.
 
+    ``name`` may also be one of timm's attention strings (see :func:`block_info`).
     ``init="default"`` keeps the paper's initialisation. ``init="identity"`` returns a block that
     computes exactly its input at initialisation (see :mod:`visattn.blocks.identity`), for
     insertion into a trained network; :attr:`BlockInfo.identity_form` says how.
@@ -285,8 +316,8 @@ def create_block(name: str, channels: int, *, init: str = "default", **kwargs: A
         raise ValueError(
             f"block '{name}': option 'init' must be one of {list(INITS)}, got {init!r}"
         )
-    block = info.cls(channels, **kwargs)
-    return make_identity(block, name) if init == "identity" else block
+    block = info.cls(channels, **{**info.alias_args, **kwargs})  # an alias's options, overridable
+    return make_identity(block, info.alias_of or name) if init == "identity" else block
 
 
 def is_block(module: nn.Module) -> bool:

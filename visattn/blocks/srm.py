@@ -12,6 +12,10 @@ from .capture import record_attention
 from .identity import ScaledSigmoid
 from .registry import register_block
 
+STDS = ("biased", "unbiased", "official")
+#: added to the variance under the root by the official code's style pooling
+OFFICIAL_STD_EPS = 1e-5
+
 
 @register_block("srm", family="channel", paper="Lee et al., ICCV 2019")
 class SRM(nn.Module):
@@ -26,11 +30,13 @@ class SRM(nn.Module):
       (``w: C x 2``, no bias), batch norm over ``z``, ``g_nc = sigmoid(BN(z)_nc)``;
     * ``y = g * x``.
 
-    ``std="biased"`` (default) is the paper's ``1/(HW)``; ``"unbiased"`` is the official code's
-    ``torch.std`` (``1/(HW - 1)``, kept at 1 for a 1x1 map). The variance is floored at 1e-12
-    under the root so a constant map has a finite gradient. As in the official code ``w`` starts
-    at zero (so the gate starts at ``sigmoid(0) = 1/2`` everywhere) and BN is a ``BatchNorm2d``
-    on ``(N, C, 1, 1)``, which needs more than one sample per batch in training.
+    ``std="biased"`` (default) is the paper's ``1/(HW)``; ``"unbiased"`` is ``torch.std``
+    (``1/(HW - 1)``, kept at 1 for a 1x1 map); ``"official"`` is the official code's
+    ``sqrt(var + 1e-5)`` with the unbiased variance (the ``1e-5`` matters on low-variance maps).
+    The variance is floored at 1e-12 under the root so a constant map has a finite gradient. As
+    in the official code ``w`` starts at zero (so the gate starts at ``sigmoid(0) = 1/2``
+    everywhere) and BN is a ``BatchNorm2d`` on ``(N, C, 1, 1)``, which needs more than one
+    sample per batch in training.
 
     Shapes: ``(N, C, H, W) -> (N, C, H, W)``; attention map ``g``, ``(N, C, 1, 1)``.
 
@@ -38,7 +44,8 @@ class SRM(nn.Module):
 
     Args:
         channels: input channels ``C``.
-        std: ``"biased"`` (paper) or ``"unbiased"`` (official code).
+        std: ``"biased"`` (paper), ``"unbiased"`` (``torch.std``) or ``"official"``
+            (unbiased variance ``+ 1e-5`` under the root, as the official code).
         gate_layer: gate (name or class), sigmoid in the paper.
     """
 
@@ -49,8 +56,10 @@ class SRM(nn.Module):
         gate_layer: str | type[nn.Module] = "sigmoid",
     ) -> None:
         super().__init__()
-        check_choice("std", std, ("biased", "unbiased"))
-        self.unbiased = std == "unbiased"
+        check_choice("std", std, STDS)
+        self.std = std
+        self.unbiased = std != "biased"
+        self.eps = OFFICIAL_STD_EPS if std == "official" else 0.0
         self.cfc = nn.Parameter(torch.zeros(channels, 2))
         self.bn = nn.BatchNorm2d(channels)
         self.gate = get_layer(gate_layer, "gate_layer")()
@@ -66,11 +75,11 @@ class SRM(nn.Module):
         n, c, h, w = x.shape
         mu = x.mean((2, 3), keepdim=True)
         var = (x - mu).pow(2).sum((2, 3)) / _stats.variance_divisor(h * w, self.unbiased)
-        z = self.cfc[:, 0] * mu.view(n, c) + self.cfc[:, 1] * _stats.safe_std(var)
+        z = self.cfc[:, 0] * mu.view(n, c) + self.cfc[:, 1] * _stats.safe_std(var + self.eps)
         g = self.gate(self.bn(z.view(n, c, 1, 1)))
         if not torch.jit.is_scripting():
             record_attention(self, g)
         return x * g
 
     def extra_repr(self) -> str:
-        return f"std={'unbiased' if self.unbiased else 'biased'!r}"
+        return f"std={self.std!r}"

@@ -60,6 +60,9 @@ class TripletAttention(nn.Module):
         kernel_size: positive odd ``k`` of the branch convs (7 in the paper).
         no_spatial: drop the ``hw`` (spatial) branch.
         gate_layer: gate (name or class), sigmoid in the paper.
+        zero_init_hw: start the ``hw`` branch's BN scale at zero, as the official ResNets
+            initialise it (their ``SpatialGate`` BN weights): that gate starts at
+            ``sigmoid(0) = 1/2`` everywhere.
     """
 
     def __init__(
@@ -68,13 +71,18 @@ class TripletAttention(nn.Module):
         kernel_size: int = 7,
         no_spatial: bool = False,
         gate_layer: str | type[nn.Module] = "sigmoid",
+        zero_init_hw: bool = False,
     ) -> None:
         super().__init__()
         check_positive_int("kernel_size", kernel_size, odd=True)
+        if zero_init_hw and no_spatial:
+            raise ValueError("option 'zero_init_hw' needs the hw branch (no_spatial=False)")
         self.no_spatial = bool(no_spatial)
         self.cw = _ZPoolConv(kernel_size)
         self.hc = _ZPoolConv(kernel_size)
         self.hw = nn.Identity() if self.no_spatial else _ZPoolConv(kernel_size)
+        if zero_init_hw:
+            nn.init.zeros_(self.hw.bn.weight)
         self.gate = get_layer(gate_layer, "gate_layer")()
 
     def init_identity(self) -> None:

@@ -386,7 +386,9 @@ _GATE_TWINS: dict[str, Twin] = {
     "strip": Twin(_strip_twin),
     "bat": Twin(
         _bat_twin,
-        "timm needs H, W multiples of s=7 (visattn pads); both without dropout",
+        "timm's width C/4 and 2 groups (the authors': C/2, 4 groups); timm needs H, W "
+        "multiples of s=7 (visattn pads); both without dropout",
+        options={"reduction": 4, "groups": 2},
         multiple=7,
         check_size=(14, 21),
     ),

@@ -23,6 +23,7 @@ import torch.nn as nn
 
 from ..constants import STATS
 from .checkpoint import load_checkpoint
+from .features import check_global_pool
 from .placement import apply_placements, normalize_placements
 from .registry import ModelSpec, get_model_spec
 
@@ -102,6 +103,7 @@ def create_model(
     *,
     num_classes: int | None = None,
     in_chans: int = 3,
+    global_pool: str = "avg",
     attention: Any = None,
     checkpoint_path: str | PathLike[str] | None = None,
     pretrained_backbone: str | PathLike[str] | None = None,
@@ -115,6 +117,9 @@ def create_model(
         num_classes: classifier outputs (default: the model's dataset, 10 for CIFAR models,
             1000 for ImageNet models; ``0`` gives no classifier, pooled features out).
         in_chans: input channels.
+        global_pool: timm's global pooling before the classifier: ``avg``, ``max``,
+            ``avgmax``, ``catavgmax`` (average and max concatenated), or ``""`` with
+            ``num_classes=0`` for the unpooled ``(N, num_features, H', W')`` map.
         attention: placement(s) to add (see the README's placement table); composed after
             those the name fixes.
         checkpoint_path: a state_dict file to load (visattn, torchvision, timm, Lightning
@@ -157,8 +162,11 @@ def create_model(
             f"create_model({spec.name!r}): num_classes must be an int >= 0 (0 = no classifier), "
             f"got {num_classes!r}"
         )
+    check_global_pool(global_pool, num_classes)
     built = {**spec.defaults, **spec.fixed, **kwargs}
     model = spec.builder(**built, num_classes=num_classes, in_chans=in_chans)
+    if global_pool != "avg":
+        model.reset_classifier(num_classes, global_pool)
     model.attention_paths = apply_placements(model, placements, model_name=spec.name)
     model.model_name = spec.name
     model.pretrained_cfg = pretrained_cfg_for(

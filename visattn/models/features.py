@@ -12,23 +12,67 @@ A network using :class:`TimmModelMixin` provides:
 * ``forward_norm(x)``: the final norm/activation after the last stage (identity where there is
   none); the last feature includes it, so it is the map the head pools;
 * ``prune_stages(n)`` / ``prune_norm()``: drop the stages after the ``n``-th / the final norm;
-* attributes ``avgpool``, ``fc``, ``num_features``, ``num_classes``, ``drop_rate`` and
-  ``feature_info`` (one dict per feature index: ``num_chs``, ``reduction``, ``module``).
-"""
+* attributes ``avgpool`` (a :func:`classifier_head` pool), ``fc``, ``num_features``,
+  ``num_classes``, ``drop_rate`` and ``feature_info`` (one dict per feature index:
+  ``num_chs``, ``reduction``, ``module``).
 
-from __future__ import annotations
+This module has no ``from __future__ import annotations``: ``torch.fx`` copies the traced root's
+``forward`` annotations into the generated code, and a string annotation (``'torch.Tensor'``)
+comes out as the unknown type ``_torch_Tensor_``, which ``torch.jit.script`` refuses. With real
+annotations a model traced by timm's fx feature extraction can be scripted.
+"""
 
 from collections.abc import Sequence
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from timm.layers import SelectAdaptivePool2d
 from timm.models._features import feature_take_indices
 from torch.utils.checkpoint import checkpoint
 
 from .checkpoint import load_checkpoint
 
-__all__ = ["TimmModelMixin"]
+__all__ = ["GLOBAL_POOLS", "TimmModelMixin", "check_global_pool", "classifier_head"]
+
+#: timm's global pooling types (``SelectAdaptivePool2d``); ``""`` leaves the features unpooled
+GLOBAL_POOLS = ("avg", "max", "avgmax", "catavgmax", "")
+
+
+def check_global_pool(global_pool: str, num_classes: int) -> None:
+    """Raise ``ValueError`` for a pooling type timm does not have, or for no pooling
+    (``""``) in front of a classifier."""
+    if global_pool not in GLOBAL_POOLS:
+        raise ValueError(
+            f"global_pool must be one of {list(GLOBAL_POOLS)} (timm's pooling types), "
+            f"got {global_pool!r}"
+        )
+    if not global_pool and num_classes > 0:
+        raise ValueError(
+            "global_pool='' (no pooling) needs num_classes=0: a linear classifier cannot take "
+            "an unpooled map"
+        )
+
+
+def classifier_head(
+    num_features: int, num_classes: int, global_pool: str = "avg"
+) -> tuple[nn.Module, nn.Module]:
+    """timm's classifier head: the global pool (``SelectAdaptivePool2d``, flattening) and the
+    linear classifier (an identity for ``num_classes=0``). ``catavgmax`` concatenates average
+    and max pooling, so the classifier sees ``2 * num_features`` inputs; ``""`` keeps the
+    ``(N, num_features, H, W)`` map, which only makes sense without a classifier.
+
+    Raises:
+        ValueError: an unknown ``global_pool``, or ``""`` with ``num_classes > 0``.
+    """
+    check_global_pool(global_pool, num_classes)
+    # max pooling in timm's "fast" form (mean / amax over H, W, the same values): its adaptive
+    # form does not compile with TorchScript
+    pool_type = global_pool if global_pool in ("", "avg") else f"fast{global_pool}"
+    pool = SelectAdaptivePool2d(pool_type=pool_type, flatten=bool(global_pool))
+    width = num_features * pool.feat_mult()
+    fc = nn.Linear(width, num_classes) if num_classes > 0 else nn.Identity()
+    return pool, fc
 
 
 class TimmModelMixin:
@@ -37,18 +81,28 @@ class TimmModelMixin:
     # (``feature_info``, a list of dicts set by each model, is not annotated here: TorchScript
     # would try to type it from the annotation)
     grad_checkpointing: bool = False
+    # plain Python attributes: TorchScript would otherwise compile the properties
+    __jit_unused_properties__ = ["head_hidden_size", "global_pool"]
 
     # ------------------------------------------------------------------ head
 
     @property
     def head_hidden_size(self) -> int:
-        """Width of the pooled features the classifier sees (timm's attribute)."""
-        return self.num_features
+        """Width of the pooled features the classifier sees (timm's attribute): twice
+        ``num_features`` with ``catavgmax`` pooling."""
+        return self.num_features * self.avgpool.feat_mult()
+
+    @property
+    def global_pool(self) -> str:
+        """The global pooling type (timm's name): ``avg``, ``max``, ``avgmax``, ``catavgmax``
+        or ``""`` (none)."""
+        return self.avgpool.pool_type.removeprefix("fast")
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         """``(N, num_features, H', W') -> (N, num_classes)``, or the pooled ``(N,
-        num_features)`` with ``pre_logits=True``."""
-        x = torch.flatten(self.avgpool(x), 1)
+        head_hidden_size)`` with ``pre_logits=True`` (the unpooled map with
+        ``global_pool=""``)."""
+        x = self.avgpool(x)
         if self.drop_rate:
             x = F.dropout(x, p=self.drop_rate, training=self.training)
         return x if pre_logits else self.fc(x)
@@ -61,12 +115,14 @@ class TimmModelMixin:
 
     def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
         """Replace the classifier by a freshly initialised one with ``num_classes`` outputs
-        (``0`` gives an identity: the model then returns pooled features of size
-        ``num_features``, as in timm). Only average pooling exists (``global_pool="avg"``)."""
-        if global_pool not in (None, "avg"):
-            raise ValueError(f"global_pool must be 'avg' (the only pooling), got {global_pool!r}")
+        (``0`` gives an identity: the model then returns pooled features, as in timm), and the
+        global pooling by ``global_pool`` (one of :data:`GLOBAL_POOLS`; ``None`` keeps the
+        current one; ``""`` with ``num_classes=0`` returns the unpooled feature map)."""
+        pool, fc = classifier_head(
+            self.num_features, num_classes, self.global_pool if global_pool is None else global_pool
+        )
         self.num_classes = num_classes
-        self.fc = nn.Linear(self.num_features, num_classes) if num_classes > 0 else nn.Identity()
+        self.avgpool, self.fc = pool, fc
         if hasattr(self, "pretrained_cfg"):
             self.pretrained_cfg = {**self.pretrained_cfg, "num_classes": num_classes}
 

@@ -105,7 +105,7 @@ class TimmBasicBlock(SlottedBlock):
         if self.drop_path is not None:
             out = self.drop_path(out)
         out = out + self.attn_identity(shortcut)
-        return self.act2(self.attn_post(out))
+        return self.attn_output(self.act2(self.attn_post(out)))
 
 
 class TimmBottleneck(SlottedBlock):
@@ -137,7 +137,7 @@ class TimmBottleneck(SlottedBlock):
         if self.drop_path is not None:
             out = self.drop_path(out)
         out = out + self.attn_identity(shortcut)
-        return self.act3(self.attn_post(out))
+        return self.attn_output(self.act3(self.attn_post(out)))
 
 
 #: foreign block class -> function returning a slotted block that shares its layers

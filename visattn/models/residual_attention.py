@@ -41,7 +41,7 @@ import torch.nn as nn
 
 from ..blocks._units import PreActBottleneck
 from ..blocks.residual_attention import ResidualAttention
-from .features import TimmModelMixin
+from .features import TimmModelMixin, classifier_head
 
 __all__ = ["ResidualAttentionNet"]
 
@@ -163,8 +163,7 @@ class ResidualAttentionNet(TimmModelMixin, nn.Module):
         self.num_features = width
         self.norm = nn.BatchNorm2d(width)
         self.act = nn.ReLU(inplace=True)
-        self.avgpool = nn.AdaptiveAvgPool2d(1)
-        self.fc = nn.Linear(width, num_classes) if num_classes > 0 else nn.Identity()
+        self.avgpool, self.fc = classifier_head(width, num_classes)
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")

@@ -11,8 +11,9 @@ ResNets of torchvision.
   (stride on the 3x3 convolution of the Bottleneck, "ResNet v1.5"), so torchvision or timm
   state_dicts load unchanged.
 
-Attention placement is data (see :mod:`visattn.models.placement`): every residual block has five
-*slots*, ``attn_pre``, ``attn_inner``, ``attn_standard``, ``attn_identity`` and ``attn_post``,
+Attention placement is data (see :mod:`visattn.models.placement`): every residual block has six
+*slots*, ``attn_pre``, ``attn_inner``, ``attn_standard``, ``attn_identity``, ``attn_post`` and
+``attn_output``,
 and every stage a slot ``attn_stage``; all are ``nn.Identity`` (no parameters, no state_dict
 keys) until a placement fills them.
 """
@@ -31,7 +32,7 @@ from ..blocks._units import conv1x1 as _conv1x1
 from ..blocks._units import conv3x3 as _conv3x3
 from ..blocks._units import make_shortcut as _shortcut
 from ..constants import BLOCK_POSITIONS
-from .features import TimmModelMixin
+from .features import TimmModelMixin, classifier_head
 
 __all__ = [
     "BasicBlock",
@@ -55,7 +56,9 @@ class SlottedBlock(nn.Module):
     * ``attn_standard``: on the residual branch's output (after its last norm), before the sum;
     * ``attn_identity``: on the shortcut's output (after a projection or padding, if any),
       in parallel with the residual branch;
-    * ``attn_post``: on the sum, before the block's final activation (if any).
+    * ``attn_post``: on the sum, before the block's final activation (if any);
+    * ``attn_output``: on the block's output, after its final activation: a block between two
+      residual blocks, as the non-local and BAT papers insert theirs.
 
     Placement position ``conv`` replaces the residual branch's middle convolution, the attribute
     named by :attr:`conv_slot` (``conv2``, the 3x3 of a bottleneck; ``conv1``, the first 3x3 of a
@@ -128,7 +131,7 @@ class BasicBlock(SlottedBlock):
         out = self.drop_path(self.attn_standard(out))
         out = out + self.attn_identity(shortcut)
         out = self.attn_post(out)
-        return self.relu(out)
+        return self.attn_output(self.relu(out))
 
     def zero_init_last(self) -> None:
         nn.init.zeros_(self.bn2.weight)
@@ -179,7 +182,7 @@ class Bottleneck(SlottedBlock):
         out = self.drop_path(self.attn_standard(out))
         out = out + self.attn_identity(shortcut)
         out = self.attn_post(out)
-        return self.relu(out)
+        return self.attn_output(self.relu(out))
 
     def zero_init_last(self) -> None:
         nn.init.zeros_(self.bn3.weight)
@@ -378,8 +381,7 @@ class ResNet(TimmModelMixin, nn.Module):
         self.num_features = cin
         self.bn_final = nn.BatchNorm2d(cin) if preact else nn.Identity()
         self.relu_final = nn.ReLU(inplace=True) if preact else nn.Identity()
-        self.avgpool = nn.AdaptiveAvgPool2d(1)
-        self.fc = nn.Linear(cin, num_classes) if num_classes > 0 else nn.Identity()
+        self.avgpool, self.fc = classifier_head(cin, num_classes)
         self._init_weights(zero_init_residual)
 
     def _init_weights(self, zero_init_residual: bool) -> None:

@@ -26,6 +26,7 @@ from .resnet import ResNet
 
 __all__ = [
     "ECA_NET50_KERNELS",
+    "bat_placements",
     "bot50_placements",
     "eca_placements",
     "fca_placements",
@@ -69,12 +70,18 @@ def _stage_sizes(input_size: int) -> tuple[int, ...]:
 def ge_placements(input_size: int = 224) -> tuple[dict, ...]:
     """GE-theta-plus with global extent at the standard position of every block (Hu et al.,
     NeurIPS 2018; the official ``RN50-GEPP.prototxt``): per stage a depthwise conv whose kernel
-    is the whole feature map, so the model is built for one input size (56, 28, 14, 7 at
+    is the whole feature map, then BN and ReLU (``gather_act``), so the model is built for one
+    input size (56, 28, 14, 7 at
     ``input_size=224``). E.g. ``create_model("resnet50", attention=ge_placements(64))``."""
     return tuple(
         {
             "name": "ge",
-            "args": {"variant": "plus", "extent": "global", "feat_size": (s, s)},
+            "args": {
+                "variant": "plus",
+                "extent": "global",
+                "feat_size": (s, s),
+                "gather_act": True,
+            },
             "stages": [i + 1],
         }
         for i, s in enumerate(_stage_sizes(input_size))
@@ -85,7 +92,7 @@ def fca_placements(dct_sizes: tuple[int, ...] | None = (56, 28, 14, 7)) -> tuple
     """FcaNet's multi-spectral attention (top16, r = 16, bias-free FCs) at the standard position
     of every block, with the official code's fixed DCT filter size per stage (``dct_sizes[i]``
     for stage ``i + 1``, inputs of another size are average-pooled to it) and its orthonormal
-    DCT; ``None``: the paper's form, filters for the input's own size and Eq. (1)'s basis."""
+    DCT; ``None``: filters for the input's own size (the paper's form), with the same DCT."""
     if dct_sizes is None:
         return ({"name": "fca"},)
     return tuple(
@@ -131,6 +138,23 @@ def bot50_placements(feat_size: int = 14) -> tuple[dict, ...]:
             "blocks": [1, 2],
             "args": {"heads": 4, "feat_size": later},
         },
+    )
+
+
+def bat_placements(drop_rate: float = 0.2) -> tuple[dict, ...]:
+    """BAT-ResNet-50 as the authors built it (``BA-Transform/BAT-Image-Classification``,
+    ``nlnet50`` with ``--nl_mod 2 2 1000``): a BAT block (``r = 2``, 4 groups, ``s = 7``,
+    ``Dropout2d(drop_rate)`` on its branch) on the output of every second residual block of
+    layer2 and layer3 (blocks 1, 3 and 1, 3, 5), between that block and the next."""
+    return tuple(
+        {
+            "name": "bat",
+            "position": "output",
+            "stages": [stage],
+            "blocks": blocks,
+            "args": {"drop_rate": drop_rate},
+        }
+        for stage, blocks in ((2, [1, 3]), (3, [1, 3, 5]))
     )
 
 
@@ -237,18 +261,18 @@ _PAPER_MODELS: list[tuple[str, str, tuple[dict[str, Any], ...], dict[str, Any], 
         {},
         {
             "paper": "Hu et al., NeurIPS 2018",
-            "follows": "official RN50-GEPP (GE-theta-plus, global extent): 224x224 inputs only",
-            "differs": "no ReLU between the gather's BN and the MLP",
+            "follows": "official RN50-GEPP (GE-theta-plus, global extent, ReLU after the "
+            "gather's BN): 224x224 inputs only",
         },
     ),
     (
         "srm_resnet50",
         "resnet50",
-        ({"name": "srm", "args": {"std": "unbiased"}},),
+        ({"name": "srm", "args": {"std": "official"}},),
         {},
         {
             "paper": "Lee et al., ICCV 2019",
-            "follows": "official code: after bn3, torch.std (unbiased)",
+            "follows": "official code: after bn3, sqrt(unbiased variance + 1e-5)",
             "published_params": "25.62M",
         },
     ),
@@ -284,11 +308,12 @@ _PAPER_MODELS: list[tuple[str, str, tuple[dict[str, Any], ...], dict[str, Any], 
     (
         "triplet_resnet50",
         "resnet50",
-        ({"name": "triplet"},),
+        ({"name": "triplet", "args": {"zero_init_hw": True}},),
         {},
         {
             "paper": "Misra et al., WACV 2021",
-            "follows": "official code: after bn3, 7x7 kernels",
+            "follows": "official code: after bn3, 7x7 kernels, the hw branch's BN scale "
+            "initialised to zero",
             "published_params": "25.56M",
         },
     ),
@@ -302,6 +327,18 @@ _PAPER_MODELS: list[tuple[str, str, tuple[dict[str, Any], ...], dict[str, Any], 
             "differs": "GCT before conv1 and conv3 of every block (visattn's slots); the "
             "official code also puts one before conv2, the stem conv and the downsample convs",
             "official_params": 25_624_625,
+        },
+    ),
+    (
+        "bat_resnet50",
+        "resnet50",
+        bat_placements(),
+        {},
+        {
+            "paper": "Chi et al., CVPR 2020",
+            "follows": "official nlnet50 --nltype bat --nl_mod 2 2 1000: BAT (r=2, 4 groups, s=7, "
+            "dropout 0.2) after blocks 1 and 3 of layer2 and 1, 3 and 5 of layer3",
+            "published_params": "30.2M",
         },
     ),
     (

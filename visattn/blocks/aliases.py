@@ -1,0 +1,113 @@
+"""timm's attention type strings that are not visattn block names, as aliases.
+
+timm's ``create_attn(name, channels)`` (``timm/layers/create_attn.py``) accepts 21 strings. Those
+named like a visattn block (``se``, ``ese``, ``eca``, ``ge``, ``gc``, ``cbam``, ``coord``, ``ela``,
+``strip``, ``sk``, ``splat``, ``lambda``, ``halo``, ``bat``) are that block. The seven others are
+variants of a visattn block: each alias below is the block plus the options that make it compute
+the function of timm's module (the same weights give the same outputs; see
+``tests/blocks/test_timm_aliases.py``). ``create_block``, ``block_info`` and every placement accept
+them; :func:`visattn.list_blocks` lists only the blocks themselves.
+
+Where timm rounds a reduced width with ``make_divisible`` and visattn takes ``C // reduction``
+(``ecam``'s MLP, ``lcbam``, ``nl``), the widths agree when ``C`` is a multiple of the divisor
+times the ratio (every ResNet width from 64 on); give the width explicitly for other ``C``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+__all__ = ["TIMM_ALIASES", "BlockAlias"]
+
+
+@dataclass(frozen=True)
+class BlockAlias:
+    """An alternative name: block ``alias_of`` with options ``args`` (the caller's override)."""
+
+    name: str
+    alias_of: str
+    args: MappingProxyType[str, Any]
+    timm_module: str
+    notes: str = field(default="")
+
+
+def _alias(name: str, alias_of: str, timm_module: str, notes: str = "", **args: Any) -> BlockAlias:
+    return BlockAlias(name, alias_of, MappingProxyType(args), timm_module, notes)
+
+
+TIMM_ALIASES: MappingProxyType[str, BlockAlias] = MappingProxyType(
+    {
+        a.name: a
+        for a in (
+            _alias(
+                "ecam",
+                "eca",
+                "EcaModule(use_mlp=True)",
+                "ECA's 1-D conv, then timm's MLP (C -> C/8 rounded to 8 -> C) before the gate; "
+                "timm raises the adaptive kernel to at least 3 (C < 8 differs)",
+                mlp=True,
+            ),
+            _alias(
+                "ceca",
+                "eca",
+                "CecaModule",
+                "ECA with circular padding of the channel axis; timm raises the adaptive kernel "
+                "to at least 3 (C < 8 differs)",
+                padding="circular",
+            ),
+            _alias(
+                "gca",
+                "gc",
+                "GlobalContext(fuse_add=True, fuse_scale=False)",
+                "GCNet's addition fusion with timm's bottleneck 1/8, LayerNorm eps 1e-6 and the "
+                "last conv at PyTorch's default init (timm's init_last_zero=False)",
+                reduction=8,
+                fusion="add",
+                norm_eps=1e-6,
+                zero_init_last=False,
+            ),
+            _alias(
+                "lcbam",
+                "cbam",
+                "LightCbamModule",
+                "light CBAM: one MLP pass on the mean of the average- and max-pooled vectors "
+                "(MLP without biases, as timm's default), one-map spatial conv with BN",
+                light=True,
+                use_bn=True,
+                mlp_bias=False,
+            ),
+            _alias(
+                "scoord",
+                "coord",
+                "SimpleCoordAttn",
+                "simplified coordinate attention (no BN, biased 1x1 conv, SiLU, one gate on the "
+                "sum of both directions) with timm's width C/6 rounded to a multiple of 8",
+                simple=True,
+                act_layer="silu",
+                reduction=6,
+                divisor=8,
+            ),
+            _alias(
+                "bottleneck",
+                "mhsa",
+                "BottleneckAttn",
+                "BoTNet's MHSA with timm's scaling of q.k only (scale_pos_embed=False); timm needs "
+                "feat_size, visattn defaults to 14",
+                scale_pos=False,
+            ),
+            _alias(
+                "nl",
+                "nonlocal",
+                "NonLocalAttn",
+                "non-local block with timm's inner width C/8 and scores scaled by 1/sqrt(C); "
+                "timm's W_z conv also has a bias before the BN, which equals a shift of the BN's "
+                "running mean (visattn has none)",
+                reduction=8,
+                score="scaled_dot",
+                scale_by="channels",
+            ),
+        )
+    }
+)
