@@ -66,8 +66,8 @@ def blk_channels(blk: nn.Module) -> int:
 
 
 def _gam_paper(blk, x: torch.Tensor, groups: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-    """GAM Eq. (1) with the channel MLP on the permuted (N, H, W, C) tensor, as the paper draws it;
-    returns the output and the applied weights M_c * M_s."""
+    """GAM's F2 = M_c(F1) F1, F3 = M_s(F2) F2 with the channel MLP on the permuted (N, H, W, C)
+    tensor, as the paper draws it; returns the output and the applied weights M_c * M_s."""
     z = x.permute(0, 2, 3, 1)  # (N, H, W, C)
     w1, b1 = blk.fc1.weight.detach().flatten(1), blk.fc1.bias.detach()
     w2, b2 = blk.fc2.weight.detach().flatten(1), blk.fc2.bias.detach()
@@ -85,7 +85,7 @@ def _gam_paper(blk, x: torch.Tensor, groups: int = 1) -> tuple[torch.Tensor, tor
 
 
 @pytest.mark.parametrize("groups", [1, 2])
-def test_gam_matches_eq_1_with_permuted_mlp_and_two_7x7_convs(groups: int) -> None:
+def test_gam_matches_its_equations_with_permuted_mlp_and_two_7x7_convs(groups: int) -> None:
     blk = randomized("gam", 16, groups=groups)
     x = randn64(2, 16, 6, 9)
     ref, weights = _gam_paper(blk, x, groups)
@@ -133,7 +133,7 @@ def test_lsk_equals_the_authors_lskblock_with_copied_weights(size) -> None:
 
 
 def test_lsk_selection_weights_each_depth_per_position() -> None:
-    """Eqs. (3)-(5): S = F(sum_i sigmoid(SA^_i) U~_i) and Y = X * S, recomputed from the parts."""
+    """The selection: S = F(sum_i sigmoid(SA^_i) U~_i) and Y = X * S, recomputed from the parts."""
     blk = randomized("lsk", 8)
     x = randn64(2, 8, 7, 6)
     with torch.no_grad():
@@ -160,7 +160,7 @@ def test_lsk_selection_weights_each_depth_per_position() -> None:
 
 
 def test_lsk_receptive_field_is_23_plus_the_squeeze_conv() -> None:
-    """5x5 then 7x7 dilated 3 reach 23 (Table 1's decomposition); the 7x7 selection conv reads
+    """5x5 then 7x7 dilated 3 reach 23 (LSKNet's decomposition); the 7x7 selection conv reads
     the neighbours' selection inputs, adding 6: 29."""
     assert _receptive_field(randomized("lsk", 4)) == (29, 29)
     blk = randomized("lsk", 4)
@@ -215,7 +215,7 @@ def test_lska_equals_the_authors_lska_at_each_kernel_size(k: int) -> None:
 
 
 def test_lska_separable_pairs_equal_rank_one_2d_kernels() -> None:
-    """Eqs. (5)-(6): each 1 x m / m x 1 pair is one m x m depthwise conv with the outer product
+    """LSKA's premise: each 1 x m / m x 1 pair is one m x m depthwise conv with the outer product
     of the two kernels (biases zero, where zero padding would otherwise differ at the border)."""
     blk = randomized("lska", 8, kernel_size=11)
     with torch.no_grad():

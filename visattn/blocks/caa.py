@@ -18,7 +18,7 @@ class ContextAnchorAttention(nn.Module):
     """CAA: a local average, then a cheap ``1 x k`` / ``k x 1`` strip-conv pair for long-range
     context, turned into a sigmoid weight for every channel and position.
 
-    Follows Eqs. (7)-(9) of the paper:
+    Follows the paper's CAA equations:
 
     * ``F_pool = Conv_{1x1}(P_avg(X))``, ``P_avg`` a ``7x7`` average pooling with stride 1 and
       zero padding 3 (border windows divide by 49, as PyTorch's ``AvgPool2d(7, 1, 3)``);

@@ -16,9 +16,9 @@ from .registry import register_block
 class GlobalAttentionMechanism(nn.Module):
     """GAM: CBAM's channel-then-spatial order, with neither submodule pooling its input away.
 
-    Follows Sec. 3 and Figs. 2-4 of the paper:
+    Follows the method section of the paper (its equations and figures of both submodules):
 
-    * ``F2 = M_c(F1) * F1``, ``F3 = M_s(F2) * F2`` (Eq. (1));
+    * ``F2 = M_c(F1) * F1``, ``F3 = M_s(F2) * F2``;
     * channel submodule ``M_c``: the input is permuted to ``(N, H, W, C)`` and every position's
       channel vector goes through a two-layer MLP ``C -> C/r -> C`` (ReLU between, biases), is
       permuted back and passed through a sigmoid: an ``(N, C, H, W)`` map, no spatial pooling. A

@@ -26,17 +26,15 @@ def _check_pair(option: str, value: object) -> tuple[int, int]:
 class LargeSelectiveKernel(nn.Module):
     """LSK module: a decomposed large kernel whose two depths are selected per position.
 
-    Follows Sec. 3.2-3.3 and Eqs. (1)-(5) of the paper (the spatial gating unit of LSKNet):
+    Follows the LSK module's equations in the paper (the spatial gating unit of LSKNet):
 
     * large-kernel decomposition: ``U_1 = F^dw_1(X)`` (``k_1 x k_1`` depthwise, dilation
       ``d_1``), ``U_2 = F^dw_2(U_1)`` (``k_2 x k_2`` depthwise, dilation ``d_2``); the defaults
       ``5x5`` then ``7x7`` with dilation 3 give LSKNet's receptive field 23;
-    * ``U~_i = F^{1x1}_i(U_i)``, each ``C -> C/2`` (Eq. (2)), ``U~ = [U~_1; U~_2]``;
-    * spatial selection: ``SA_avg``, ``SA_max`` the mean and max of ``U~`` over its channels
-      (Eq. (3)); ``SA^ = F^{2->2}([SA_avg; SA_max])`` a ``7x7`` conv (Eq. (4));
-      ``SA~_i = sigmoid(SA^_i)``;
-    * ``S = F(SA~_1 * U~_1 + SA~_2 * U~_2)`` with ``F`` a 1x1 conv ``C/2 -> C``; ``Y = X * S``
-      (Eq. (5)).
+    * ``U~_i = F^{1x1}_i(U_i)``, each ``C -> C/2``, ``U~ = [U~_1; U~_2]``;
+    * spatial selection: ``SA_avg``, ``SA_max`` the mean and max of ``U~`` over its channels;
+      ``SA^ = F^{2->2}([SA_avg; SA_max])`` a ``7x7`` conv; ``SA~_i = sigmoid(SA^_i)``;
+    * ``S = F(SA~_1 * U~_1 + SA~_2 * U~_2)`` with ``F`` a 1x1 conv ``C/2 -> C``; ``Y = X * S``.
 
     Every conv has a bias, as in the authors' ``LSKblock`` (``zcablii/LSKNet``). No difference from
     that code is known. LSKNet wraps the module in ``1x1 conv, GELU, LSK, 1x1 conv`` plus a

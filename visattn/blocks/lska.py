@@ -20,7 +20,7 @@ def _default_dilation(kernel_size: int) -> int:
 class LargeSeparableKernelAttention(nn.Module):
     """LSKA: VAN's large kernel attention with every 2-D depthwise kernel split into 1-D pairs.
 
-    Follows Eqs. (5)-(7) of the paper: a ``k x k`` kernel is decomposed, as in VAN's LKA, into a
+    Follows the paper's LSKA equations: a ``k x k`` kernel is decomposed, as in VAN's LKA, into a
     ``(2d - 1) x (2d - 1)`` depthwise conv, a ``floor(k/d) x floor(k/d)`` depthwise conv with
     dilation ``d`` and a 1x1 conv; LSKA separates each depthwise conv into a row (``1 x m``) and a
     column (``m x 1``) conv:

@@ -19,7 +19,7 @@ class MixedLocalChannelAttention(nn.Module):
     """MLCA: ECA-style channel attention on an ``s x s`` grid of local averages and on their
     global mean, mixed and spread back over the map.
 
-    Follows Sec. 3 and Fig. 3 of the paper and the authors' code (``wandahangFY/MLCA``):
+    Follows the paper's MLCA module and the authors' code (``wandahangFY/MLCA``):
 
     * local average pooling ``L = LAP_s(X)`` ``(N, C, s, s)`` (adaptive, ``s = 5``), global
       ``G = GAP(L)`` ``(N, C, 1, 1)``;

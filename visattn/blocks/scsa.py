@@ -30,7 +30,7 @@ class SpatialChannelSynergisticAttention(nn.Module):
     """SCSA: shared multi-semantic spatial attention (SMSA), then progressive channel-wise
     self-attention (PCSA) on the spatially refined map.
 
-    Follows Sec. 3 of the paper and the authors' code (``HZAI-ZJNU/SCSA``):
+    Follows the paper's SMSA and PCSA modules and the authors' code (``HZAI-ZJNU/SCSA``):
 
     * SMSA: ``X_H = mean_W X`` ``(N, C, H)`` and ``X_W = mean_H X`` ``(N, C, W)``, each split into
       4 groups of ``C/4`` channels; group ``i`` goes through a depthwise 1-D conv of size
