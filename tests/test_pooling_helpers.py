@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from visattn.blocks._utils import channel_mean_max, spatial_mean
+from visattn.blocks._utils import adaptive_avg_pool, channel_mean_max, spatial_mean
 
 
 def _input(shape: tuple[int, ...], channels_last: bool) -> torch.Tensor:
@@ -57,3 +58,23 @@ def test_channel_mean_max_without_gradient_and_empty_batch() -> None:
         torch.testing.assert_close(
             channel_mean_max(z), torch.cat([z.mean(1, keepdim=True), z.amax(1, keepdim=True)], 1)
         )
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize(
+    "size, out", [((10, 15), (5, 5)), ((9, 13), (5, 5)), ((3, 4), (5, 5)), ((5, 5), (16, 7))]
+)
+def test_adaptive_avg_pool_equals_torch_shrinking_and_growing(size, out, channels_last) -> None:
+    x = _input((2, 3, *size), channels_last)
+    g = torch.randn(2, 3, *out, dtype=torch.float64)
+    (gx,) = torch.autograd.grad(adaptive_avg_pool(x, *out), x, g)
+    (ref,) = torch.autograd.grad(F.adaptive_avg_pool2d(x, out), x, g)
+    torch.testing.assert_close(adaptive_avg_pool(x, *out), F.adaptive_avg_pool2d(x, out))
+    torch.testing.assert_close(gx, ref)
+
+
+def test_adaptive_avg_pool_keeps_a_constant_exactly() -> None:
+    """Sums of ones divided by the bin sizes: no rounding (an identity-initialised gate stays 1)."""
+    ones = torch.ones(1, 2, 5, 5)
+    for out in [(7, 9), (3, 2), (16, 13)]:
+        assert torch.equal(adaptive_avg_pool(ones, *out), torch.ones(1, 2, *out))

@@ -5,6 +5,7 @@ from . import (
     a2,  # noqa: F401
     bam,  # noqa: F401
     bat,  # noqa: F401
+    caa,  # noqa: F401
     cbam,  # noqa: F401
     cc,  # noqa: F401
     coord,  # noqa: F401
@@ -15,16 +16,21 @@ from . import (
     ese,  # noqa: F401
     external,  # noqa: F401
     fca,  # noqa: F401
+    gam,  # noqa: F401
     gc,  # noqa: F401
     gct,  # noqa: F401
     ge,  # noqa: F401
     gsop,  # noqa: F401
     halo,  # noqa: F401
     lambda_layer,  # noqa: F401
+    lsk,  # noqa: F401
+    lska,  # noqa: F401
     mhsa,  # noqa: F401
+    mlca,  # noqa: F401
     non_local,  # noqa: F401
     psa,  # noqa: F401
     residual_attention,  # noqa: F401
+    scsa,  # noqa: F401
     scse,  # noqa: F401
     se,  # noqa: F401
     sge,  # noqa: F401

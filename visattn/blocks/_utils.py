@@ -154,3 +154,30 @@ def channel_mean_max(x: torch.Tensor) -> torch.Tensor:
         if x.requires_grad:
             return _ChannelMeanMax.apply(x)
     return torch.cat([x.mean(dim=1, keepdim=True), x.amax(dim=1, keepdim=True)], dim=1)
+
+
+def adaptive_bins(n_in: int, n_out: int, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The bins of adaptive average pooling along one axis of ``n_in`` points to ``n_out``:
+    a 0/1 matrix ``(n_out, n_in)`` whose row ``i`` selects the points ``floor(i n_in / n_out)``
+    to ``ceil((i + 1) n_in / n_out) - 1`` (PyTorch's bins, for shrinking and for growing), and the
+    bin sizes ``(n_out, 1)``, in ``like``'s dtype and device.
+
+    ``bins @ t / sizes`` is ``F.adaptive_avg_pool1d`` along that axis. Built from ``arange`` of
+    the sizes, so a traced or exported graph keeps them symbolic (ONNX has no adaptive pooling to
+    an input-dependent size), and a constant input stays exactly constant.
+    """
+    i = torch.arange(n_out, device=like.device)
+    j = torch.arange(n_in, device=like.device)
+    start = torch.div(i * n_in, n_out, rounding_mode="floor")
+    end = torch.div((i + 1) * n_in + n_out - 1, n_out, rounding_mode="floor")
+    bins = ((j[None, :] >= start[:, None]) & (j[None, :] < end[:, None])).to(like.dtype)
+    return bins, (end - start).to(like.dtype)[:, None]
+
+
+def adaptive_avg_pool(x: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """``F.adaptive_avg_pool2d(x, (height, width))`` of ``(N, C, H, W)`` as two bin-matrix
+    products (see :func:`adaptive_bins`): exportable with symbolic ``H``, ``W``, ``height`` and
+    ``width``, also when growing the map."""
+    bins_h, size_h = adaptive_bins(x.shape[2], height, x)
+    bins_w, size_w = adaptive_bins(x.shape[3], width, x)
+    return (bins_h @ x @ bins_w.t()) / (size_h @ size_w.t())
