@@ -73,6 +73,23 @@ def init_conv_io(
     return out
 
 
+def attention_heads(channels: int, heads: int | None, dim_head: int = 32) -> int:
+    """Heads of a block that splits its ``channels`` into heads: ``heads`` checked, or for
+    ``None`` the rule ``max(1, channels // dim_head)`` (YOLOv12, Swin: heads of depth 32).
+    Either way the heads must divide ``channels``; the error says which option to change."""
+    if heads is None:
+        heads = max(1, channels // dim_head)
+        if channels % heads:
+            raise ValueError(
+                f"option 'heads': the default channels // {dim_head} = {heads} heads does not "
+                f"divide channels={channels}; pass 'heads' explicitly"
+            )
+    check_positive_int("heads", heads)
+    if channels % heads:
+        raise ValueError(f"option 'heads'={heads} must divide channels={channels}")
+    return heads
+
+
 def reduced_channels(
     channels: int, reduction: float, *, min_channels: int = 0, option: str = "reduction"
 ) -> int:
