@@ -11,6 +11,7 @@ from . import (
     cbam,  # noqa: F401
     cc,  # noqa: F401
     coord,  # noqa: F401
+    cot,  # noqa: F401
     danet,  # noqa: F401
     eca,  # noqa: F401
     ela,  # noqa: F401
