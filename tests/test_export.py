@@ -62,7 +62,7 @@ PAD_TO_BLOCK = {"bat", "halo"}
 # blocks whose export and two-size check take over 5 s each on 2 cores (measured): marked slow,
 # so `pytest -m "not slow"` stays quick; the default run exports every block
 SLOW_EXPORTS = {
-    "bat", "cc", "ema", "ge", "gsop", "halo", "lambda", "mhsa", "nonlocal", "psa",
+    "acmix", "bat", "cc", "ema", "ge", "gsop", "halo", "lambda", "mhsa", "nonlocal", "psa",
     "residual_attention", "scse", "shuffle", "sk", "srm",
 }  # fmt: skip
 

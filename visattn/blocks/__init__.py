@@ -3,6 +3,7 @@ one place that says which modules make up the zoo."""
 
 from . import (
     a2,  # noqa: F401
+    acmix,  # noqa: F401
     agent_attn,  # noqa: F401
     area_attn,  # noqa: F401
     bam,  # noqa: F401

@@ -105,6 +105,28 @@ def reduced_channels(
     return rd
 
 
+def window_slices(
+    padded: torch.Tensor, kernel: int, out_h: int, out_w: int, stride: int = 1
+) -> list[torch.Tensor]:
+    """The ``k^2`` shifted views of a padded ``(N, C, H + k - 1, W + k - 1)`` map that a ``k x k``
+    window with ``stride`` visits: view ``p = (dy, dx)`` (row-major over the window) holds
+    ``padded[..., dy + stride i, dx + stride j]`` for ``i < out_h``, ``j < out_w``. Local
+    attention and dynamic filters sum over them without building an ``(N, C, k^2, H, W)`` tensor
+    (``F.unfold``), and every exporter sees plain slicing."""
+    views: list[torch.Tensor] = []
+    for p in range(kernel * kernel):
+        dy, dx = p // kernel, p % kernel
+        views.append(
+            padded[
+                :,
+                :,
+                dy : dy + stride * (out_h - 1) + 1 : stride,
+                dx : dx + stride * (out_w - 1) + 1 : stride,
+            ]
+        )
+    return views
+
+
 def eca_kernel_size(channels: int, gamma: float = 2.0, b: float = 1.0) -> int:
     """ECA-Net Eq. (12): k = |log2(C)/gamma + b/gamma|_odd (nearest odd number, at least 1)."""
     t = int(abs(math.log2(channels) / gamma + b / gamma))

@@ -8,7 +8,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._utils import check_positive_int, init_conv_io, same_memory_format, spatial_mean
+from ._utils import (
+    check_positive_int,
+    init_conv_io,
+    same_memory_format,
+    spatial_mean,
+    window_slices,
+)
 from .capture import record_attention
 from .registry import register_block
 
@@ -29,14 +35,12 @@ def local_aggregation(v: torch.Tensor, w: torch.Tensor, kernel: int) -> torch.Te
     row-major over the ``k x k`` window, zeros outside the map. Written as ``k^2`` shifted slices
     of the zero-padded ``v``, so no ``(N, C, k^2, H, W)`` tensor is built and every exporter sees
     plain slicing."""
-    h, wd = v.shape[2], v.shape[3]
     pad = kernel // 2
-    vp = F.pad(v, [pad, pad, pad, pad])
+    views = window_slices(F.pad(v, [pad, pad, pad, pad]), kernel, v.shape[2], v.shape[3])
     reps = v.shape[1] // w.shape[1]
     out = torch.zeros_like(v)
-    for p in range(kernel * kernel):
-        dy, dx = p // kernel, p % kernel
-        out = out + vp[:, :, dy : dy + h, dx : dx + wd] * w[:, :, p].repeat(1, reps, 1, 1)
+    for p, view in enumerate(views):
+        out = out + view * w[:, :, p].repeat(1, reps, 1, 1)
     return out
 
 
