@@ -359,6 +359,21 @@ def test_bra_parameter_count(channels: int, kernel: int) -> None:
     assert n_params(blk) == 4 * channels**2 + (kernel**2 + 5) * channels
 
 
+def test_bra_top_k_routing_exports_to_onnx_as_topk_and_gather(tmp_path) -> None:
+    """The routing is an ONNX ``TopK`` and the gather of the routed regions a ``Gather``; the
+    graph, with a symbolic map size, equals PyTorch at a second size (padded there)."""
+    pytest.importorskip("onnxruntime")
+    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnxscript")
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 32, 3, padding=1), randomized("bra", 32).float())
+    report = visattn.export_onnx(
+        net.eval(), tmp_path / "bra.onnx", input_size=(3, 8, 8), dynamic_size=True
+    )
+    ops = {node.op_type for node in onnx.load(str(report.path)).graph.node}
+    assert {"TopK", "Gather"} <= ops
+    assert report.max_abs_diff < 1e-4 and report.checked[-1][2:] != (8, 8)
+
+
 def test_bra_refuses_more_regions_than_exist() -> None:
     with pytest.raises(ValueError, match=r"block 'bra'.*'topk'=10 exceeds the 9 regions"):
         visattn.create_block("bra", 32, n_win=3, topk=10)
@@ -425,7 +440,9 @@ def test_softmax_attention_computes_logits_in_float32_under_autocast(dtype: torc
 
 
 def test_block_info_names_each_paper() -> None:
-    assert visattn.block_info("area_attn").paper == "Tian et al., 2025"
-    assert visattn.block_info("agent_attn").paper == "Han et al., ECCV 2024"
-    assert visattn.block_info("bra").paper == "Zhu et al., CVPR 2023"
-    assert visattn.block_info("psa").paper != visattn.block_info("area_attn").paper
+    """YOLO's "PSA"/"A2C2f" area attention is not ``psa`` (Polarized Self-Attention)."""
+    assert visattn.block_info("area_attn").paper == "Tian et al., arXiv 2025 (YOLOv12)"
+    assert visattn.block_info("agent_attn").paper == "Han et al., ECCV 2024 (Agent Attention)"
+    assert visattn.block_info("bra").paper == "Zhu et al., CVPR 2023 (BiFormer)"
+    assert visattn.block_info("psa").cls.__name__ == "PolarizedSelfAttention"
+    assert visattn.block_info("area_attn").cls.__name__ == "AreaAttention"

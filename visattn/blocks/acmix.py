@@ -46,7 +46,7 @@ def _linspace(n: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     return i * 2 / (torch.ones_like(i[:1]) * (n - 1)).clamp(min=1) - 1
 
 
-@register_block("acmix", family="hybrid", paper="Pan et al., CVPR 2022", replaces_conv=True)
+@register_block("acmix", family="hybrid", paper="Pan et al., CVPR 2022 (ACmix)", replaces_conv=True)
 class ACmix(nn.Module):
     """ACmix: self-attention and convolution sharing their 1x1 projections.
 

@@ -58,7 +58,7 @@ def bilinear_matrix(
     return (j == i0[:, None]).to(dtype) * (1 - t) + (j == i1[:, None]).to(dtype) * t
 
 
-@register_block("agent_attn", family="spatial", paper="Han et al., ECCV 2024")
+@register_block("agent_attn", family="spatial", paper="Han et al., ECCV 2024 (Agent Attention)")
 class AgentAttention(nn.Module):
     """Agent attention as a residual block, ``y = x + W_o O``.
 

@@ -29,7 +29,7 @@ def _conv_bn(cin: int, cout: int, k: int = 1, groups: int = 1) -> nn.Sequential:
     )
 
 
-@register_block("area_attn", family="spatial", paper="Tian et al., 2025")
+@register_block("area_attn", family="spatial", paper="Tian et al., arXiv 2025 (YOLOv12)")
 class AreaAttention(nn.Module):
     """YOLOv12's area attention (Sec. 3.2 of the paper, ``AAttn`` in the authors' code), with its
     residual connection as in the authors' ``ABlock`` (``x + AAttn(x)``).

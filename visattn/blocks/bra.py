@@ -21,7 +21,7 @@ torch.fx.wrap("softmax_attention_fp32")
 __all__ = ["BiLevelRoutingAttention"]
 
 
-@register_block("bra", family="spatial", paper="Zhu et al., CVPR 2023")
+@register_block("bra", family="spatial", paper="Zhu et al., CVPR 2023 (BiFormer)")
 class BiLevelRoutingAttention(nn.Module):
     """BiFormer's bi-level routing attention as a residual block, ``y = x + W_o O``.
 

@@ -44,7 +44,7 @@ def local_aggregation(v: torch.Tensor, w: torch.Tensor, kernel: int) -> torch.Te
     return out
 
 
-@register_block("cot", family="spatial", paper="Li et al., TPAMI 2022", replaces_conv=True)
+@register_block("cot", family="spatial", paper="Li et al., TPAMI 2022 (CoTNet)", replaces_conv=True)
 class ContextualTransformer(nn.Module):
     """CoT block: a conv-replacing local self-attention with a static and a dynamic context.
 
