@@ -63,8 +63,8 @@ PAD_TO_BLOCK = {"bat", "halo"}
 # blocks whose export and two-size check take over 5 s each on 2 cores (measured): marked slow,
 # so `pytest -m "not slow"` stays quick; the default run exports every block
 SLOW_EXPORTS = {
-    "bat", "caa", "cc", "ema", "ge", "gsop", "halo", "lambda", "mhsa", "mlca", "nonlocal", "psa",
-    "residual_attention", "scsa", "scse", "shuffle", "sk", "srm",
+    "acmix", "bat", "caa", "cc", "ema", "ge", "gsop", "halo", "lambda", "mhsa", "mlca", "nonlocal",
+    "psa", "residual_attention", "scsa", "scse", "shuffle", "sk", "srm",
 }  # fmt: skip
 
 

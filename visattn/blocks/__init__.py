@@ -3,12 +3,17 @@ one place that says which modules make up the zoo."""
 
 from . import (
     a2,  # noqa: F401
+    acmix,  # noqa: F401
+    agent_attn,  # noqa: F401
+    area_attn,  # noqa: F401
     bam,  # noqa: F401
     bat,  # noqa: F401
+    bra,  # noqa: F401
     caa,  # noqa: F401
     cbam,  # noqa: F401
     cc,  # noqa: F401
     coord,  # noqa: F401
+    cot,  # noqa: F401
     danet,  # noqa: F401
     eca,  # noqa: F401
     ela,  # noqa: F401

@@ -73,6 +73,23 @@ def init_conv_io(
     return out
 
 
+def attention_heads(channels: int, heads: int | None, dim_head: int = 32) -> int:
+    """Heads of a block that splits its ``channels`` into heads: ``heads`` checked, or for
+    ``None`` the rule ``max(1, channels // dim_head)`` (YOLOv12, Swin: heads of depth 32).
+    Either way the heads must divide ``channels``; the error says which option to change."""
+    if heads is None:
+        heads = max(1, channels // dim_head)
+        if channels % heads:
+            raise ValueError(
+                f"option 'heads': the default channels // {dim_head} = {heads} heads does not "
+                f"divide channels={channels}; pass 'heads' explicitly"
+            )
+    check_positive_int("heads", heads)
+    if channels % heads:
+        raise ValueError(f"option 'heads'={heads} must divide channels={channels}")
+    return heads
+
+
 def reduced_channels(
     channels: int, reduction: float, *, min_channels: int = 0, option: str = "reduction"
 ) -> int:
@@ -86,6 +103,28 @@ def reduced_channels(
             f"option '{option}'={reduction} leaves {rd} channels for {channels} input channels"
         )
     return rd
+
+
+def window_slices(
+    padded: torch.Tensor, kernel: int, out_h: int, out_w: int, stride: int = 1
+) -> list[torch.Tensor]:
+    """The ``k^2`` shifted views of a padded ``(N, C, H + k - 1, W + k - 1)`` map that a ``k x k``
+    window with ``stride`` visits: view ``p = (dy, dx)`` (row-major over the window) holds
+    ``padded[..., dy + stride i, dx + stride j]`` for ``i < out_h``, ``j < out_w``. Local
+    attention and dynamic filters sum over them without building an ``(N, C, k^2, H, W)`` tensor
+    (``F.unfold``), and every exporter sees plain slicing."""
+    views: list[torch.Tensor] = []
+    for p in range(kernel * kernel):
+        dy, dx = p // kernel, p % kernel
+        views.append(
+            padded[
+                :,
+                :,
+                dy : dy + stride * (out_h - 1) + 1 : stride,
+                dx : dx + stride * (out_w - 1) + 1 : stride,
+            ]
+        )
+    return views
 
 
 def eca_kernel_size(channels: int, gamma: float = 2.0, b: float = 1.0) -> int:
