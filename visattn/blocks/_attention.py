@@ -44,7 +44,11 @@ def float32_region(like: torch.Tensor) -> torch.autocast:
 
 
 def _pad_last(t: torch.Tensor, size: int) -> torch.Tensor:
-    return t if t.shape[-1] == size else F.pad(t, [0, size - t.shape[-1]])
+    """``t`` zero-padded to ``size`` channels, its channels contiguous (as the flash kernel
+    requires: a transposed view would send SDPA to its math fallback)."""
+    if t.shape[-1] != size:
+        return F.pad(t, [0, size - t.shape[-1]])
+    return t if t.stride(-1) == 1 else t.contiguous()
 
 
 def _with_factors(
