@@ -5,6 +5,7 @@ time, peak memory, and the ratio to timm's version of the same block where timm 
     python benchmarks/bench_blocks.py --quick              # reduced, under a minute
     python benchmarks/bench_blocks.py --device cuda --dtype bf16 --out results/blocks_cuda_bf16.csv
     python benchmarks/bench_blocks.py --channels-last      # channels-last inputs, vs NCHW too
+    python benchmarks/bench_blocks.py --large-maps --clock cpu --threads 1   # 14x14 to 56x56
 
 Method (see benchmarks/README.md):
 
@@ -26,6 +27,14 @@ Method (see benchmarks/README.md):
   network); ``ratio_vs_timm`` then compares the two in that format, and the same visattn block in
   NCHW (``impl`` ``visattn_nchw``, interleaved with them) gives ``cl_vs_nchw`` = visattn
   channels-last ``fwdbwd_ms`` / visattn NCHW ``fwdbwd_ms`` (and ``cl_vs_nchw_fwd`` for the forward).
+* ``--large-maps``: the self-attention blocks (mhsa, danet, a2, halo, lambda, and routing, agent
+  or area attention where registered) at 14x14, 28x28 and 56x56 (``--large-shape``, batch x
+  channels): training-mode forward+backward time and peak memory of the block (``visattn``, the
+  fused scaled-dot-product path), of the same block with ``attn_impl="math"`` (``math``: the
+  previous path, full ``HW x HW`` logits and softmax; same weights) and of its timm twin, sampled
+  interleaved; ``mem_vs_math``, ``time_vs_math``, ``time_vs_timm`` are the ratios of the visattn
+  row. Goals at 56x56: memory <= 0.5x and time <= 0.8x the previous path, time <= 1x timm. CPU
+  peak memory: the profiler's allocation events (as ``peak_mb`` above), in this process.
 * GSoP: the visattn block against the same block whose covariance is computed the way the official
   code does (``X I_hat X^T`` with the ``(HW) x (HW)`` centring matrix ``I_hat``, repeated over
   the batch, and its hand-written backward), at several map sizes; ``ratio_vs_ref`` =
@@ -36,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import inspect
 import sys
 from collections.abc import Callable
 
@@ -92,6 +102,25 @@ QUICK_SHAPES = ((16, 64, 32, 32), (8, 256, 14, 14))
 GSOP_SHAPES = ((16, 256, 14, 14), (16, 256, 28, 28), (16, 256, 56, 56))
 QUICK_GSOP_SHAPES = ((8, 256, 14, 14), (8, 256, 28, 28))
 GOAL_RATIO = 1.05
+LARGE_MAP_BLOCKS = ("mhsa", "danet", "a2", "halo", "lambda", "bra", "routing", "agent", "area")
+LARGE_MAP_SIZES = (14, 28, 56)
+LARGE_MAP_GOALS = {"mem_vs_math": 0.5, "time_vs_math": 0.8, "time_vs_timm": 1.0}  # at 56x56
+LARGE_MAP_COLUMNS = [
+    "block",
+    "shape",
+    "impl",
+    "options",
+    "device",
+    "dtype",
+    "clock",
+    "fwdbwd_ms",
+    "peak_mb",
+    "mem_vs_math",
+    "time_vs_math",
+    "time_vs_timm",
+    "check",
+    "note",
+]
 
 
 # --------------------------------------------------------------------------------------------
@@ -316,6 +345,126 @@ def bench_gsop_reference(shape: tuple[int, ...], args, device, dtype) -> list[di
 
 
 # --------------------------------------------------------------------------------------------
+# Large maps: fused attention vs the previous (math) path vs timm
+# --------------------------------------------------------------------------------------------
+def _has_option(name: str, option: str) -> bool:
+    return option in inspect.signature(visattn.block_info(name).cls).parameters
+
+
+def bench_large_map(name: str, shape: tuple[int, ...], args, device, dtype) -> list[dict]:
+    """One block at one large shape: visattn (fused), math (previous path), timm twin."""
+    c, spec = shape[1], TWINS.get(name)
+    options = dict(spec.options) if spec is not None else {}
+    if spec is not None and spec.sized is not None:
+        options.update(spec.sized(shape))
+    block = visattn.create_block(name, c, **options).to(device, dtype)
+    modules, notes = {"visattn": block}, {}
+    if _has_option(name, "attn_impl"):
+        math_block = visattn.create_block(name, c, **options, attn_impl="math").to(device, dtype)
+        math_block.load_state_dict(block.state_dict())
+        modules["math"] = math_block
+    else:
+        notes["visattn"] = "no HW x HW matrix: the previous path is this one"
+    check = ""
+    if spec is not None and not any(s % spec.multiple for s in shape[2:]):
+        twin = spec.build(block, c).to(device, dtype)
+        if shape[2] == min(LARGE_MAP_SIZES):  # the equivalence check once, at the smallest map
+            check = check_twin(block, twin, spec, c, shape[2:] if spec.sized else None)
+        modules["timm"] = twin
+        notes["timm"] = spec.note
+    gen = torch.Generator(device="cpu").manual_seed(args.seed)
+    x = torch.randn(shape, generator=gen).to(device, dtype).requires_grad_(True)
+    with torch.no_grad():
+        gy = torch.randn(block(x).shape, generator=gen).to(device, dtype)
+    for m in modules.values():
+        m.train()
+    fns = {k: _fwdbwd_fn(m, x, gy) for k, m in modules.items()}
+    ms = interleaved_median_ms(
+        fns,
+        device=device,
+        warmup=args.warmup,
+        repeats=args.repeats,
+        min_sample_s=0.0,
+        budget_s=args.budget,
+        min_repeats=3,
+        clock=args.clock,
+    )
+    rows = []
+    for k, fn in fns.items():
+        x.grad = None
+        for p in modules[k].parameters():
+            p.grad = None
+        row = dict(
+            block=name,
+            shape=_shape_str(shape),
+            impl=k,
+            options=",".join(f"{o}={v}" for o, v in options.items()),
+            fwdbwd_ms=ms[k],
+            peak_mb=peak_memory_mb(fn, device),
+            note=notes.get(k, ""),
+        )
+        if k == "timm":
+            row["check"] = check or "checked at the smallest map"
+        rows.append(row)
+    vis = rows[0]
+    for r in rows[1:]:
+        if r["impl"] == "math":
+            vis["mem_vs_math"] = vis["peak_mb"] / r["peak_mb"]
+            vis["time_vs_math"] = vis["fwdbwd_ms"] / r["fwdbwd_ms"]
+        else:
+            vis["time_vs_timm"] = vis["fwdbwd_ms"] / r["fwdbwd_ms"]
+    return rows
+
+
+def main_large_maps(args: argparse.Namespace, device: torch.device, dtype: torch.dtype) -> int:
+    names = args.blocks.split(",") if args.blocks else LARGE_MAP_BLOCKS
+    names = [n for n in names if n in visattn.list_blocks() or args.blocks]
+    for n in names:
+        visattn.block_info(n)  # an unknown name asked for fails here
+    batch, channels = args.large_shape
+    sizes = LARGE_MAP_SIZES[:2] if args.quick else LARGE_MAP_SIZES
+    print_header("bench_blocks --large-maps", device)
+    print(
+        f"dtype {args.dtype}, clock {args.clock}, threads {torch.get_num_threads()}, warmup "
+        f"{args.warmup}, repeats {args.repeats} (fewer, at least 3, where a comparison would "
+        f"exceed {args.budget}s), one call per sample, seed {args.seed}; blocks not registered "
+        f"here are skipped: {', '.join(n for n in LARGE_MAP_BLOCKS if n not in names) or '-'}\n"
+    )
+    rows: list[dict] = []
+    errors: list[str] = []
+    for name in names:
+        for size in sizes:
+            shape = (batch, channels, size, size)
+            try:
+                rows += bench_large_map(name, shape, args, device, dtype)
+            except Exception as e:  # one broken case must not hide the others' numbers
+                errors.append(f"{name} {_shape_str(shape)}: {type(e).__name__}: {e}")
+            print(f"  done {name} {_shape_str(shape)}", file=sys.stderr, flush=True)
+    for r in rows:
+        r.update(device=str(device), dtype=args.dtype, clock=args.clock)
+    print("## Forward+backward at large maps (train mode)\n")
+    print(markdown_table(rows, [c for c in LARGE_MAP_COLUMNS if c not in ("device", "dtype")]))
+    print(f"\n## Goals at {max(sizes)}x{max(sizes)} (visattn / previous path, visattn / timm)\n")
+    for r in rows:
+        if r["impl"] != "visattn" or not r["shape"].endswith(f"x{max(sizes)}x{max(sizes)}"):
+            continue
+        parts = [
+            f"{key} {r[key]:.2f} (goal <= {goal}) {'ok' if r[key] <= goal else 'MISSES GOAL'}"
+            for key, goal in LARGE_MAP_GOALS.items()
+            if r.get(key) is not None
+        ]
+        print(f"- {r['block']} {r['shape']}: " + ("; ".join(parts) or "no previous path, no twin"))
+    if errors:
+        print("\n## Errors\n")
+        for e in errors:
+            print(f"- {e}")
+    if args.out:
+        write_csv(rows, args.out, LARGE_MAP_COLUMNS)
+        print(f"\nwrote {args.out}")
+    return 1 if errors else 0
+
+
+# --------------------------------------------------------------------------------------------
 def _parse_shapes(text: str) -> tuple[tuple[int, ...], ...]:
     try:
         shapes = tuple(tuple(int(v) for v in s.split("x")) for s in text.split(","))
@@ -364,6 +513,18 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("wall", "cpu"),
         help="wall (default) or cpu: process CPU time, for a machine shared with other jobs "
         "(use with --threads 1)",
+    )
+    p.add_argument(
+        "--large-maps",
+        action="store_true",
+        help="self-attention blocks at 14x14, 28x28, 56x56: fused vs previous (math) path vs "
+        "timm, fwd+bwd time and peak memory (quick: 14x14, 28x28)",
+    )
+    p.add_argument(
+        "--large-shape",
+        type=lambda t: tuple(int(v) for v in t.split("x")),
+        default=(2, 128),
+        help="batch x channels of --large-maps (default 2x128)",
     )
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     p.add_argument("--seed", type=int, default=0)
@@ -463,6 +624,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     _fill_defaults(args)
+    if args.large_maps:
+        return main_large_maps(args, device, dtype)
     shapes = args.shapes or (QUICK_SHAPES if args.quick else SHAPES)
     gsop_shapes = args.gsop_shapes or (QUICK_GSOP_SHAPES if args.quick else GSOP_SHAPES)
     names = args.blocks.split(",") if args.blocks else visattn.list_blocks()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# GPU benchmarks for one accelerator (sized for one H200): ends within 8 minutes, because every
-# step has its own time limit (sum 470 s) and a step that runs over is stopped and reported.
+# GPU benchmarks for one accelerator (sized for one H200): ends within 9 minutes, because every
+# step has its own time limit (sum 530 s) and a step that runs over is stopped and reported.
 #
 #   bash benchmarks/gpu.sh [OUT_DIR]          # default OUT_DIR: benchmarks/results/gpu
 #   bash benchmarks/gpu.sh --smoke [OUT_DIR]  # the same steps end to end on CPU, tiny (~2 min)
@@ -12,6 +12,9 @@
 # Steps (each writes OUT_DIR/<step>.md with its tables and the machine, .csv, .log):
 #   1 blocks_cuda_fp32   every block vs timm, fp32                                    80 s
 #   2 blocks_cuda_bf16   the same in bf16                                              80 s
+#   2b blocks_large_maps_cuda_bf16  mhsa, danet, a2, halo, lambda (+ routing/agent/area) at
+#                        14x14-56x56, bf16: fused SDPA (flash / memory-efficient kernels) vs
+#                        the previous math path vs timm, fwd+bwd time and peak memory    60 s
 #   3 train_cuda_fp32    resnet20_cifar, se_resnet56_cifar, eager fp32: Lightning vs plain  60 s
 #   4 train_cuda_fast    the same with bf16-mixed, channels_last, torch.compile        180 s
 #   5 epoch_cuda         one real CIFAR-10 epoch per model, albumentations loader vs device
@@ -89,6 +92,8 @@ yaml.safe_dump(data, open(sys.argv[1], "w"), sort_keys=False)
 PYEOF
   step blocks_cpu_smoke 120 benchmarks/bench_blocks.py --device cpu --blocks se --quick \
     --shapes 2x16x8x8 --no-gsop-reference --repeats 5 --min-sample 0.001
+  step blocks_large_maps_cpu_smoke 60 benchmarks/bench_blocks.py --large-maps --quick \
+    --device cpu --blocks mhsa --large-shape 1x16 --repeats 1 --warmup 0
   step train_cpu_smoke 120 benchmarks/bench_train.py --device cpu --skip-data --quick \
     --models resnet20_cifar --batch-size 8 --steps 1 --warmup 1 --rounds 1
   sweep "$OUT/smoke_sweep.yaml" 300 --jobs 2 --threads 1
@@ -100,6 +105,8 @@ step blocks_cuda_fp32 80 benchmarks/bench_blocks.py --device cuda --dtype fp32 \
   --repeats 11 --min-sample 0.01
 step blocks_cuda_bf16 80 benchmarks/bench_blocks.py --device cuda --dtype bf16 \
   --repeats 11 --min-sample 0.01
+step blocks_large_maps_cuda_bf16 60 benchmarks/bench_blocks.py --large-maps --device cuda \
+  --dtype bf16 --repeats 11 --warmup 3
 step train_cuda_fp32 60 benchmarks/bench_train.py --device cuda --skip-data \
   --steps 30 --warmup 5 --rounds 2
 step train_cuda_fast 180 benchmarks/bench_train.py --device cuda --skip-data \

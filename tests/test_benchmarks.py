@@ -100,6 +100,30 @@ def test_bench_blocks_smallest_run_writes_the_documented_csv(tmp_path, bench_blo
     assert "| block | shape | impl |" in stdout
 
 
+@pytest.mark.slow  # 50 s measured on the loaded 2-core machine
+def test_bench_blocks_large_maps_compares_fused_math_and_timm(tmp_path, bench_blocks, capsys):
+    out = tmp_path / "large.csv"
+    args = ["--large-maps", "--quick", "--blocks", "mhsa,a2", "--large-shape", "1x16"]
+    status = bench_blocks.main([*args, "--warmup", "0", "--repeats", "1", "--out", str(out)])
+    stdout = capsys.readouterr().out
+    assert status == 0, stdout[-2000:]
+    by = {(r["block"], r["shape"], r["impl"]): r for r in _read(out)}
+    assert set(by) == {
+        (b, f"1x16x{s}x{s}", impl)
+        for s in (14, 28)
+        for b, impls in (("mhsa", ("visattn", "math", "timm")), ("a2", ("visattn",)))
+        for impl in impls
+    }
+    fused, math = by[("mhsa", "1x16x28x28", "visattn")], by[("mhsa", "1x16x28x28", "math")]
+    assert float(fused["mem_vs_math"]) == pytest.approx(
+        float(fused["peak_mb"]) / float(math["peak_mb"])
+    )
+    assert float(fused["mem_vs_math"]) < 0.7  # no (HW)^2 weights kept: measured 0.28
+    assert by[("mhsa", "1x16x14x14", "timm")]["check"].startswith("same")
+    assert "no HW x HW matrix" in by[("a2", "1x16x14x14", "visattn")]["note"]
+    assert "## Goals at 28x28" in stdout
+
+
 @pytest.mark.parametrize(
     "name",
     sorted(

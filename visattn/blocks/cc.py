@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
+from timm.layers import register_notrace_function
 
+from ._attention import float32_region, widen
 from ._utils import check_positive_int, reduced_channels
 from .capture import is_capturing, record_attention
 from .registry import register_block
@@ -13,6 +15,7 @@ from .registry import register_block
 __all__ = ["CrissCrossAttention", "criss_cross_weights"]
 
 
+@register_notrace_function  # timm's FX feature path: one leaf call
 def criss_cross_weights(q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Affinity + softmax of the paper's Eq. (1)-(2) over each position's criss-cross path.
 
@@ -20,7 +23,20 @@ def criss_cross_weights(q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor,
     ``(h, w)`` gives key ``(g, w)`` of its column and ``a_row[n, h, w, v]`` the weight it gives key
     ``(h, v)`` of its row. The query's own position belongs to both; it is counted once (in the
     row), as the paper's ``H + W - 1`` keys say, so ``a_col.sum(-1) + a_row.sum(-1) == 1``.
+
+    The affinities and the softmax are float32 (float64 stays float64) with autocast off: the
+    unscaled ``q . k`` overflow float16 at moderate activations.
     """
+    if torch.jit.is_scripting():
+        return _criss_cross_weights(q, k)
+    with float32_region(q):
+        return _criss_cross_weights(widen(q), widen(k))
+
+
+torch.fx.wrap("criss_cross_weights")
+
+
+def _criss_cross_weights(q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     e_col = torch.einsum("nchw,ncgw->nhwg", q, k)  # (N, H, W, H)
     e_row = torch.einsum("nchw,nchv->nhwv", q, k)  # (N, H, W, W)
     h = e_col.shape[-1]

@@ -6,9 +6,13 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from ._attention import softmax_attention
 from ._utils import check_choice, reduced_channels
 from .capture import is_capturing, record_attention
+from .mhsa import ATTN_IMPLS
 from .registry import register_block
+
+torch.fx.wrap("softmax_attention")
 
 __all__ = ["DualAttention"]
 
@@ -54,7 +58,14 @@ class DualAttention(nn.Module):
     attention each position *receives* in PAM (``s`` averaged over the queries ``j``, so each
     map sums to 1); ``channel`` gives ``(N, C, 1, 1)``, the same for CAM's ``g``.
 
-    Shapes: ``(N, C, H, W) -> (N, C, H, W)``. Memory ``O(N (HW)^2 + N C^2)``.
+    PAM runs through ``F.scaled_dot_product_attention`` (``attn_impl="fused"``, its queries and
+    keys zero-padded to the values' width), so its ``HW x HW`` weights are never built;
+    ``attn_impl="math"`` writes them out. CAM's ``C x C`` softmax is small and always written
+    out. Both modules keep their logits and softmax in float32 under autocast (CAM's energies
+    ``A_j . A_i`` sum ``HW`` squares and overflow float16 at moderate activations).
+
+    Shapes: ``(N, C, H, W) -> (N, C, H, W)``. Memory ``O(N HW C + N C^2)`` fused,
+    ``O(N (HW)^2 + N C^2)`` with ``attn_impl="math"``.
 
     Parameters (default options, ``d = C // 8``): ``2 (C d + d) + C^2 + C + 2``
     (``W_q``, ``W_k``; ``W_v``; ``alpha``, ``beta``).
@@ -65,6 +76,7 @@ class DualAttention(nn.Module):
         fusion: ``mean`` | ``sum`` (see above).
         cam_logits: ``energy`` (paper) | ``negated`` (official code).
         record: what :func:`visattn.capture_attention` receives, ``position`` | ``channel``.
+        attn_impl: PAM's path, ``fused`` | ``math`` (same function).
     """
 
     def __init__(
@@ -74,14 +86,17 @@ class DualAttention(nn.Module):
         fusion: str = "mean",
         cam_logits: str = "energy",
         record: str = "position",
+        attn_impl: str = "fused",
     ) -> None:
         super().__init__()
+        check_choice("attn_impl", attn_impl, ATTN_IMPLS)
         check_choice("fusion", fusion, FUSIONS)
         check_choice("cam_logits", cam_logits, CAM_LOGITS)
         check_choice("record", record, RECORDS)
         inner = reduced_channels(channels, reduction)
         self.inner_channels = inner
         self.fusion, self.cam_logits, self.record = fusion, cam_logits, record
+        self.attn_impl = attn_impl
         self.query = nn.Conv2d(channels, inner, 1)
         self.key = nn.Conv2d(channels, inner, 1)
         self.value = nn.Conv2d(channels, channels, 1)
@@ -100,25 +115,41 @@ class DualAttention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n, c, h, w = x.shape
-        q = self.query(x).flatten(2)  # (N, d, HW)
-        k = self.key(x).flatten(2)
-        v = self.value(x).flatten(2)  # (N, C, HW)
-        s = torch.softmax(q.transpose(1, 2) @ k, dim=-1)  # (N, HW_j, HW_i), rows sum to 1
-        p = v @ s.transpose(1, 2).to(v.dtype)  # p[:, :, j] = sum_i s_ji v_i
+        capturing = False
+        if not torch.jit.is_scripting():
+            capturing = is_capturing(self)
+        q = self.query(x).flatten(2).transpose(1, 2)  # (N, HW, d)
+        k = self.key(x).flatten(2).transpose(1, 2)
+        v = self.value(x).flatten(2).transpose(1, 2)  # (N, HW, C)
+        # p[:, j] = sum_i s_ji v_i with s_ji = softmax_i(q_j . k_i), rows sum to 1
+        p, s = softmax_attention(
+            q,
+            k,
+            v,
+            scale=1.0,
+            need_weights=capturing and self.record == "position",
+            fused=self.attn_impl == "fused",
+        )
 
         a = x.flatten(2)  # (N, C, HW)
-        energy = a @ a.transpose(1, 2)  # (N, C_j, C_i)
-        if self.cam_logits == "negated":
-            energy = energy.amax(dim=-1, keepdim=True) - energy
-        g = torch.softmax(energy, dim=-1)
-        q_ch = g.to(a.dtype) @ a  # q_ch[:, j] = sum_i g_ji A_i
+        # q_ch[:, j] = sum_i g_ji A_i with g_ji = softmax_i(A_j . A_i); the official code's
+        # softmax_i(max_i'(A_j . A_i') - A_j . A_i) is the same softmax of -A_j . A_i
+        q_ch, g = softmax_attention(
+            -a if self.cam_logits == "negated" else a,
+            a,
+            a,
+            scale=1.0,
+            need_weights=capturing and self.record == "channel",
+            fused=False,
+        )
 
         if not torch.jit.is_scripting():  # noqa: SIM102 (TorchScript needs it alone)
-            if is_capturing(self):
-                if self.record == "position":
+            if capturing:  # a static test (fx, torch.compile): the weights exist exactly then
+                if s is not None:
                     record_attention(self, s.mean(dim=1).reshape(n, 1, h, w))
-                else:
+                if g is not None:
                     record_attention(self, g.mean(dim=1).reshape(n, c, 1, 1))
+        p = p.transpose(1, 2)  # (N, C, HW)
         t = (self.alpha * p + self.beta * q_ch).reshape(n, c, h, w)
         if self.fusion == "mean":
             return x + 0.5 * t
@@ -127,5 +158,5 @@ class DualAttention(nn.Module):
     def extra_repr(self) -> str:
         return (
             f"inner_channels={self.inner_channels}, fusion={self.fusion!r}, "
-            f"cam_logits={self.cam_logits!r}, record={self.record!r}"
+            f"cam_logits={self.cam_logits!r}, record={self.record!r}, attn_impl={self.attn_impl!r}"
         )

@@ -5,15 +5,39 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
+from timm.layers import register_notrace_function
 
+from ._attention import float32_region, widen
 from ._utils import check_choice, check_positive_int
 from .capture import is_capturing, record_attention
 from .registry import register_block
 
-__all__ = ["ExternalAttention"]
+__all__ = ["ExternalAttention", "double_normalisation"]
 
 FORMS = ("paper", "official")
 EPS = 1e-9  # guards the l1 normalisation (the official code's constant)
+
+
+@register_notrace_function  # timm's FX feature path: one leaf call
+def double_normalisation(logits: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(a, a^)`` from ``a~`` ``(N, S, HW)``: ``a^`` the softmax over the positions, ``a`` its l1
+    normalisation over the ``S`` memory units (``/ (eps + sum)``).
+
+    Float32 (float64 stays float64) with autocast off: in float16 the softmax underflows to 0 at
+    moderate activations and the l1 step divides 0 by ``eps`` = 0.
+    """
+    if torch.jit.is_scripting():
+        return _double_normalisation(logits, eps)
+    with float32_region(logits):
+        return _double_normalisation(widen(logits), eps)
+
+
+torch.fx.wrap("double_normalisation")
+
+
+def _double_normalisation(logits: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    over_positions = torch.softmax(logits, dim=-1)
+    return over_positions / (eps + over_positions.sum(dim=1, keepdim=True)), over_positions
 
 
 @register_block("external", family="spatial", paper="Guo et al., arXiv 2021")
@@ -31,7 +55,8 @@ class ExternalAttention(nn.Module):
 
     ``S = 64`` as in the paper. The paper replaces self-attention inside residual networks;
     visattn keeps that residual connection (``Y = X + ...``), like its non-local block. The l1
-    normalisation divides by ``eps + sum`` with ``eps = 1e-9`` (the official code's guard).
+    normalisation divides by ``eps + sum`` with ``eps = 1e-9`` (the official code's guard). Both
+    normalisations run in float32 under autocast (:func:`double_normalisation`).
 
     ``form="official"`` is the official segmentation block (``MenghaoGuo/EANet``): it adds a
     1x1 conv (no bias) and BatchNorm after ``M_v``, and a ReLU after the addition,
@@ -83,8 +108,7 @@ class ExternalAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n, _, h, w = x.shape
         logits = self.mk(self.query(x)).flatten(2)  # (N, S, HW)
-        over_positions = torch.softmax(logits, dim=-1)
-        attn = over_positions / (self.eps + over_positions.sum(dim=1, keepdim=True))  # l1 over S
+        attn, over_positions = double_normalisation(logits, self.eps)
         if not torch.jit.is_scripting():  # noqa: SIM102 (TorchScript needs it alone)
             if is_capturing(self):
                 record_attention(self, over_positions.mean(dim=1).reshape(n, 1, h, w))

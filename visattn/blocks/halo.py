@@ -7,13 +7,15 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ._attention import softmax_attention
 from ._utils import check_choice, check_positive_int, init_conv_io, same_memory_format
 from .capture import is_capturing, record_attention
-from .mhsa import relative_index, relative_logits
+from .mhsa import ATTN_IMPLS, relative_factors, relative_index
 from .registry import register_block
 
 # format bookkeeping outside the traced graph (torch.fx cannot branch on a proxy)
 torch.fx.wrap("same_memory_format")
+torch.fx.wrap("softmax_attention")
 
 __all__ = ["HaloAttention"]
 
@@ -46,6 +48,11 @@ class HaloAttention(nn.Module):
     ``s x s`` average pool follows (timm's option). Output sizes are ``ceil(H / s)``, like a padded
     strided conv.
 
+    The attention runs through ``F.scaled_dot_product_attention`` (``attn_impl="fused"``), the
+    relative logits entering as extra query/key channels, so no ``b^2 x w^2`` weights per block
+    are kept for the backward; ``attn_impl="math"`` writes the logits and the softmax out (in
+    float32). Both compute the same function.
+
     Shapes: ``(N, C, H, W) -> (N, C', H / s, W / s)``. Attention map ``(N, 1, H, W)``: the
     attention each input position receives, averaged over queries and heads (at most 1 in
     total: the share given to the zero padding beyond the map is not shown).
@@ -66,6 +73,7 @@ class HaloAttention(nn.Module):
         avg_down: stride by an average pool after the attention instead of subsampled queries.
         rel_pos: ``"image"`` or ``"query_grid"`` (timm), where strided queries' offsets are
             measured.
+        attn_impl: ``fused`` (no weights kept) or ``math`` (the full logits per block).
     """
 
     def __init__(
@@ -81,8 +89,10 @@ class HaloAttention(nn.Module):
         scale_pos: bool = True,
         avg_down: bool = False,
         rel_pos: str = "image",
+        attn_impl: str = "fused",
     ) -> None:
         super().__init__()
+        check_choice("attn_impl", attn_impl, ATTN_IMPLS)
         out = init_conv_io(self, channels, out_channels, stride, heads=heads)
         check_positive_int("block_size", block_size)
         if isinstance(halo_size, bool) or not isinstance(halo_size, int) or halo_size < 0:
@@ -95,7 +105,7 @@ class HaloAttention(nn.Module):
         self.win_size = block_size + 2 * halo_size
         self.pool_stride = stride if stride > 1 and (avg_down or block_size % stride) else 1
         self.query_stride = stride // self.pool_stride
-        self.rel_pos = rel_pos
+        self.rel_pos, self.attn_impl = rel_pos, attn_impl
         self.q = nn.Conv2d(channels, heads * d, 1, stride=self.query_stride, bias=qkv_bias)
         # keys and values per head: (k_h, v_h) channel pairs, head-major
         self.kv = nn.Conv2d(channels, heads * d + out, 1, bias=qkv_bias)
@@ -130,12 +140,25 @@ class HaloAttention(nn.Module):
         step = s if self.rel_pos == "image" else 1
         idx = relative_index(bq, win, win, query_step=step, shift=0, device=x.device)
         qs = q * self.scale  # scaling q costs bq^2*d per block, scaling the logits bq^2*win^2
-        rel = relative_logits(qs if self.scale_pos else q, self.rel_h, self.rel_w, idx, idx)
-        a = torch.softmax(torch.baddbmm(rel, qs.reshape(-1, bq * bq, d), k.transpose(1, 2)), -1)
+        q_bias, k_bias = relative_factors(
+            qs if self.scale_pos else q, self.rel_h, self.rel_w, idx, idx
+        )
+        capturing = False
+        if not torch.jit.is_scripting():
+            capturing = is_capturing(self)
+        y, a = softmax_attention(
+            qs.reshape(-1, bq * bq, d),
+            k,
+            v,
+            scale=1.0,
+            q_bias=q_bias,
+            k_bias=k_bias,
+            need_weights=capturing,
+            fused=self.attn_impl == "fused",
+        )
         if not torch.jit.is_scripting():  # noqa: SIM102 (scripting skips the inner test)
-            if is_capturing(self):
+            if capturing and a is not None:
                 record_attention(self, self._received(a, n, h, w, hq, wq))
-        y = a @ v
         y = y.reshape(n, heads, nh, nw, bq, bq, dv).permute(0, 1, 6, 2, 4, 3, 5)
         y = y.reshape(n, self.out_channels, nh * bq, nw * bq)[..., :hq, :wq]
         if self.pool_stride > 1:
@@ -161,5 +184,5 @@ class HaloAttention(nn.Module):
         return (
             f"{self.in_channels}, {self.out_channels}, stride={self.stride}, heads={self.heads}, "
             f"dim_head={self.dim_head}, block_size={self.block_size}, "
-            f"halo_size={self.halo_size}, scale_pos={self.scale_pos}"
+            f"halo_size={self.halo_size}, scale_pos={self.scale_pos}, attn_impl={self.attn_impl!r}"
         )

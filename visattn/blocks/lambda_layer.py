@@ -6,7 +6,9 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from timm.layers import register_notrace_function
 
+from ._attention import float32_region, widen
 from ._utils import check_positive_int, init_conv_io, same_memory_format
 from .capture import record_attention
 from .registry import register_block
@@ -14,7 +16,56 @@ from .registry import register_block
 # format bookkeeping outside the traced graph (torch.fx cannot branch on a proxy)
 torch.fx.wrap("same_memory_format")
 
-__all__ = ["LambdaLayer"]
+__all__ = ["LambdaLayer", "apply_lambdas"]
+
+
+@register_notrace_function  # timm's FX feature path: one leaf call
+def apply_lambdas(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    pos_weight: torch.Tensor,
+    pos_bias: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(y, K_bar)``: the lambda layer's output ``(N, |h|, |v|, HW)`` and normalised keys.
+
+    ``q``: ``(N, |h|, |k|, HW)`` (normalised queries), ``k``: ``(N, |k|, HW)`` (raw keys), ``v``:
+    ``(N, |v|, H, W)`` (normalised values), ``pos_weight`` ``(|k|, 1, r, r)``: the lambda
+    convolution's filters (``pos_bias`` ``(|k|,)`` or ``None``).
+
+    Float32 (float64 stays float64) with autocast off: the positional lambdas sum ``r^2`` values
+    and the output ``|k| r^2`` products, which overflow float16 at moderate activations.
+    """
+    if torch.jit.is_scripting():
+        return _apply_lambdas(q, k, v, pos_weight, pos_bias)
+    with float32_region(q):
+        bias = None if pos_bias is None else widen(pos_bias)
+        return _apply_lambdas(widen(q), widen(k), widen(v), widen(pos_weight), bias)
+
+
+torch.fx.wrap("apply_lambdas")
+
+
+def _apply_lambdas(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    pos_weight: torch.Tensor,
+    pos_bias: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    n, dv, h, w = v.shape[0], v.shape[1], v.shape[2], v.shape[3]
+    dk, m, r = k.shape[1], h * w, pos_weight.shape[-1]
+    k = k.softmax(dim=-1)
+    content = torch.einsum("nkm,nvm->nkv", k, v.reshape(n, dv, m))
+    y = torch.einsum("nhkm,nkv->nhvm", q, content)
+    position = F.conv3d(  # (N, |k|, H, W, |v|); faster than a 2-D conv over N |v| maps
+        v.unsqueeze(1).permute(0, 1, 3, 4, 2),
+        pos_weight.unsqueeze(-1),
+        pos_bias,
+        padding=(r // 2, r // 2, 0),
+    )
+    y = y + torch.einsum("nhkm,nkmv->nhvm", q, position.reshape(n, dk, m, dv))
+    return y, k
 
 
 @register_block("lambda", family="spatial", paper="Bello, ICLR 2021", replaces_conv=True)
@@ -37,6 +88,8 @@ class LambdaLayer(nn.Module):
     ``stride > 1`` applies an ``s x s`` average pool after the layer (the layer itself cannot
     stride; timm, like BoTNet, pools after it), ``ceil_mode`` so the output size matches a padded
     strided conv (``ceil(H / s)``).
+
+    The softmax and the lambdas run in float32 under autocast (:func:`apply_lambdas`).
 
     Shapes: ``(N, C, H, W) -> (N, C', H / s, W / s)``. Attention map ``(N, 1, H, W)``: the
     normalised keys ``K_bar`` averaged over the ``|k|`` key channels, i.e. the share of each
@@ -98,19 +151,9 @@ class LambdaLayer(nn.Module):
         q, k, v = torch.split(self.qkv(x), [dk * heads, dk, dv], dim=1)
         q = self.norm_q(q).reshape(n, heads, dk, m)
         v = self.norm_v(v)  # (N, |v|, H, W)
-        k = k.reshape(n, dk, m).softmax(dim=-1)
+        y, k = apply_lambdas(q, k.reshape(n, dk, m), v, self.pos_conv.weight, self.pos_conv.bias)
         if not torch.jit.is_scripting():
             record_attention(self, k.mean(1).view(n, 1, h, w))
-        content = torch.einsum("nkm,nvm->nkv", k, v.reshape(n, dv, m))
-        y = torch.einsum("nhkm,nkv->nhvm", q, content)
-        pc, r = self.pos_conv, self.r
-        position = F.conv3d(  # (N, |k|, H, W, |v|); faster than a 2-D conv over N |v| maps
-            v.unsqueeze(1).permute(0, 1, 3, 4, 2),
-            pc.weight.unsqueeze(-1),
-            pc.bias,
-            padding=(r // 2, r // 2, 0),
-        )
-        y = y + torch.einsum("nhkm,nkmv->nhvm", q, position.reshape(n, dk, m, dv))
         y = y.reshape(n, self.out_channels, h, w)
         if self.stride > 1:
             y = F.avg_pool2d(y, self.stride, self.stride, ceil_mode=True)

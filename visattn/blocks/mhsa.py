@@ -9,14 +9,18 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._utils import check_positive_int, init_conv_io, same_memory_format
+from ._attention import softmax_attention
+from ._utils import check_choice, check_positive_int, init_conv_io, same_memory_format
 from .capture import is_capturing, record_attention
 from .registry import register_block
 
 # format bookkeeping outside the traced graph (torch.fx cannot branch on a proxy)
 torch.fx.wrap("same_memory_format")
+torch.fx.wrap("softmax_attention")
 
-__all__ = ["BottleneckMHSA", "relative_index", "relative_logits"]
+__all__ = ["ATTN_IMPLS", "BottleneckMHSA", "relative_factors", "relative_index"]
+
+ATTN_IMPLS = ("fused", "math")
 
 
 def relative_index(
@@ -39,23 +43,30 @@ def relative_index(
     return (j - i).clamp(-(table - 1), table - 1) + (table - 1)
 
 
-def relative_logits(
+def relative_factors(
     q: torch.Tensor,
     rel_h: torch.Tensor,
     rel_w: torch.Tensor,
     idx_h: torch.Tensor,
     idx_w: torch.Tensor,
-) -> torch.Tensor:
-    """2-D relative logits ``q_(y,x) . (r^h_(idx_h[y,y']) + r^w_(idx_w[x,x']))``.
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """2-D relative logits ``q_(y,x) . (r^h_(idx_h[y,y']) + r^w_(idx_w[x,x']))`` as two factors.
 
     ``q``: ``(B, Hq, Wq, d)``; ``rel_h``/``rel_w``: ``(R, d)`` tables; ``idx_h``: ``(Hq, Hk)``,
-    ``idx_w``: ``(Wq, Wk)`` table rows. Returns ``(B, Hq * Wq, Hk * Wk)``.
+    ``idx_w``: ``(Wq, Wk)`` table rows. Returns ``q_bias`` ``(B, Hq * Wq, Hk + Wk)``, the query's
+    logit for every key row and every key column, and ``k_bias`` ``(Hk * Wk, Hk + Wk)``, each
+    key's one-hot row and column, so that ``q_bias @ k_bias.T`` is the ``(B, Hq Wq, Hk Wk)``
+    matrix of relative logits (the form :func:`softmax_attention` takes without building it).
     """
     b, hq, wq = q.shape[0], q.shape[1], q.shape[2]
     hk, wk = idx_h.shape[1], idx_w.shape[1]
     lw = torch.gather(q @ rel_w.t(), -1, idx_w.expand(b, hq, wq, wk))  # (B, Hq, Wq, Wk)
     lh = torch.gather(q @ rel_h.t(), -1, idx_h[:, None, :].expand(b, hq, wq, hk))  # (.., Hk)
-    return (lh.unsqueeze(-1) + lw.unsqueeze(-2)).reshape(b, hq * wq, hk * wk)
+    q_bias = torch.cat([lh, lw], dim=-1).reshape(b, hq * wq, hk + wk)
+    # key (y', x') is row y' * Wk + x': one-hot y' among the rows, x' among the columns
+    rows = torch.eye(hk, dtype=q.dtype, device=q.device)[:, None, :].expand(hk, wk, hk)
+    cols = torch.eye(wk, dtype=q.dtype, device=q.device)[None, :, :].expand(hk, wk, wk)
+    return q_bias, torch.cat([rows, cols], dim=-1).reshape(hk * wk, hk + wk)
 
 
 def _pair(v: int | tuple[int, int] | list[int], option: str) -> tuple[int, int]:
@@ -84,6 +95,12 @@ class BottleneckMHSA(nn.Module):
     only uses the central rows. ``scale_pos=False`` is timm's default, which scales only
     ``q . k``.
 
+    The attention runs through ``F.scaled_dot_product_attention`` (``attn_impl="fused"``): the
+    relative logits enter as extra query/key channels (see :func:`relative_factors`), so no
+    ``HW x HW`` matrix is built or kept for the backward, and the logits and the softmax's
+    normaliser stay float32 under autocast. ``attn_impl="math"`` writes the logits and the
+    softmax out (in float32), as before; both compute the same function.
+
     The paper's MHSA cannot stride: with ``stride=2`` it is followed by a 2x2 average pool, as in
     BoT50 (``ceil_mode``, so odd sizes give ``ceil(H / 2)`` like a padded strided conv).
 
@@ -104,6 +121,7 @@ class BottleneckMHSA(nn.Module):
         qkv_bias: bias on the projections (paper: none).
         scale_pos: divide the relative logits by ``sqrt(d)`` too (paper's reference code); timm's
             default is ``False``.
+        attn_impl: ``fused`` (memory linear in ``HW``) or ``math`` (the full logits).
     """
 
     def __init__(
@@ -116,8 +134,10 @@ class BottleneckMHSA(nn.Module):
         feat_size: int | tuple[int, int] = 14,
         qkv_bias: bool = False,
         scale_pos: bool = True,
+        attn_impl: str = "fused",
     ) -> None:
         super().__init__()
+        check_choice("attn_impl", attn_impl, ATTN_IMPLS)
         if stride not in (1, 2):
             raise ValueError(f"option 'stride' must be 1 or 2 (2x2 average pool), got {stride!r}")
         out = init_conv_io(self, channels, out_channels, stride, heads=heads)
@@ -125,6 +145,7 @@ class BottleneckMHSA(nn.Module):
         check_positive_int("dim_head", d)
         self.feat_size = _pair(feat_size, "feat_size")
         self.heads, self.dim_head, self.scale_pos = heads, d, scale_pos
+        self.attn_impl = attn_impl
         self.scale = d**-0.5
         self.qkv = nn.Conv2d(channels, 2 * heads * d + out, 1, bias=qkv_bias)
         self.rel_h = nn.Parameter(torch.empty(2 * self.feat_size[0] - 1, d))
@@ -149,14 +170,25 @@ class BottleneckMHSA(nn.Module):
         idx_h = relative_index(h, h, self.feat_size[0], device=x.device)
         idx_w = relative_index(w, w, self.feat_size[1], device=x.device)
         qs = q * self.scale  # scaling q costs HW*d, scaling the logits (HW)^2
-        rel = relative_logits(
+        q_bias, k_bias = relative_factors(
             (qs if self.scale_pos else q).reshape(-1, h, w, d), self.rel_h, self.rel_w, idx_h, idx_w
         )
-        a = torch.softmax(torch.baddbmm(rel, qs, k.transpose(1, 2)), dim=-1)
+        capturing = False
+        if not torch.jit.is_scripting():
+            capturing = is_capturing(self)
+        y, a = softmax_attention(
+            qs,
+            k,
+            v,
+            scale=1.0,
+            q_bias=q_bias,
+            k_bias=k_bias,
+            need_weights=capturing,
+            fused=self.attn_impl == "fused",
+        )
         if not torch.jit.is_scripting():  # noqa: SIM102 (scripting skips the inner test)
-            if is_capturing(self):
+            if capturing and a is not None:
                 record_attention(self, a.view(n, heads * h * w, h, w).mean(1, keepdim=True))
-        y = a @ v
         y = y.transpose(1, 2).reshape(n, self.out_channels, h, w)
         if self.stride > 1:
             y = F.avg_pool2d(y, 2, 2, ceil_mode=True)
@@ -165,5 +197,6 @@ class BottleneckMHSA(nn.Module):
     def extra_repr(self) -> str:
         return (
             f"{self.in_channels}, {self.out_channels}, stride={self.stride}, heads={self.heads}, "
-            f"dim_head={self.dim_head}, feat_size={self.feat_size}, scale_pos={self.scale_pos}"
+            f"dim_head={self.dim_head}, feat_size={self.feat_size}, scale_pos={self.scale_pos}, "
+            f"attn_impl={self.attn_impl!r}"
         )

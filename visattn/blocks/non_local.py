@@ -10,9 +10,12 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ._attention import softmax_attention
 from ._utils import check_choice, check_positive_int, reduced_channels
 from .capture import is_capturing, record_attention
 from .registry import register_block
+
+torch.fx.wrap("softmax_attention")
 
 __all__ = ["NonLocal"]
 
@@ -131,10 +134,11 @@ class NonLocal(nn.Module):
       keys, both row-major).
 
     With soft selection and a dot-product-type score (``dot``, ``scaled_dot``, ``cosine``,
-    ``gaussian``) the forward pass uses ``F.scaled_dot_product_attention`` (same function, no
-    ``HW x HWk`` weights kept for backward), except while ``capture_attention`` is active or
-    ``record="full"``: then, as for ``topk`` and ``additive``, the weights are computed explicitly
-    (softmax of the score matrix) so they can be recorded.
+    ``gaussian``) the attention runs through visattn's softmax-attention primitive: by default
+    ``F.scaled_dot_product_attention`` (same function, no ``HW x HWk`` weights kept for
+    backward), and while ``capture_attention`` is active or with ``record="full"`` the weights
+    written out in float32 so they can be recorded. ``topk`` and ``additive`` always compute the
+    weights explicitly.
 
     Shapes: ``(N, C, H, W) -> (N, C, H, W)``.
 
@@ -279,10 +283,10 @@ class NonLocal(nn.Module):
                 s = s * self.scale_width**-0.5
         return s if self.temperature == 1.0 else s / self.temperature
 
-    def _fused_ok(self) -> bool:
-        """Soft selection with a dot-product-type score and nothing to record in full: the
-        result equals ``F.scaled_dot_product_attention`` with the matching scale."""
-        return self.selection == "soft" and self.score != "additive" and self.record != "full"
+    def _softmax_of_dot(self) -> bool:
+        """Soft selection with a dot-product-type score: ``softmax(q k^T s) v`` with a mask, the
+        softmax-attention primitive's form."""
+        return self.selection == "soft" and self.score != "additive"
 
     def _select(self, s: torch.Tensor) -> torch.Tensor:
         k = self.k  # None exactly for selection="soft" (checked in __init__)
@@ -319,32 +323,39 @@ class NonLocal(nn.Module):
         capturing = False
         if not torch.jit.is_scripting():
             capturing = is_capturing(self)
-        if self._fused_ok() and not capturing:
-            # Same function through the fused kernel: no (HW x HWk) weights kept for backward.
+        if self._softmax_of_dot():
             if self.score == "cosine":
                 q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
             scaled = self.score == "scaled_dot"
             scale = (self.scale_width**-0.5 if scaled else 1.0) / self.temperature
-            y = F.scaled_dot_product_attention(q, k, v.to(q.dtype), attn_mask=allowed, scale=scale)
+            y, a = softmax_attention(
+                q, k, v, scale=scale, bias=allowed, need_weights=capturing or self.record == "full"
+            )
             y = y.transpose(-1, -2).reshape(n, self.inner_channels, h, w)
+            if not torch.jit.is_scripting():  # noqa: SIM102 (TorchScript needs it alone)
+                if (capturing or self.record == "full") and a is not None:
+                    self._record(a, n, h, w, hk, wk)
             return x + self.norm(self.w_z(y.to(x.dtype)))
         s = self._scores(q, k)
         if allowed is not None:
             s = s.masked_fill(~allowed, float("-inf"))
         a = self._select(s)  # (N, heads, HW, HWk)
         y = (a.to(v.dtype) @ v).transpose(-1, -2).reshape(n, self.inner_channels, h, w)
-        if not torch.jit.is_scripting():
-            if self.record == "full":
-                record_attention(self, a)
-            elif capturing:  # the summary costs a pass over all weights: only when asked
-                received = a.mean(dim=(1, 2)).reshape(n, 1, hk, wk)
-                if self.subsample > 1:
-                    s_ = self.subsample
-                    received = received.repeat_interleave(s_, 2).repeat_interleave(s_, 3)
-                    record_attention(self, received[..., :h, :w])
-                else:
-                    record_attention(self, received)
+        if not torch.jit.is_scripting():  # noqa: SIM102 (TorchScript needs it alone)
+            if capturing or self.record == "full":
+                self._record(a, n, h, w, hk, wk)
         return x + self.norm(self.w_z(y))
+
+    def _record(self, a: torch.Tensor, n: int, h: int, w: int, hk: int, wk: int) -> None:
+        """Record the weights ``a`` ``(N, heads, HW, HWk)``, or the attention received."""
+        if self.record == "full":
+            record_attention(self, a)
+            return
+        received = a.mean(dim=(1, 2)).reshape(n, 1, hk, wk)  # a pass over all weights
+        if self.subsample > 1:
+            s_ = self.subsample
+            received = received.repeat_interleave(s_, 2).repeat_interleave(s_, 3)[..., :h, :w]
+        record_attention(self, received)
 
     def extra_repr(self) -> str:
         return (

@@ -255,6 +255,8 @@ def subscribe(listener: Listener) -> Callable[[], None]:
     from now on (first with every registered name as added); returns the function that
     unsubscribes it."""
     return _SUBSCRIBERS.subscribe(listener, _REGISTRY)
+
+
 def _alias_info(name: str) -> BlockInfo | None:
     """The :class:`BlockInfo` of timm's alias ``name`` (its block's, renamed, with the alias's
     options as defaults), or ``None``."""

@@ -1,0 +1,151 @@
+"""The one softmax-attention primitive of the blocks: ``softmax(q k^T s + bias) v``.
+
+Every block whose maths is a row softmax of dot-product logits (mhsa, halo, danet, nonlocal)
+calls :func:`softmax_attention`. It has two paths with the same value:
+
+* **fused** (the default): ``F.scaled_dot_product_attention`` (Vaswani et al., NeurIPS 2017,
+  Eq. 1). PyTorch's flash and memory-efficient kernels never build the ``(Lq, Lk)`` logits, so
+  memory grows linearly in the tokens, and they keep the logits and the softmax's normaliser in
+  float32 under fp16/bf16.
+* **math**: the logits, the softmax and the product written out, in float32 (float64 stays
+  float64) with autocast switched off. It is taken when the caller asks for the weights (an
+  active :func:`visattn.capture_attention`) or for this path (``fused=False``).
+
+Relative-position logits (BoTNet, HaloNet) are a bias that depends on the query and is learned.
+The fused kernels take a dense bias only as a constant on CPU (a bias that needs a gradient sends
+PyTorch back to its math path, which builds the full matrix). Such a bias is a product of two
+thin factors, ``bias = q_bias k_bias^T``, with ``q_bias`` ``(Lq, R)`` and ``k_bias`` ``(Lk, R)``:
+the fused path appends them to the queries and keys as ``R`` extra channels, so the kernel sees a
+plain dot product of ``E + R`` channels. The CPU flash kernel also needs queries, keys and values
+of one width: the narrower ones are padded with zero channels (to a multiple of 8), which leave
+every dot product unchanged.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from timm.layers import register_notrace_function
+
+__all__ = ["float32_region", "softmax_attention", "widen"]
+
+
+def widen(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in float32, or as it is if wider (float64)."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
+def float32_region(like: torch.Tensor) -> torch.autocast:
+    """A context with autocast off on ``like``'s device: the normalisations of the attention
+    blocks (softmaxes, their sums and the products that feed them) run there on
+    :func:`widen`-ed tensors. Not for TorchScript (its autocast needs a constant device type):
+    callers take their plain path under ``torch.jit.is_scripting()``."""
+    return torch.autocast(device_type=like.device.type, enabled=False)
+
+
+def _pad_last(t: torch.Tensor, size: int) -> torch.Tensor:
+    """``t`` zero-padded to ``size`` channels, its channels contiguous (as the flash kernel
+    requires: a transposed view would send SDPA to its math fallback)."""
+    if t.shape[-1] != size:
+        return F.pad(t, [0, size - t.shape[-1]])
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def _with_factors(
+    q: torch.Tensor, k: torch.Tensor, q_bias: torch.Tensor | None, k_bias: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[q, q_bias]`` and ``[k, k_bias]`` (``k_bias`` broadcast over ``k``'s leading dims), so
+    that their dot products are ``q k^T + q_bias k_bias^T``."""
+    if q_bias is None or k_bias is None:
+        return q, k
+    k_bias = k_bias.to(k.dtype).expand(k.shape[:-1] + k_bias.shape[-1:])
+    return torch.cat([q, q_bias.to(q.dtype)], dim=-1), torch.cat([k, k_bias], dim=-1)
+
+
+def _math(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float,
+    bias: torch.Tensor | None,
+    q_bias: torch.Tensor | None,
+    k_bias: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The written-out path in float32 or wider: ``(output, weights)``."""
+    q, k = widen(q), widen(k)
+    wide = torch.promote_types(q.dtype, k.dtype)
+    if scale != 1.0:
+        q = q * scale
+    q, k = _with_factors(q, k, q_bias, k_bias)
+    logits = q @ k.transpose(-1, -2)
+    if bias is not None:
+        if bias.dtype == torch.bool:
+            logits = logits.masked_fill(~bias, float("-inf"))
+        else:
+            logits = logits + bias.to(wide)
+    weights = torch.softmax(logits, dim=-1)
+    out = weights @ v.to(torch.promote_types(v.dtype, wide))
+    return out, weights
+
+
+@register_notrace_function  # timm's FX feature path: one leaf call
+def softmax_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float,
+    bias: torch.Tensor | None = None,
+    q_bias: torch.Tensor | None = None,
+    k_bias: torch.Tensor | None = None,
+    need_weights: bool = False,
+    fused: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``softmax(q k^T * scale + q_bias k_bias^T + bias) v`` over the last two dimensions.
+
+    Args:
+        q: queries ``(..., Lq, E)``.
+        k: keys ``(..., Lk, E)``.
+        v: values ``(..., Lk, Ev)``.
+        scale: multiplies ``q k^T`` only (not the biases).
+        bias: ``None``, an additive float bias broadcastable to ``(..., Lq, Lk)`` (a constant: one
+            that needs a gradient should come as factors), or a bool mask, True where a query
+            may attend a key (every query must see at least one key).
+        q_bias, k_bias: a bias given as factors, ``q_bias`` ``(..., Lq, R)`` and ``k_bias``
+            ``(..., Lk, R)`` or ``(Lk, R)``; both or neither.
+        need_weights: also return the weights (the math path runs).
+        fused: ``F.scaled_dot_product_attention`` unless the weights are needed; ``False``
+            forces the math path.
+
+    Returns:
+        ``(out, weights)``: ``out`` ``(..., Lq, Ev)`` in the inputs' common dtype (the autocast
+        dtype under autocast; the math path casts its float32 result to it); ``weights``
+        ``(..., Lq, Lk)`` in float32 or wider when ``need_weights``, else ``None``.
+    """
+    if (q_bias is None) != (k_bias is None):
+        raise ValueError("softmax_attention: give both q_bias and k_bias, or neither")
+    dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
+    if fused and not need_weights:
+        ev = v.shape[-1]
+        q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+        if q_bias is not None and k_bias is not None:
+            q, k = _with_factors(q * scale if scale != 1.0 else q, k, q_bias, k_bias)
+            scale = 1.0
+        width = max(q.shape[-1], v.shape[-1])
+        if q.shape[-1] != v.shape[-1]:  # one width for the flash kernel (zeros: same products)
+            width += -width % 8
+        q, k, v = _pad_last(q, width), _pad_last(k, width), _pad_last(v, width)
+        three = q.dim() == 3  # (B, L, E): as (B, 1, L, E), the form ONNX export takes
+        if three:
+            q, k, v = q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1)
+            if bias is not None and bias.dim() == 3:
+                bias = bias.unsqueeze(1)
+        out = F.scaled_dot_product_attention(q, k, v, bias, scale=scale)
+        if three:
+            out = out.squeeze(1)
+        return out[..., :ev], None
+    if torch.jit.is_scripting():  # TorchScript's autocast needs a constant device type
+        out, weights = _math(q, k, v, scale, bias, q_bias, k_bias)
+        return out.to(dtype), (weights if need_weights else None)
+    with float32_region(q):
+        out, weights = _math(q, k, v, scale, bias, q_bias, k_bias)
+    return out.to(dtype), (weights if need_weights else None)
