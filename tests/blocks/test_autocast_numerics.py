@@ -25,7 +25,10 @@ DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 # (scale, mode) cases whose float16 output is not finite, and where the overflow happens
 FP16_OVERFLOW = {
     "cot": ({(1e4, "eval")}, "the key conv's float16 output, past 65,504 at its eval-mode BN"),
-    "mlca": ({(1e4, "eval")}, "the 1-D conv over the pooled local descriptors (float16)"),
+    "mlca": (
+        {(1e4, "train"), (1e4, "eval")},
+        "the 1-D conv over the pooled local descriptors (float16)",
+    ),
     "gsop": ({(1e4, "eval")}, "the float32 covariance (~1e8) entering the float16 row conv/fc"),
     "residual_attention": ({(1e4, "eval")}, "the trunk's residual units in eval mode"),
     "sk": ({(1e4, "eval")}, "the sum of the branches before the pooled MLP"),
