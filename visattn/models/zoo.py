@@ -172,7 +172,14 @@ _PAPER_MODELS: list[tuple[str, str, tuple[dict[str, Any], ...], dict[str, Any], 
     ("se_resnet110_cifar", "resnet110_cifar", (_SE16,), {}, "Hu et al., CVPR 2018"),
     ("se_resnet50", "resnet50", (_SE16,), {}, "Hu et al., CVPR 2018"),
     ("se_resnet101", "resnet101", (_SE16,), {}, "Hu et al., CVPR 2018"),
-    ("cbam_resnet50", "resnet50", ({"name": "cbam"},), {}, "Woo et al., ECCV 2018"),
+    (
+        "cbam_resnet50",
+        "resnet50",
+        ({"name": "cbam", "args": {"use_bn": True}},),
+        {},
+        "Woo et al., ECCV 2018; official code and released weights: the spatial gate's 7x7 conv "
+        "has no bias and is followed by BN (use_bn=True); pools [max; mean] (weights convert)",
+    ),
     (
         "bam_resnet50",
         "resnet50",
