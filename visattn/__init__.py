@@ -2,7 +2,8 @@
 
 The public API (see README): blocks (``register_block``, ``list_blocks``, ``block_info``,
 ``create_block``), attention maps (``capture_attention``) and models (``create_model``,
-``list_models``, ``inject``) and deployment (``export_onnx``).
+``list_models``, ``inject``), released weights (``list_pretrained``, ``load_pretrained``) and
+deployment (``export_onnx``).
 """
 
 from .blocks import (
@@ -14,6 +15,7 @@ from .blocks import (
 )
 from .export import export_onnx
 from .models import create_model, inject, list_models
+from .models.pretrained import list_pretrained, load_pretrained
 
 __version__ = "0.1.0"
 
@@ -27,5 +29,7 @@ __all__ = [
     "inject",
     "list_blocks",
     "list_models",
+    "list_pretrained",
+    "load_pretrained",
     "register_block",
 ]

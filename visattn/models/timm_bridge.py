@@ -19,6 +19,7 @@ leaves it is removed from timm. Entrypoints live in the real module
 from __future__ import annotations
 
 import functools
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,10 +27,12 @@ import torch.nn as nn
 from timm.models import _registry as timm_registry
 from timm.models import build_model_with_cfg, is_model
 from timm.models import register_model as timm_register
+from timm.models._pretrained import DefaultCfg, PretrainedCfg
 
 from . import registry, timm_entrypoints
 from .factory import create_model, pretrained_cfg_for
-from .registry import get_model_spec
+from .pretrained import PretrainedTag, list_pretrained, timm_filter_fn
+from .registry import ModelSpec, get_model_spec
 
 __all__ = [
     "connect",
@@ -48,6 +51,21 @@ def create_timm_model(name: str, pretrained: bool = False, **kwargs: Any) -> nn.
     overlay = dict(kwargs.pop("pretrained_cfg_overlay", None) or {})
     cfg = kwargs.pop("pretrained_cfg", None)
     kwargs.pop("cache_dir", None)
+    tag = _released_tag(spec.name, cfg)
+    if tag is not None:  # a released file: its own eval transform, loaded through its converter
+        options = {k: v for k, v in kwargs.items() if k not in ("features_only", "out_indices")}
+        ours = pretrained_cfg_for(spec, num_classes=options.get("num_classes"), options=options)
+        keep = {k: ours[k] for k in ("architecture", "first_conv", "classifier", "pool_size")}
+        return build_model_with_cfg(
+            functools.partial(create_model, spec.name),
+            timm_name,
+            pretrained,
+            pretrained_cfg=cfg,
+            pretrained_cfg_overlay={**keep, "custom_load": False, **overlay},
+            pretrained_filter_fn=timm_filter_fn(tag),
+            feature_cfg={"feature_cls": "getter", "out_indices": tuple(range(spec.feature_levels))},
+            **kwargs,
+        )
     if pretrained and not (overlay.get("file") or (isinstance(cfg, dict) and cfg.get("file"))):
         raise ValueError(
             f"{timm_name} has no pretrained weights to download; pass a local state_dict "
@@ -73,6 +91,31 @@ def create_timm_model(name: str, pretrained: bool = False, **kwargs: Any) -> nn.
     )
 
 
+def _released_tag(name: str, cfg: Any) -> PretrainedTag | None:
+    """The :class:`~visattn.models.pretrained.PretrainedTag` timm resolved ``cfg`` from, if any."""
+    if isinstance(cfg, str):  # timm passes the tag of "name.tag" as the config
+        tag = cfg
+    elif isinstance(cfg, dict):
+        tag = cfg.get("tag")
+    else:
+        tag = getattr(cfg, "tag", None)
+    if not tag:
+        return None
+    for t in list_pretrained(f"{name}.{tag}"):
+        return t
+    return None
+
+
+def _default_cfg(spec: ModelSpec) -> DefaultCfg:
+    """timm's ``DefaultCfg`` of ``spec``: the untagged config first (no weights: as before,
+    ``pretrained=True`` needs a file), then one entry per released tag."""
+    base = pretrained_cfg_for(spec)
+    cfgs = {"": PretrainedCfg(**{k: v for k, v in base.items() if k != "paper_ids"})}
+    for t in list_pretrained(f"{spec.name}.*"):
+        cfgs[t.tag] = PretrainedCfg(**{**base, "custom_load": False, **t.pretrained_cfg()})
+    return DefaultCfg(tags=deque(cfgs), cfgs=cfgs)
+
+
 def register_timm_model(name: str) -> str:
     """Register ``visattn_<name>`` in timm (once); returns the timm name."""
     timm_name = f"visattn_{name}"
@@ -87,7 +130,7 @@ def register_timm_model(name: str) -> str:
     entrypoint.__module__ = timm_entrypoints.__name__
     entrypoint.__doc__ = f"visattn model {name!r} ({spec.paper}); see visattn.create_model."
     setattr(timm_entrypoints, timm_name, entrypoint)
-    timm_entrypoints.default_cfgs[timm_name] = pretrained_cfg_for(spec)
+    timm_entrypoints.default_cfgs[timm_name] = _default_cfg(spec)
     timm_register(entrypoint)
     return timm_name
 

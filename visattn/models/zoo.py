@@ -213,9 +213,14 @@ _PAPER_MODELS: list[tuple[str, str, tuple[dict[str, Any], ...], dict[str, Any], 
     (
         "cbam_resnet50",
         "resnet50",
-        ({"name": "cbam"},),
+        ({"name": "cbam", "args": {"use_bn": True}},),
         {},
-        {"paper": "Woo et al., ECCV 2018", "published_params": "28.09M"},  # Table 2
+        {
+            "paper": "Woo et al., ECCV 2018",
+            "follows": "official code and released weights: the spatial gate's 7x7 conv has no "
+            "bias and is followed by BN (use_bn=True); it pools [max; mean] (weights convert)",
+            "published_params": "28.09M",  # Table 2
+        },
     ),
     (
         "bam_resnet50",

@@ -1,0 +1,526 @@
+"""Released ImageNet weights for the named models: pretrained tags and checked converters.
+
+A **tag** (:class:`PretrainedTag`) names a released file for a visattn model, timm style
+(``se_resnet50.ra2_in1k``): where it is published (a Hugging Face hub id or a URL), its
+checksum where one is published, the evaluation transform its authors used (input size,
+``crop_pct``, interpolation, mean/std), its published top-1, and the **source**: the key
+layout of the file. Each source has a **converter** (:func:`register_converter`) that maps the
+released layout into visattn's: prefixes and nesting stripped, module names mapped, shapes
+reconciled (a ``nn.Linear`` weight into a 1x1 conv, a swapped pair of pooled maps).
+
+:func:`load_pretrained` reads a file (weights only: no code runs), converts it and loads it
+**strictly both ways**: every tensor of the file must be consumed and every parameter and
+buffer of the model filled, with the same shape. Anything else raises ``ValueError`` naming
+the leftovers on each side; nothing is loaded partially.
+
+Through timm, ``timm.create_model("visattn_se_resnet50.ra2_in1k", pretrained=True)`` downloads
+the tag's file (on a connected machine) and loads it through the same converter; offline,
+``pretrained_cfg_overlay=dict(file=PATH)`` loads a local copy.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from os import PathLike
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+__all__ = [
+    "PretrainedTag",
+    "convert_state_dict",
+    "get_pretrained",
+    "list_converters",
+    "list_pretrained",
+    "load_pretrained",
+    "register_converter",
+]
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+Converter = Callable[[dict[str, torch.Tensor], nn.Module], dict[str, torch.Tensor]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PretrainedTag:
+    """A released weight file for a visattn model.
+
+    Attributes:
+        model: the visattn model name (``se_resnet50``); timm's is ``visattn_<model>.<tag>``.
+        tag: the tag (``ra2_in1k``).
+        source: the converter of the file's key layout (:func:`list_converters`).
+        top1: the published ImageNet-1k top-1 (%), as its publisher reports it (timm's tags:
+            timm's results table at 224x224 with the tag's ``crop_pct``).
+        hf_hub_id / url: where the file is published (``hf_hub_id`` is what timm downloads).
+        sha256: the published checksum or its published prefix (torch.hub's file-name
+            convention); empty where none is published.
+        input_size, crop_pct, interpolation, mean, std: the evaluation transform.
+        test_input_size, test_crop_pct: the publisher's test-time size, where it differs.
+        num_classes: the classifier's outputs in the file.
+        publisher: who trained it (paper or library).
+        proof: what the offline test proves about the mapping.
+    """
+
+    model: str
+    tag: str
+    source: str
+    top1: float
+    hf_hub_id: str = ""
+    url: str = ""
+    sha256: str = ""
+    input_size: tuple[int, int, int] = (3, 224, 224)
+    test_input_size: tuple[int, int, int] | None = None
+    crop_pct: float = 0.875
+    test_crop_pct: float | None = None
+    interpolation: str = "bilinear"
+    mean: tuple[float, float, float] = IMAGENET_MEAN
+    std: tuple[float, float, float] = IMAGENET_STD
+    num_classes: int = 1000
+    publisher: str = ""
+    proof: str = ""
+    notes: str = ""
+
+    @property
+    def name(self) -> str:
+        """``<model>.<tag>``."""
+        return f"{self.model}.{self.tag}"
+
+    def pretrained_cfg(self) -> dict[str, Any]:
+        """timm's pretrained config of this tag (``hf_hub_id``/``url``, eval transform)."""
+        cfg: dict[str, Any] = {
+            "hf_hub_id": self.hf_hub_id or None,
+            "url": self.url if not self.hf_hub_id else "",
+            "input_size": self.input_size,
+            "crop_pct": self.crop_pct,
+            "interpolation": self.interpolation,
+            "mean": self.mean,
+            "std": self.std,
+            "num_classes": self.num_classes,
+            "first_conv": "conv1",
+            "classifier": "fc",
+            "notes": (f"source: {self.source}; published top-1 {self.top1:.2f}",),
+        }
+        if self.test_input_size is not None:
+            cfg["test_input_size"] = self.test_input_size
+        if self.test_crop_pct is not None:
+            cfg["test_crop_pct"] = self.test_crop_pct
+        return cfg
+
+
+_TAGS: dict[str, PretrainedTag] = {}
+_CONVERTERS: dict[str, Converter] = {}
+
+
+def register_pretrained(tag: PretrainedTag) -> PretrainedTag:
+    """Add ``tag``; a taken ``<model>.<tag>`` or an unknown source raises ``ValueError``."""
+    if tag.name in _TAGS:
+        raise ValueError(f"pretrained tag {tag.name!r} is already registered")
+    if tag.source not in _CONVERTERS:
+        raise ValueError(
+            f"pretrained tag {tag.name!r}: unknown source {tag.source!r}; "
+            f"known: {', '.join(sorted(_CONVERTERS))}"
+        )
+    _TAGS[tag.name] = tag
+    return tag
+
+
+def list_pretrained(pattern: str | None = None) -> list[PretrainedTag]:
+    """The registered tags (``fnmatch`` ``pattern`` on ``<model>.<tag>``), sorted by name; each
+    carries its source and published top-1."""
+    return [_TAGS[n] for n in sorted(_TAGS) if pattern is None or fnmatch.fnmatchcase(n, pattern)]
+
+
+def get_pretrained(name: str) -> PretrainedTag:
+    """The tag ``<model>.<tag>`` (timm's ``visattn_`` prefix accepted); unknown names raise
+    ``KeyError`` naming the model's tags or the closest names."""
+    key = name[len("visattn_") :] if name.startswith("visattn_") else name
+    if key in _TAGS:
+        return _TAGS[key]
+    model = key.split(".", 1)[0]
+    same = [n for n in _TAGS if n.startswith(model + ".")]
+    hint = f"; {model!r} has {', '.join(sorted(same))}" if same else ""
+    raise KeyError(f"unknown pretrained tag {name!r}{hint} (see visattn.list_pretrained())")
+
+
+def register_converter(source: str) -> Callable[[Converter], Converter]:
+    """Decorator: ``fn(state_dict, model) -> state_dict`` maps the layout ``source`` into
+    visattn's. A taken name raises ``ValueError``."""
+
+    def deco(fn: Converter) -> Converter:
+        if source in _CONVERTERS:
+            raise ValueError(f"converter {source!r} is already registered")
+        _CONVERTERS[source] = fn
+        return fn
+
+    return deco
+
+
+def list_converters() -> list[str]:
+    """Names of the registered key layouts (``source=`` of :func:`load_pretrained`)."""
+    return sorted(_CONVERTERS)
+
+
+# --------------------------------------------------------------------------- reading files
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def check_sha256(path: str | PathLike[str], expected: str) -> None:
+    """Raise ``ValueError`` unless the file's sha256 starts with ``expected`` (a full digest or
+    the published prefix, as in torch.hub's ``name-<prefix>.pth``)."""
+    expected = expected.lower()
+    if not re.fullmatch(r"[0-9a-f]{8,64}", expected):
+        raise ValueError(f"sha256 must be 8 to 64 hex digits, got {expected!r}")
+    actual = _sha256(Path(path))
+    if not actual.startswith(expected):
+        raise ValueError(
+            f"checksum mismatch for {str(path)!r}: sha256 {actual[: len(expected)]}... but "
+            f"{expected}... was published; the file is damaged or not the released one"
+        )
+
+
+def read_weights(path: str | PathLike[str]) -> dict[str, torch.Tensor]:
+    """A state_dict from a released file, read weights-only (no code runs): unwraps
+    ``{"state_dict": ...}`` / ``{"model": ...}`` nesting and a ``module.`` prefix
+    ((Distributed)DataParallel); ``.safetensors`` files are read with safetensors."""
+    path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{str(path)!r} is a directory; give the weight file inside it")
+    if not path.is_file():
+        raise FileNotFoundError(f"weight file {str(path)!r} does not exist")
+    if path.stat().st_size == 0:
+        raise ValueError(f"weight file {str(path)!r} is empty (0 bytes): download it again")
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            obj: Any = load_file(str(path))
+        else:
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # truncated zip, random bytes, a pickle with code: several types
+        raise ValueError(
+            f"weight file {str(path)!r} could not be read as a weights-only torch file "
+            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); it is truncated, "
+            "damaged, or not a state_dict"
+        ) from e
+    for key in ("state_dict", "model"):
+        if isinstance(obj, Mapping) and isinstance(obj.get(key), Mapping):
+            obj = obj[key]
+            break
+    if not isinstance(obj, Mapping) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise ValueError(
+            f"weight file {str(path)!r} holds no state_dict (a dict of tensors, possibly under "
+            "'state_dict' or 'model')"
+        )
+    state = dict(obj)
+    if state and all(k.startswith("module.") for k in state):
+        state = {k[len("module.") :]: v for k, v in state.items()}
+    return state
+
+
+# --------------------------------------------------------------------------- converting
+
+
+def convert_state_dict(
+    state: Mapping[str, torch.Tensor], model: nn.Module, source: str
+) -> dict[str, torch.Tensor]:
+    """``state`` in the layout ``source`` mapped into ``model``'s keys (not yet checked)."""
+    if source not in _CONVERTERS:
+        raise ValueError(
+            f"unknown source {source!r}; known key layouts: {', '.join(list_converters())}"
+        )
+    return _CONVERTERS[source](dict(state), model)
+
+
+def _few(items: list[str], n: int = 6) -> str:
+    return ", ".join(items[:n]) + (f", ... ({len(items) - n} more)" if len(items) > n else "")
+
+
+def check_complete(state: Mapping[str, torch.Tensor], model: nn.Module, what: str) -> None:
+    """Raise ``ValueError`` unless ``state`` fills every parameter and buffer of ``model`` with
+    the same shape and has nothing else: the leftovers of each side are named."""
+    own = model.state_dict()
+    unused = [k for k in state if k not in own]
+    unfilled = [k for k in own if k not in state]
+    shapes = [
+        f"{k}: file {tuple(state[k].shape)} vs model {tuple(own[k].shape)}"
+        for k in state
+        if k in own and state[k].shape != own[k].shape
+    ]
+    problems = []
+    if unused:
+        problems.append(f"{len(unused)} tensor(s) of the file not consumed: {_few(unused)}")
+    if unfilled:
+        problems.append(f"{len(unfilled)} model tensor(s) not filled: {_few(unfilled)}")
+    if shapes:
+        problems.append(f"{len(shapes)} shape mismatch(es): {_few(shapes)}")
+    if problems:
+        raise ValueError(
+            f"{what} does not fit {getattr(model, 'model_name', type(model).__name__)}: "
+            + "; ".join(problems)
+            + ". Nothing was loaded (a checkpoint of another architecture, or a model built "
+            "with other options than the authors')"
+        )
+
+
+def load_pretrained(
+    model: nn.Module,
+    path: str | PathLike[str],
+    *,
+    source: str = "visattn",
+    sha256: str = "",
+) -> nn.Module:
+    """Load a released weight file into ``model``, converting its key layout.
+
+    Args:
+        model: a visattn model built as the file's authors built it (for a tag, the tag's
+            model; :func:`list_pretrained` says which).
+        path: the file (``.pth``/``.pth.tar``/``.bin`` read weights-only, or ``.safetensors``).
+        source: the file's key layout, one of :func:`list_converters` (``"timm"``,
+            ``"cbam_official"``, ``"eca_official"``, ...); ``"visattn"`` for visattn's own.
+        sha256: a published checksum (or its published prefix) the file must match.
+
+    Returns:
+        ``model``, with every parameter and buffer loaded.
+
+    Raises:
+        FileNotFoundError / IsADirectoryError: no such file.
+        ValueError: unreadable or truncated file, checksum mismatch, unknown source, or a file
+            that does not fill the model exactly (leftovers named on both sides).
+    """
+    if sha256:
+        check_sha256(path, sha256)
+    state = convert_state_dict(read_weights(path), model, source)
+    check_complete(state, model, f"weight file {str(path)!r} (source {source!r})")
+    model.load_state_dict(state, strict=True)
+    return model
+
+
+def timm_filter_fn(tag: PretrainedTag) -> Callable[[dict, nn.Module], dict]:
+    """timm's ``pretrained_filter_fn`` for ``tag``: unwrap, convert, check completeness."""
+
+    def filter_fn(state: dict, model: nn.Module) -> dict:
+        if isinstance(state, Mapping):
+            for key in ("state_dict", "model"):
+                if isinstance(state.get(key), Mapping):
+                    state = dict(state[key])
+                    break
+        if state and all(k.startswith("module.") for k in state):
+            state = {k[len("module.") :]: v for k, v in state.items()}
+        out = convert_state_dict(state, model, tag.source)
+        check_complete(out, model, f"pretrained weights of {tag.name!r} (source {tag.source!r})")
+        return out
+
+    return filter_fn
+
+
+# --------------------------------------------------------------------------- key layouts
+
+
+def _rename(state: dict[str, torch.Tensor], rules: list[tuple[str, str]]) -> dict:
+    """Apply regex ``(pattern, replacement)`` rules in order to every key."""
+    out = {}
+    for k, v in state.items():
+        for pat, rep in rules:
+            k = re.sub(pat, rep, k)
+        out[k] = v
+    return out
+
+
+def _as_conv1x1(state: dict[str, torch.Tensor], model: nn.Module) -> dict:
+    """2-D ``nn.Linear`` weights where the model holds a 1x1 conv: add the two unit dims."""
+    own = model.state_dict()
+    return {
+        k: v[:, :, None, None] if k in own and v.dim() == 2 and own[k].dim() == 4 else v
+        for k, v in state.items()
+    }
+
+
+@register_converter("visattn")
+def _visattn(state: dict[str, torch.Tensor], model: nn.Module) -> dict:
+    """visattn's own layout (a visattn state_dict or Lightning checkpoint's ``net.``)."""
+    if any(k.startswith("net.") for k in state):
+        state = {k[4:]: v for k, v in state.items() if k.startswith("net.")}
+    return state
+
+
+@register_converter("timm")
+def _timm(state: dict[str, torch.Tensor], model: nn.Module) -> dict:
+    """timm's ResNet family (``seresnet*``, ``skresnet*``, ``resnet*``): the attention module
+    ``layerX.Y.se`` is visattn's slot ``attn_standard``; timm's SelectiveKernel conv keeps its
+    paths as ``ConvNormAct`` (``paths.i.conv``/``.bn``) and its attention under ``attn``, where
+    visattn's SK conv holds ``paths.i.0``/``.1`` and the attention layers directly; timm's
+    SK BasicBlock's second conv is a ``ConvNormAct`` (``conv2.conv``/``conv2.bn``)."""
+    return _rename(
+        state,
+        [
+            (r"\.se\.", ".attn_standard."),
+            (r"(\.conv\d)\.paths\.(\d+)\.conv\.", r"\1.paths.\2.0."),
+            (r"(\.conv\d)\.paths\.(\d+)\.bn\.", r"\1.paths.\2.1."),
+            (r"(\.conv\d)\.attn\.", r"\1."),
+            (r"\.conv2\.conv\.", ".conv2."),
+            (r"\.conv2\.bn\.", ".bn2."),
+        ],
+    )
+
+
+@register_converter("cbam_official")
+def _cbam_official(state: dict[str, torch.Tensor], model: nn.Module) -> dict:
+    """Woo et al.'s released CBAM ResNets (Jongchan/attention-module): ``layerX.Y.cbam`` with
+    ``ChannelGate.mlp.{1,3}`` (``nn.Linear``) and ``SpatialGate.spatial.{conv,bn}`` (a conv
+    without bias and a BN; build the model with ``use_bn=True``). Their spatial gate pools
+    ``[max; mean]``, visattn's ``[mean; max]``: the conv's two input channels are swapped."""
+    out = _rename(
+        state,
+        [
+            (r"\.cbam\.ChannelGate\.mlp\.1\.", ".attn_standard.channel.fc1."),
+            (r"\.cbam\.ChannelGate\.mlp\.3\.", ".attn_standard.channel.fc2."),
+            (r"\.cbam\.SpatialGate\.spatial\.conv\.", ".attn_standard.spatial.conv."),
+            (r"\.cbam\.SpatialGate\.spatial\.bn\.", ".attn_standard.spatial.bn."),
+        ],
+    )
+    for k, v in out.items():
+        if k.endswith("attn_standard.spatial.conv.weight") and v.shape[1] == 2:
+            out[k] = v.flip(1).contiguous()
+    return _as_conv1x1(out, model)
+
+
+@register_converter("eca_official")
+def _eca_official(state: dict[str, torch.Tensor], model: nn.Module) -> dict:
+    """Wang et al.'s released ECA-Nets (BangguWu/ECANet): ``layerX.Y.eca.conv.weight``, a
+    ``Conv1d(1, 1, k)`` whose ``k`` per stage must equal the model's (ECA-Net50: 3, 5, 5, 7)."""
+    return _rename(state, [(r"\.eca\.conv\.", ".attn_standard.conv.")])
+
+
+@register_converter("simam_official")
+def _simam_official(state: dict[str, torch.Tensor], model: nn.Module) -> dict:
+    """Yang et al.'s released SimAM ResNets (ZjjConan/SimAM): torchvision's keys, except that
+    the parameter-free SimAM module wraps ``conv2`` as ``nn.Sequential(conv2, simam)``, so the
+    middle conv's weight is ``layerX.Y.conv2.0.weight``."""
+    return _rename(state, [(r"\.conv2\.0\.weight$", ".conv2.weight")])
+
+
+@register_converter("triplet_official")
+def _triplet_official(state: dict[str, torch.Tensor], model: nn.Module) -> dict:
+    """Misra et al.'s released triplet-attention ResNets (landskape-ai/triplet-attention):
+    ``layerX.Y.triplet_attention.{ChannelGateH, ChannelGateW, SpatialGate}.spatial.{conv, bn}``
+    are visattn's branches ``cw`` (the (C, W) plane), ``hc`` (the (H, C) plane) and ``hw``;
+    both pool ``[max; mean]`` and lay the planes out the same way."""
+    return _rename(
+        state,
+        [
+            (r"\.triplet_attention\.ChannelGateH\.spatial\.", ".attn_standard.cw."),
+            (r"\.triplet_attention\.ChannelGateW\.spatial\.", ".attn_standard.hc."),
+            (r"\.triplet_attention\.SpatialGate\.spatial\.", ".attn_standard.hw."),
+        ],
+    )
+
+
+# --------------------------------------------------------------------------- the tags
+
+_TIMM = "timm (Wightman et al.)"
+_RA2 = "RandAugment recipe 2 (timm)"
+_TIMM_PROOF = (
+    "timm's own network with random weights, saved in timm's layout, loaded through the tag "
+    "with a local file: outputs equal to timm's (eval, float64)"
+)
+
+
+def _register_builtin() -> None:
+    timm_common = dict(source="timm", interpolation="bicubic", publisher=_TIMM, proof=_TIMM_PROOF)
+    for tag, top1, crop, test_crop, size, test_size, note in (
+        ("ra2_in1k", 80.26, 0.875, 0.95, 224, 288, _RA2),
+        ("a1_in1k", 80.01, 0.95, 1.0, 224, 288, "ResNet strikes back A1 (Wightman et al., 2021)"),
+        ("a2_in1k", 80.10, 0.95, 1.0, 224, 288, "ResNet strikes back A2 (Wightman et al., 2021)"),
+        ("a3_in1k", 77.04, 0.95, 0.95, 160, 224, "ResNet strikes back A3 (Wightman et al., 2021)"),
+    ):
+        register_pretrained(
+            PretrainedTag(
+                model="se_resnet50",
+                tag=tag,
+                top1=top1,
+                hf_hub_id=f"timm/seresnet50.{tag}",
+                input_size=(3, size, size),
+                test_input_size=(3, test_size, test_size),
+                crop_pct=crop,
+                test_crop_pct=test_crop,
+                notes=note,
+                **timm_common,
+            )
+        )
+    for depth, top1 in ((18, 73.02), (34, 76.96)):
+        register_pretrained(
+            PretrainedTag(
+                model=f"sk_resnet{depth}",
+                tag="ra_in1k",
+                top1=top1,
+                hf_hub_id=f"timm/skresnet{depth}.ra_in1k",
+                notes="RandAugment recipe (timm)",
+                **timm_common,
+            )
+        )
+    authors = "released by the authors; download it by hand, then load it with a local file"
+    register_pretrained(
+        PretrainedTag(
+            model="cbam_resnet50",
+            tag="official_in1k",
+            source="cbam_official",
+            top1=77.62,
+            url="https://www.dropbox.com/s/bt6zty02h9ibufi/RESNET50_CBAM_new_name_wrap.pth?dl=0",
+            publisher="Woo et al., ECCV 2018 (Jongchan/attention-module)",
+            proof=(
+                "a reference network written in the test from the authors' model code, with "
+                "their parameter names and forward, saved as they save it (state_dict under "
+                "'state_dict', 'module.' prefix): outputs equal after conversion"
+            ),
+            notes=f"{authors}; needs the authors' spatial gate: use_bn=True",
+        )
+    )
+    register_pretrained(
+        PretrainedTag(
+            model="eca_resnet50",
+            tag="official_in1k",
+            source="eca_official",
+            top1=77.48,
+            url="https://pan.baidu.com/s/1pcn6ZfZUAYKycZ6FMr4F2Q",
+            publisher="Wang et al., CVPR 2020 (BangguWu/ECANet, eca_resnet50_k3557)",
+            proof=(
+                "a reference ECA-ResNet written in the test from the authors' code (Conv1d "
+                "kernels 3, 5, 5, 7), saved nested under 'state_dict' with 'module.': outputs "
+                "equal after conversion"
+            ),
+            notes=f"{authors} (Baidu pan, extract code 7qo9)",
+        )
+    )
+    register_pretrained(
+        PretrainedTag(
+            model="triplet_resnet50",
+            tag="official_in1k",
+            source="triplet_official",
+            top1=77.48,
+            url="https://github.com/landskape-ai/triplet-attention#models",
+            publisher="Misra et al., WACV 2021 (landskape-ai/triplet-attention)",
+            proof=(
+                "a reference triplet-attention ResNet written in the test from the authors' code "
+                "(ChannelGateH/ChannelGateW/SpatialGate), saved with 'module.': outputs equal "
+                "after conversion"
+            ),
+            notes=authors,
+        )
+    )
+
+
+_register_builtin()
