@@ -47,7 +47,11 @@ def _weights_shape(name: str) -> str:
 def _twin(name: str) -> str:
     found = []  # filled from the package's table of timm twins
     if not found:
-        return "timm has no module of this block; the tests check it against the paper's equations and, where the authors released code, against a reference written from it."
+        return (
+            "timm has no module of this block; the tests check it against the paper's "
+            "equations and, where the authors released code, against a reference written "
+            "from it."
+        )
     return "; ".join(
         f"timm's `{t.timm_path}` with options `{t.block_args}` "
         "(outputs equal with copied weights, `tests/blocks`)"
@@ -63,7 +67,7 @@ def block_page(name: str, params: int, macs: int) -> str:
         f"# {name}",
         "",
         f"**{info.paper}** · family: {info.family}"
-        + (" · replaces a residual branch's middle conv (`position: conv`)" if info.replaces_conv else ""),
+        + (" · replaces a residual branch's middle conv (`position: conv`)" * info.replaces_conv),
         "",
         "```python",
         f'blk = visattn.create_block("{name}", 256)',
@@ -128,7 +132,8 @@ def gallery() -> None:
             else ""
         )
         rows.append(
-            f"| [{name}]({name}.md) | {info.family} | {info.paper} | {params:,} | {_fmt(macs)} | {thumb} |"
+            f"| [{name}]({name}.md) | {info.family} | {info.paper} | {params:,} "
+            f"| {_fmt(macs)} | {thumb} |"
         )
     with mkdocs_gen_files.open("blocks/index.md", "w") as f:
         f.write(

@@ -97,8 +97,11 @@ def main(argv: list[str] | None = None) -> int:
             continue
         t0 = time.perf_counter()
         path, acc = picture(name, epochs=args.epochs, num_train=args.num_train)
-        print(f"[{k}/{len(names)}] {name}: {path.name}, held-out acc {acc:.3f}, "
-              f"{time.perf_counter() - t0:.0f} s", flush=True)
+        print(
+            f"[{k}/{len(names)}] {name}: {path.name}, held-out acc {acc:.3f}, "
+            f"{time.perf_counter() - t0:.0f} s",
+            flush=True,
+        )
     return 0
 
 

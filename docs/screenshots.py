@@ -30,7 +30,9 @@ def main(argv: list[str] | None = None) -> int:
         site = Path(tmp) / "site"
         subprocess.run(
             [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(site)],
-            cwd=ROOT, env=env, check=True,
+            cwd=ROOT,
+            env=env,
+            check=True,
         )
         pages = {
             "home": site / "index.html",
@@ -40,10 +42,19 @@ def main(argv: list[str] | None = None) -> int:
         for name, page in pages.items():
             png = OUT / f"{name}.png"
             subprocess.run(
-                [args.chromium, "--headless", "--no-sandbox", "--disable-gpu",
-                 "--hide-scrollbars", "--window-size=1280,1400",
-                 f"--screenshot={png}", page.as_uri()],
-                check=True, capture_output=True, timeout=120,
+                [
+                    args.chromium,
+                    "--headless",
+                    "--no-sandbox",
+                    "--disable-gpu",
+                    "--hide-scrollbars",
+                    "--window-size=1280,1400",
+                    f"--screenshot={png}",
+                    page.as_uri(),
+                ],
+                check=True,
+                capture_output=True,
+                timeout=120,
             )
             print(png)
     return 0

@@ -43,7 +43,8 @@ def test_pair_objects_sit_in_opposite_quadrants():
     yellow = _is_yellow(images)
     for i in range(len(images)):
         cx, cy = (boxes[i, 0] + boxes[i, 2]) / 2, (boxes[i, 1] + boxes[i, 3]) / 2
-        qx, qy = slice(16, 32) if cx < 16 else slice(0, 16), slice(16, 32) if cy < 16 else slice(0, 16)
+        qx = slice(16, 32) if cx < 16 else slice(0, 16)
+        qy = slice(16, 32) if cy < 16 else slice(0, 16)
         assert yellow[i, qy, qx].sum() >= 4  # the second shape, diagonally opposite
 
 

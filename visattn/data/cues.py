@@ -5,13 +5,14 @@ is a cluttered scene as in ``shapes`` (dark noisy background, distractor shapes 
 segments in colours that never carry a cue); the task decides what carries the label:
 
 * ``"key"`` (context at a distance): a small yellow *target* shape (one of ``K``) in the
-  image, and a *key*, a small square in one of ``K`` key colours, in the opposite quadrant. The label is ``(shape + key) mod K``: neither object alone says anything about the class
+  image, and a *key*, a small square in one of ``K`` key colours, in the opposite quadrant.
+  The label is ``(shape + key) mod K``: neither object alone says anything about the class
   (each is uniform given the label), so the network must relate two objects far apart. A
   classifier that pools features globally and then applies a linear layer cannot combine them;
   the combination has to happen in the feature maps, where global context (SE, GC, non-local,
   self-attention) reaches every position at once.
-* ``"pair"`` (long-range relation): two yellow shapes in opposite quadrants; the
-  label says whether they are the same shape (2 classes). Same/different relations are known
+* ``"pair"`` (long-range relation): two yellow shapes in opposite quadrants; the label says
+  whether they are the same shape (2 classes). Same/different relations are known
   to strain feed-forward CNNs (Kim, Ricci & Serre, Interface Focus 2018).
 * ``"target"`` (spatial selection): ``shapes`` with a smaller target and twice the clutter.
 
@@ -146,4 +147,4 @@ def make_cues(
     return images, labels.astype(np.int64), _boxes(mask), cues_classes(task)
 
 
-assert set(_CLUTTER).isdisjoint(_KEY_COLORS + (_MARK,)) and set(SHAPES) >= set(_KEY_SHAPES)
+assert set(_CLUTTER).isdisjoint((*_KEY_COLORS, _MARK)) and set(SHAPES) >= set(_KEY_SHAPES)
