@@ -133,6 +133,46 @@ def _draw(
     return masks
 
 
+def jitter_colors(rng: np.random.Generator, base: np.ndarray) -> np.ndarray:
+    """``(n, 3)`` RGB colours with Gaussian jitter (sd 12), clipped to 0-255."""
+    return np.clip(base + rng.normal(0, 12, base.shape), 0, 255).astype(np.float32)
+
+
+def draw_clutter(
+    img: np.ndarray,
+    rng: np.random.Generator,
+    grid: tuple[np.ndarray, np.ndarray],
+    clutter_rgb: np.ndarray,
+    distractors: int,
+    lines: int,
+    size_range: tuple[float, float],
+) -> None:
+    """Paint ``lines`` line segments and ``distractors`` shapes of any kind in :data:`SHAPES`
+    into ``img`` ``(n, S, S, 3)`` (float), in colours drawn from ``clutter_rgb`` ``(m, 3)``;
+    shapes are ``size_range`` (fractions of ``S``) wide."""
+    n, s = img.shape[0], img.shape[1]
+    all_shapes = list(SHAPES)
+    for _ in range(lines):
+        p0 = rng.uniform(0, s, (n, 2)).astype(np.float32)
+        p1 = rng.uniform(0, s, (n, 2)).astype(np.float32)
+        d = p1 - p0
+        t = (grid[1][None] - p0[:, 0, None, None]) * d[:, 0, None, None] + (
+            grid[0][None] - p0[:, 1, None, None]
+        ) * d[:, 1, None, None]
+        t = np.clip(t / np.maximum((d * d).sum(1), 1e-6)[:, None, None], 0, 1)
+        px = p0[:, 0, None, None] + t * d[:, 0, None, None] - grid[1][None]
+        py = p0[:, 1, None, None] + t * d[:, 1, None, None] - grid[0][None]
+        mask = px * px + py * py <= 0.6**2 * (s / 32) ** 2
+        rgb = jitter_colors(rng, clutter_rgb[rng.integers(0, len(clutter_rgb), n)])
+        np.copyto(img, rgb[:, None, None, :], where=mask[..., None])
+    lo, hi = size_range
+    for _ in range(distractors):
+        r = rng.uniform(lo, hi, n) * s / 2
+        cx, cy = rng.uniform(0, s, n), rng.uniform(0, s, n)
+        rgb = jitter_colors(rng, clutter_rgb[rng.integers(0, len(clutter_rgb), n)])
+        _draw(img, rng.integers(0, len(all_shapes), n), cx, cy, r, rgb, grid, all_shapes)
+
+
 def make_shapes(
     num_images: int,
     *,
@@ -189,7 +229,6 @@ def make_shapes(
         raise ValueError("shapes dataset: num_images, distractors and lines must be >= 0")
 
     s = image_size
-    all_shapes = list(SHAPES)
     target_rgb = np.array([COLORS[c] for c in colors], dtype=np.float32)
     clutter_rgb = np.array([COLORS[c] for c in clutter_colors], dtype=np.float32)
     centres = np.arange(s, dtype=np.float32) + 0.5
@@ -205,35 +244,13 @@ def make_shapes(
             (1, s, s, 1), np.float32
         )
 
-        def jitter(base: np.ndarray, count: int) -> np.ndarray:
-            return np.clip(base + rng.normal(0, 12, (count, 3)), 0, 255).astype(np.float32)
-
-        for _ in range(lines):
-            p0 = rng.uniform(0, s, (n, 2)).astype(np.float32)
-            p1 = rng.uniform(0, s, (n, 2)).astype(np.float32)
-            d = p1 - p0
-            t = (grid[1][None] - p0[:, 0, None, None]) * d[:, 0, None, None] + (
-                grid[0][None] - p0[:, 1, None, None]
-            ) * d[:, 1, None, None]
-            t = np.clip(t / np.maximum((d * d).sum(1), 1e-6)[:, None, None], 0, 1)
-            px = p0[:, 0, None, None] + t * d[:, 0, None, None] - grid[1][None]
-            py = p0[:, 1, None, None] + t * d[:, 1, None, None] - grid[0][None]
-            mask = px * px + py * py <= 0.6**2 * (s / 32) ** 2
-            rgb = jitter(clutter_rgb[rng.integers(0, len(clutter_rgb), n)], n)
-            np.copyto(img, rgb[:, None, None, :], where=mask[..., None])
-
-        for _ in range(distractors):
-            r = rng.uniform(lo, hi, n) * s / 2
-            cx, cy = rng.uniform(0, s, n), rng.uniform(0, s, n)
-            rgb = jitter(clutter_rgb[rng.integers(0, len(clutter_rgb), n)], n)
-            _draw(img, rng.integers(0, len(all_shapes), n), cx, cy, r, rgb, grid, all_shapes)
-
+        draw_clutter(img, rng, grid, clutter_rgb, distractors, lines, (lo, hi))
         r = rng.uniform(lo, hi, n) * s / 2
         cx = rng.uniform(r + 1, s - r - 1)
         cy = rng.uniform(r + 1, s - r - 1)
         shape_idx = rng.integers(0, len(shapes), n)
         color_idx = rng.integers(0, len(colors), n)
-        rgb = jitter(target_rgb[color_idx], n)
+        rgb = jitter_colors(rng, target_rgb[color_idx])
         mask = _draw(img, shape_idx, cx, cy, r, rgb, grid, list(shapes))
 
         if noise > 0:

