@@ -15,6 +15,7 @@ import torch
 
 import visattn
 from visattn.blocks import block_info, create_block, list_blocks
+from visattn.blocks.twins import TWINS, block_of, timm_type_of
 from visattn.profile import count_macs, count_params
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,18 +46,24 @@ def _weights_shape(name: str) -> str:
 
 
 def _twin(name: str) -> str:
-    found = []  # filled from the package's table of timm twins
-    if not found:
+    """How the block was checked against timm (the package's twins table) or its authors."""
+    keys = [k for k in TWINS if block_of(k) == name]
+    if not keys:
         return (
             "timm has no module of this block; the tests check it against the paper's "
-            "equations and, where the authors released code, against a reference written "
-            "from it."
+            "equations re-computed independently and, where the authors released code, "
+            "against a reference written from it with the weights copied (`tests/blocks`)."
         )
-    return "; ".join(
-        f"timm's `{t.timm_path}` with options `{t.block_args}` "
-        "(outputs equal with copied weights, `tests/blocks`)"
-        for t in found
-    )
+    lines = []
+    for k in keys:
+        t = TWINS[k]
+        opts = f" with visattn options `{t.options}`" if t.options else ""
+        note = f" ({t.note})" if t.note else ""
+        lines.append(
+            f"- timm's `{timm_type_of(k) or k}` module{opts}: outputs equal with the "
+            f"weights copied{note}."
+        )
+    return "\n".join(lines)
 
 
 def block_page(name: str, params: int, macs: int) -> str:
@@ -155,8 +162,15 @@ REFERENCE = {
         "visattn.models.placement",
         "visattn.models.inject",
         "visattn.models.checkpoint",
+        "visattn.models.pretrained",
     ],
-    "training": ["visattn.training.module", "visattn.data.datamodule"],
+    "training": [
+        "visattn.training.module",
+        "visattn.training.load",
+        "visattn.data.datamodule",
+        "visattn.data.sources",
+        "visattn.data.cues",
+    ],
     "ablate": ["visattn.ablate.runner"],
     "deploy": ["visattn.export", "visattn.profile", "visattn.visualize", "visattn.localization"],
 }

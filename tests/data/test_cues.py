@@ -67,3 +67,15 @@ def test_clutter_never_uses_a_cue_colour():
 def test_bad_options_are_refused(kwargs: dict, match: str):
     with pytest.raises(ValueError, match=match):
         make_cues(10, **kwargs)
+
+
+@pytest.mark.parametrize("task", CUE_TASKS)
+def test_each_task_is_a_registered_dataset(task: str):
+    pytest.importorskip("lightning")
+    from visattn.data.datamodule import VisattnDataModule
+
+    dm = VisattnDataModule(dataset=f"cues_{task}", num_train=8, num_val=4, num_test=4)
+    dm.setup("fit")
+    assert dm.classes == cues_classes(task) and dm.num_classes == len(cues_classes(task))
+    x, y = dm.train_dataset[0][:2]
+    assert tuple(x.shape) == (3, 32, 32) and 0 <= int(y) < dm.num_classes

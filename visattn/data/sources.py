@@ -27,6 +27,7 @@ from torch.utils.data import Dataset
 from ..constants import STATS, Triple
 from .arrays import ArrayDataset
 from .cifar import load_cifar, locate_cifar
+from .cues import CUE_TASKS, cues_classes, make_cues
 from .imagefolder import ImageFolderDataset, check_class_folders
 from .shapes import DEFAULT_COLORS, DEFAULT_SHAPES, DEFAULT_SPLIT_SIZES, make_shapes, shapes_classes
 
@@ -146,6 +147,37 @@ def _build_shapes(dm: Any) -> Splits:
     return split(0, h.num_train, "train"), split(1, h.num_val, "val"), split(2, h.num_test, "test")
 
 
+# ---- cues: context at a distance, long-range relation, spatial selection ---------------------
+
+
+def _cues(task: str) -> tuple[Callable[[Any], list[str]], Callable[[Any], Splits]]:
+    def classes(dm: Any) -> list[str]:
+        return cues_classes(task)
+
+    def build(dm: Any) -> Splits:
+        h = dm.hparams
+
+        def split(index: int, n: int | None, key: str) -> ArrayDataset:
+            images, labels, boxes, names = make_cues(
+                n or DEFAULT_SPLIT_SIZES[key],
+                seed=h.seed + index,
+                task=task,
+                image_size=dm.image_size,
+                distractors=h.distractors,
+                lines=h.lines,
+                noise=h.noise,
+            )
+            return ArrayDataset(images, labels, names, dm.transform(index == 0), boxes)
+
+        return (
+            split(0, h.num_train, "train"),
+            split(1, h.num_val, "val"),
+            split(2, h.num_test, "test"),
+        )
+
+    return classes, build
+
+
 # ---- CIFAR -----------------------------------------------------------------------------------
 
 
@@ -239,3 +271,15 @@ for _source in (
     ),
 ):
     register_source(_source)
+for _task in CUE_TASKS:  # cues_key, cues_pair, cues_target
+    _classes, _build = _cues(_task)
+    register_source(
+        DataSource(
+            f"cues_{_task}",
+            _build,
+            STATS["shapes"],
+            augment="flip",
+            image_size=32,
+            classes=_classes,
+        )
+    )
