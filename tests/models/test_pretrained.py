@@ -336,9 +336,8 @@ def test_unknown_source_and_tag_name_the_known_ones(tmp_path: Path):
 # --------------------------------------------------------------------------- listing, hubs
 
 
-def test_readme_table_agrees_with_list_pretrained():
-    text = (REPO / "README.md").read_text()
-    section = text.split("## Pretrained weights", 1)[1].split("\n## ", 1)[0]
+def test_the_weights_page_agrees_with_list_pretrained():
+    section = (REPO / "docs" / "guides" / "weights.md").read_text()
     rows = re.findall(r"^\| `([\w.]+)` \| (\w+) \| ([\d.]+) \|", section, flags=re.M)
     assert {(n, s, float(t)) for n, s, t in rows} == {
         (t.name, t.source, t.top1) for t in list_pretrained()
