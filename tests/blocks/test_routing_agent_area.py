@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from paper_helpers import bn_eval, close, n_params, randn64, randomized, recorded
 
 import visattn
-from visattn.blocks._softmax_attention import softmax_attention_fp32
+from visattn.blocks._attention import softmax_attention
 from visattn.blocks.agent_attn import adaptive_pool_matrix, bilinear_matrix
 
 BLOCKS = ("area_attn", "agent_attn", "bra")
@@ -426,13 +426,14 @@ def test_output_stays_finite_under_autocast(name: str, dtype: torch.dtype) -> No
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 def test_softmax_attention_computes_logits_in_float32_under_autocast(dtype: torch.dtype) -> None:
     """Logits of 300 x 300 x 32 = 2.9e6 overflow fp16 (max 65504): the helper casts up, so the
-    weights are the float64 ones to float32 precision and the output keeps v's dtype."""
+        weights are the float64 ones to float32 precision. The shared primitive's math path (taken
+    when the weights are asked for) is the one the routing, agent and area blocks capture with."""
     q = (300 * torch.rand(2, 5, 32)).to(dtype)
     k = (300 * torch.rand(2, 7, 32)).to(dtype)
     v = torch.randn(2, 7, 4).to(dtype)
     bias = torch.randn(5, 7)
     with torch.autocast("cpu", dtype=dtype):
-        o, a = softmax_attention_fp32(q, k, v, 0.5, bias)
+        o, a = softmax_attention(q, k, v, 0.5, bias=bias, need_weights=True)
     ref = torch.softmax(q.double() @ k.double().transpose(1, 2) * 0.5 + bias.double(), -1)
     assert a.dtype == torch.float32 and o.dtype == dtype
     torch.testing.assert_close(a.double(), ref, rtol=1e-4, atol=1e-5)

@@ -134,14 +134,16 @@ def softmax_attention(
         if q.shape[-1] != v.shape[-1]:  # one width for the flash kernel (zeros: same products)
             width += -width % 8
         q, k, v = _pad_last(q, width), _pad_last(k, width), _pad_last(v, width)
-        three = q.dim() == 3  # (B, L, E): as (B, 1, L, E), the form ONNX export takes
-        if three:
-            q, k, v = q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1)
-            if bias is not None and bias.dim() == 3:
-                bias = bias.unsqueeze(1)
+        lead = q.shape[:-2]
+        lq, lk = q.shape[-2], k.shape[-2]
+        flat = q.dim() != 4  # as (B, 1, L, E): the only form the ONNX exporter takes
+        if flat:
+            q, k, v = (t.reshape(-1, 1, t.shape[-2], t.shape[-1]) for t in (q, k, v))
+            if bias is not None:
+                bias = bias.expand(list(lead) + [lq, lk]).reshape(-1, 1, lq, lk)  # noqa: RUF005
         out = F.scaled_dot_product_attention(q, k, v, bias, scale=scale)
-        if three:
-            out = out.squeeze(1)
+        if flat:
+            out = out.reshape(list(lead) + [lq, out.shape[-1]])  # noqa: RUF005 (TorchScript)
         return out[..., :ev], None
     if torch.jit.is_scripting():  # TorchScript's autocast needs a constant device type
         out, weights = _math(q, k, v, scale, bias, q_bias, k_bias)

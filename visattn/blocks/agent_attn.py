@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ._softmax_attention import softmax_attention_fp32
+from ._attention import softmax_attention
 from ._utils import attention_heads, check_positive_int, same_memory_format
 from .capture import is_capturing, record_attention
 from .mhsa import _pair
@@ -16,7 +16,7 @@ from .registry import register_block
 # leaves of the traced graph: format bookkeeping (torch.fx cannot branch on a proxy) and the
 # float32 attention region
 torch.fx.wrap("same_memory_format")
-torch.fx.wrap("softmax_attention_fp32")
+torch.fx.wrap("softmax_attention")
 
 __all__ = ["AgentAttention", "adaptive_pool_matrix", "bilinear_matrix"]
 
@@ -207,9 +207,13 @@ class AgentAttention(nn.Module):
 
     def _attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Softmax attention (float32 logits); returns output and weights."""
-        return softmax_attention_fp32(q, k, v, self.scale, bias)
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Softmax attention (float32 logits): the output and, while a capture
+        is active, the weights."""
+        need = False
+        if not torch.jit.is_scripting():
+            need = is_capturing(self)
+        return softmax_attention(q, k, v, self.scale, bias=bias, need_weights=need)
 
     def extra_repr(self) -> str:
         return (

@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._softmax_attention import softmax_attention_fp32
+from ._attention import softmax_attention
 from ._utils import attention_heads, check_positive_int, same_memory_format
 from .capture import is_capturing, record_attention
 from .registry import register_block
@@ -16,7 +16,7 @@ from .registry import register_block
 # leaves of the traced graph: format bookkeeping (torch.fx cannot branch on a proxy) and the
 # float32 attention region
 torch.fx.wrap("same_memory_format")
-torch.fx.wrap("softmax_attention_fp32")
+torch.fx.wrap("softmax_attention")
 
 __all__ = ["BiLevelRoutingAttention"]
 
@@ -141,9 +141,12 @@ class BiLevelRoutingAttention(nn.Module):
 
     def _attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Token-to-token softmax attention in each region (float32 logits); output, weights."""
-        return softmax_attention_fp32(q, k, v, self.scale)
+        need = False
+        if not torch.jit.is_scripting():
+            need = is_capturing(self)
+        return softmax_attention(q, k, v, self.scale, bias=None, need_weights=need)
 
     def _received(
         self, a: torch.Tensor, idx: torch.Tensor, h: int, w: int, rh: int, rw: int
