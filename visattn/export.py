@@ -344,6 +344,36 @@ def _fail(
 # ---- public ----------------------------------------------------------------------------------
 
 
+def _opset_of(path: Path) -> int | None:
+    """The ONNX (default-domain) opset the file at ``path`` was written with."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+
+
+def _check_in_onnxruntime(
+    path: Path,
+    model: nn.Module,
+    shapes: list,
+    tolerance: tuple[float, float],
+    traced: tuple,
+) -> tuple[float, str]:
+    """Compare onnxruntime's outputs with PyTorch's at ``shapes``; returns the largest
+    difference and the runtime's name. A mismatch raises :class:`ExportError` naming the first
+    attention block at fault (``traced``: the example input, exporter, opset, dynamic size)."""
+    import onnxruntime as ort
+
+    run = _ort_runner(_ort_session(path))
+    try:
+        worst = _compare(run, model, shapes, *tolerance, f"{path} in onnxruntime")
+    except ExportError as e:
+        culprit = _culprit(model, *traced)
+        more = f"; first failing block: {culprit}" if culprit else ""
+        raise ExportError(f"{e}{more}") from None
+    return worst, f"onnxruntime {ort.__version__} (CPUExecutionProvider)"
+
+
 def export_onnx(
     model: nn.Module,
     path: str | os.PathLike[str],
@@ -404,30 +434,13 @@ def export_onnx(
             _write_onnx(model, x, out, exp, opset, dynamic_batch, dynamic_size)
         except Exception as e:
             raise _fail("export_onnx failed", e, model, x, exp, opset, dynamic_size) from e
-        import onnx
-
-        actual_opset = next(
-            (
-                o.version
-                for o in onnx.load(str(out), load_external_data=False).opset_import
-                if o.domain in ("", "ai.onnx")
-            ),
-            None,
-        )
-        worst, shapes = float("nan"), []
-        runtime = "not checked"
+        actual_opset = _opset_of(out)
+        worst, shapes, runtime = float("nan"), [], "not checked"
         if check:
-            import onnxruntime as ort
-
-            runtime = f"onnxruntime {ort.__version__} (CPUExecutionProvider)"
             shapes = _check_shapes(size, dynamic_batch, dynamic_size, batch_size)
-            run = _ort_runner(_ort_session(out))
-            try:
-                worst = _compare(run, model, shapes, rtol, atol, f"{out} in onnxruntime")
-            except ExportError as e:
-                culprit = _culprit(model, x, exp, opset, dynamic_size)
-                more = f"; first failing block: {culprit}" if culprit else ""
-                raise ExportError(f"{e}{more}") from None
+            worst, runtime = _check_in_onnxruntime(
+                out, model, shapes, (rtol, atol), (x, exp, opset, dynamic_size)
+            )
     finally:
         model.train(was_training)
     return ExportReport(

@@ -98,6 +98,40 @@ def _grid(n_panels: int) -> tuple[int, int]:
     return cols, math.ceil(n_panels / cols)
 
 
+def _draw_box(ax: plt.Axes, box: Sequence[float] | None) -> None:
+    """The target's ``(x0, y0, x1, y1)`` box, dashed, on a panel (nothing for ``None``)."""
+    if box is not None:
+        x0, y0, x1, y1 = (float(v) for v in box)
+        ax.add_patch(
+            Rectangle(
+                (x0 - 0.5, y0 - 0.5),
+                x1 - x0,
+                y1 - y0,
+                fill=False,
+                edgecolor="white",
+                linewidth=1.2,
+                linestyle="--",
+            )
+        )
+
+
+def _channel_panel(
+    fig: plt.Figure, ax: plt.Axes, stage: str, weights: Mapping[str, torch.Tensor]
+) -> None:
+    """One stage's channel weights, a row per block, as an image with a colour bar."""
+    width = max(w.numel() for w in weights.values())
+    grid = np.full((len(weights), width), np.nan, dtype=np.float32)
+    for r, w in enumerate(weights.values()):
+        grid[r, : w.numel()] = w.numpy()
+    im = ax.imshow(grid, aspect="auto", cmap="viridis", interpolation="nearest")
+    ax.set_yticks(range(len(weights)))
+    ax.set_yticklabels([p[len(stage) + 1 :] or p for p in weights], fontsize=5)
+    ax.set_xlabel("channel", fontsize=6)
+    ax.tick_params(axis="x", labelsize=5)
+    ax.set_title(f"{stage}: channel weights", fontsize=7)
+    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02).ax.tick_params(labelsize=5)
+
+
 def plot_attention(
     image: torch.Tensor,
     maps: Mapping[str, torch.Tensor],
@@ -133,23 +167,8 @@ def plot_attention(
     kw = {"cmap": "gray"} if shown.shape[-1] == 1 else {}
     shown = shown[..., 0] if shown.shape[-1] == 1 else shown
 
-    def draw_box(ax: plt.Axes) -> None:
-        if box is not None:
-            x0, y0, x1, y1 = (float(v) for v in box)
-            ax.add_patch(
-                Rectangle(
-                    (x0 - 0.5, y0 - 0.5),
-                    x1 - x0,
-                    y1 - y0,
-                    fill=False,
-                    edgecolor="white",
-                    linewidth=1.2,
-                    linestyle="--",
-                )
-            )
-
     axes[0].imshow(shown, **kw)
-    draw_box(axes[0])
+    _draw_box(axes[0], box)
     axes[0].set_title(title or "image", fontsize=7)
     i = 1
     for path, m in spatial.items():
@@ -157,24 +176,13 @@ def plot_attention(
         ax = axes[i]
         ax.imshow(shown, **kw)
         ax.imshow(up.numpy(), cmap="jet", alpha=0.5)
-        draw_box(ax)
+        _draw_box(ax, box)
         ax.set_title(
             f"{path}\n{tuple(m.shape)} [{float(m.min()):.2f}, {float(m.max()):.2f}]", fontsize=6
         )
         i += 1
     for stage, weights in channel.items():
-        width = max(w.numel() for w in weights.values())
-        grid = np.full((len(weights), width), np.nan, dtype=np.float32)
-        for r, w in enumerate(weights.values()):
-            grid[r, : w.numel()] = w.numpy()
-        ax = axes[i]
-        im = ax.imshow(grid, aspect="auto", cmap="viridis", interpolation="nearest")
-        ax.set_yticks(range(len(weights)))
-        ax.set_yticklabels([p[len(stage) + 1 :] or p for p in weights], fontsize=5)
-        ax.set_xlabel("channel", fontsize=6)
-        ax.tick_params(axis="x", labelsize=5)
-        ax.set_title(f"{stage}: channel weights", fontsize=7)
-        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02).ax.tick_params(labelsize=5)
+        _channel_panel(fig, axes[i], stage, weights)
         i += 1
     for ax in axes[: 1 + len(spatial)]:
         ax.set_xticks([])
@@ -183,6 +191,31 @@ def plot_attention(
         ax.axis("off")
     fig.tight_layout(pad=0.4)
     return fig
+
+
+def _run_and_capture(
+    net: nn.Module, images: torch.Tensor, gradcam: bool
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The logits of ``images`` in eval mode and the maps every attention block applied (on the
+    CPU); a network without blocks needs ``gradcam`` to be pictured at all."""
+    has_blocks = any(is_block(m) for m in net.modules())
+    if not has_blocks and not gradcam:
+        raise ValueError(
+            f"visualize: {type(net).__name__} contains no registered attention block; keep "
+            "gradcam=True to picture it with Grad-CAM"
+        )
+    param = next(net.parameters(), None)
+    device = param.device if param is not None else torch.device("cpu")
+    was_training = net.training
+    net.eval()
+    try:
+        if not has_blocks:
+            return net(images.to(device)), {}
+        with capture_attention(net) as maps:
+            logits = net(images.to(device))
+            return logits, {p: m.detach().float().cpu() for p, m in maps.items()}
+    finally:
+        net.train(was_training)
 
 
 @torch.no_grad()
@@ -222,25 +255,7 @@ def visualize_model(
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    was_training = net.training
-    net.eval()
-    param = next(net.parameters(), None)
-    device = param.device if param is not None else torch.device("cpu")
-    has_blocks = any(is_block(m) for m in net.modules())
-    if not has_blocks and not gradcam:
-        raise ValueError(
-            f"visualize: {type(net).__name__} contains no registered attention block; keep "
-            "gradcam=True to picture it with Grad-CAM"
-        )
-    try:
-        if has_blocks:
-            with capture_attention(net) as maps:
-                logits = net(images.to(device))
-                captured = {p: m.detach().float().cpu() for p, m in maps.items()}
-        else:
-            logits, captured = net(images.to(device)), {}
-    finally:
-        net.train(was_training)
+    logits, captured = _run_and_capture(net, images, gradcam)
     if display is None:
         lo = images.amin((1, 2, 3), keepdim=True)
         hi = images.amax((1, 2, 3), keepdim=True)

@@ -173,6 +173,33 @@ def draw_clutter(
         _draw(img, rng.integers(0, len(all_shapes), n), cx, cy, r, rgb, grid, all_shapes)
 
 
+def _check_options(
+    shapes: Sequence[str],
+    colors: Sequence[str],
+    image_size: int,
+    target_size: tuple[float, float],
+    counts: tuple[int, int, int],
+) -> None:
+    """Refuse impossible ``make_shapes`` options (``counts``: images, distractors, lines)."""
+    _check_names("shapes", shapes, SHAPES)
+    _check_names("colors", colors, COLORS)
+    clutter_colors = [c for c in COLORS if c not in colors]
+    if len(clutter_colors) < 2:
+        raise ValueError(
+            f"shapes dataset: colors {list(colors)} leave fewer than 2 colours for the clutter; "
+            "use at most 6 target colours"
+        )
+    if image_size < 16:
+        raise ValueError(f"shapes dataset: image_size must be >= 16, got {image_size}")
+    lo, hi = target_size
+    if not 0 < lo <= hi < 1:
+        raise ValueError(
+            f"shapes dataset: target_size must satisfy 0 < lo <= hi < 1, got {target_size}"
+        )
+    if min(counts) < 0:
+        raise ValueError("shapes dataset: num_images, distractors and lines must be >= 0")
+
+
 def make_shapes(
     num_images: int,
     *,
@@ -210,27 +237,11 @@ def make_shapes(
         float32 ``(x0, y0, x1, y1)`` (exclusive x1, y1) of the target's pixels, class names
         ``"<color>_<shape>"``.
     """
-    _check_names("shapes", shapes, SHAPES)
-    _check_names("colors", colors, COLORS)
-    clutter_colors = [c for c in COLORS if c not in colors]
-    if len(clutter_colors) < 2:
-        raise ValueError(
-            f"shapes dataset: colors {list(colors)} leave fewer than 2 colours for the clutter; "
-            "use at most 6 target colours"
-        )
-    if image_size < 16:
-        raise ValueError(f"shapes dataset: image_size must be >= 16, got {image_size}")
-    lo, hi = target_size
-    if not 0 < lo <= hi < 1:
-        raise ValueError(
-            f"shapes dataset: target_size must satisfy 0 < lo <= hi < 1, got {target_size}"
-        )
-    if num_images < 0 or distractors < 0 or lines < 0:
-        raise ValueError("shapes dataset: num_images, distractors and lines must be >= 0")
-
+    _check_options(shapes, colors, image_size, target_size, (num_images, distractors, lines))
     s = image_size
     target_rgb = np.array([COLORS[c] for c in colors], dtype=np.float32)
-    clutter_rgb = np.array([COLORS[c] for c in clutter_colors], dtype=np.float32)
+    clutter_rgb = np.array([COLORS[c] for c in COLORS if c not in colors], dtype=np.float32)
+    lo, hi = target_size
     centres = np.arange(s, dtype=np.float32) + 0.5
     grid = (centres[:, None], centres[None, :])
     rng = np.random.default_rng([seed, num_images, s])

@@ -439,7 +439,7 @@ _TIMM_PROOF = (
 )
 
 
-def _register_builtin() -> None:
+def _register_timm_tags() -> None:
     timm_common = dict(source="timm", interpolation="bicubic", publisher=_TIMM, proof=_TIMM_PROOF)
     for tag, top1, crop, test_crop, size, test_size, note in (
         ("ra2_in1k", 80.26, 0.875, 0.95, 224, 288, _RA2),
@@ -472,6 +472,9 @@ def _register_builtin() -> None:
                 **timm_common,
             )
         )
+
+
+def _register_authors_tags() -> None:
     authors = "released by the authors; download it by hand, then load it with a local file"
     register_pretrained(
         PretrainedTag(
@@ -523,4 +526,5 @@ def _register_builtin() -> None:
     )
 
 
-_register_builtin()
+_register_timm_tags()
+_register_authors_tags()
