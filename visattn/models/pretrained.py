@@ -32,6 +32,8 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .checkpoint import _mismatch_phrases, _shape_mismatches
+
 __all__ = [
     "PretrainedTag",
     "convert_state_dict",
@@ -245,28 +247,16 @@ def convert_state_dict(
     return _CONVERTERS[source](dict(state), model)
 
 
-def _few(items: list[str], n: int = 6) -> str:
-    return ", ".join(items[:n]) + (f", ... ({len(items) - n} more)" if len(items) > n else "")
-
-
 def check_complete(state: Mapping[str, torch.Tensor], model: nn.Module, what: str) -> None:
     """Raise ``ValueError`` unless ``state`` fills every parameter and buffer of ``model`` with
-    the same shape and has nothing else: the leftovers of each side are named."""
+    the same shape and has nothing else: the leftovers of each side are named (missing: model
+    tensors the file does not fill; unexpected: file tensors nothing consumes)."""
     own = model.state_dict()
-    unused = [k for k in state if k not in own]
-    unfilled = [k for k in own if k not in state]
-    shapes = [
-        f"{k}: file {tuple(state[k].shape)} vs model {tuple(own[k].shape)}"
-        for k in state
-        if k in own and state[k].shape != own[k].shape
-    ]
-    problems = []
-    if unused:
-        problems.append(f"{len(unused)} tensor(s) of the file not consumed: {_few(unused)}")
-    if unfilled:
-        problems.append(f"{len(unfilled)} model tensor(s) not filled: {_few(unfilled)}")
-    if shapes:
-        problems.append(f"{len(shapes)} shape mismatch(es): {_few(shapes)}")
+    problems = _mismatch_phrases(
+        [k for k in own if k not in state],  # not filled
+        [k for k in state if k not in own],  # not consumed
+        _shape_mismatches(own, state),
+    )
     if problems:
         raise ValueError(
             f"{what} does not fit {getattr(model, 'model_name', type(model).__name__)}: "
