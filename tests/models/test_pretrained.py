@@ -162,6 +162,15 @@ def _max_mean(x: torch.Tensor) -> torch.Tensor:  # the authors' ChannelPool: [ma
     return torch.cat((x.amax(1, keepdim=True), x.mean(1, keepdim=True)), 1)
 
 
+class _RefSpatialGate(nn.Module):  # the authors' SpatialGate (CBAM's, and each triplet branch)
+    def __init__(self) -> None:
+        super().__init__()
+        self.spatial = _BasicConv(2, 1, 7)
+
+    def forward(self, x):
+        return x * torch.sigmoid(self.spatial(_max_mean(x)))
+
+
 class _RefCBAM(nn.Module):
     class _Channel(nn.Module):
         def __init__(self, c: int) -> None:
@@ -174,18 +183,10 @@ class _RefCBAM(nn.Module):
             s = self.mlp(F.adaptive_avg_pool2d(x, 1)) + self.mlp(F.adaptive_max_pool2d(x, 1))
             return x * torch.sigmoid(s)[:, :, None, None]
 
-    class _Spatial(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.spatial = _BasicConv(2, 1, 7)
-
-        def forward(self, x):
-            return x * torch.sigmoid(self.spatial(_max_mean(x)))
-
     def __init__(self, c: int, stage: int) -> None:
         super().__init__()
         self.ChannelGate = self._Channel(c)
-        self.SpatialGate = self._Spatial()
+        self.SpatialGate = _RefSpatialGate()
 
     def forward(self, x):
         return self.SpatialGate(self.ChannelGate(x))
@@ -206,19 +207,11 @@ class _RefECA(nn.Module):
 
 
 class _RefTriplet(nn.Module):
-    class _Gate(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.spatial = _BasicConv(2, 1, 7)
-
-        def forward(self, x):
-            return x * torch.sigmoid(self.spatial(_max_mean(x)))
-
     def __init__(self, c: int, stage: int) -> None:
         super().__init__()
-        self.ChannelGateH = self._Gate()
-        self.ChannelGateW = self._Gate()
-        self.SpatialGate = self._Gate()
+        self.ChannelGateH = _RefSpatialGate()
+        self.ChannelGateW = _RefSpatialGate()
+        self.SpatialGate = _RefSpatialGate()
 
     def forward(self, x):
         a = self.ChannelGateH(x.permute(0, 2, 1, 3)).permute(0, 2, 1, 3)

@@ -8,7 +8,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 from timm.layers import make_divisible
 
-from ._utils import check_choice, check_positive_int, eca_kernel_size, get_layer, spatial_mean
+from ._utils import (
+    check_choice,
+    check_positive_int,
+    get_layer,
+    resolve_eca_kernel,
+    spatial_mean,
+)
 from .capture import record_attention
 from .identity import ScaledSigmoid
 from .registry import register_block
@@ -66,13 +72,7 @@ class EfficientChannelAttention(nn.Module):
         gate_layer: str | type[nn.Module] = "sigmoid",
     ) -> None:
         super().__init__()
-        if kernel_size is None:
-            if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or gamma <= 0:
-                raise ValueError(f"option 'gamma' must be a positive number, got {gamma!r}")
-            if isinstance(b, bool) or not isinstance(b, (int, float)):
-                raise ValueError(f"option 'b' must be a number, got {b!r}")
-            kernel_size = eca_kernel_size(channels, gamma, b)
-        check_positive_int("kernel_size", kernel_size, odd=True)
+        kernel_size = resolve_eca_kernel(channels, kernel_size, gamma, b)
         check_choice("padding", padding, ("zero", "circular"))
         self.kernel_size = kernel_size
         self.circular_pad = kernel_size // 2 if padding == "circular" else 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ._utils import adaptive_avg_pool, check_positive_int, eca_kernel_size
+from ._utils import adaptive_avg_pool, check_positive_int, resolve_eca_kernel
 from .capture import record_attention
 from .identity import ScaledSigmoid
 from .registry import register_block
@@ -68,13 +68,7 @@ class MixedLocalChannelAttention(nn.Module):
             raise ValueError(
                 f"option 'local_weight' must be a number in [0, 1], got {local_weight!r}"
             )
-        if kernel_size is None:
-            if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or gamma <= 0:
-                raise ValueError(f"option 'gamma' must be a positive number, got {gamma!r}")
-            if isinstance(b, bool) or not isinstance(b, (int, float)):
-                raise ValueError(f"option 'b' must be a number, got {b!r}")
-            kernel_size = eca_kernel_size(channels, gamma, b)
-        check_positive_int("kernel_size", kernel_size, odd=True)
+        kernel_size = resolve_eca_kernel(channels, kernel_size, gamma, b)
         self.local_size, self.local_weight, self.kernel_size = (
             local_size,
             float(local_weight),
