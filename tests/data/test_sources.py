@@ -39,7 +39,15 @@ STRIPES = DataSource("stripes", _build_stripes, STATS, augment="none", image_siz
 
 
 def test_the_shipped_data_sets_are_registered_entries() -> None:
-    assert list_datasets() == ["shapes", "cifar10", "cifar100", "imagefolder"]
+    assert list_datasets() == [
+        "shapes",
+        "cifar10",
+        "cifar100",
+        "imagefolder",
+        "cues_key",
+        "cues_pair",
+        "cues_target",
+    ]
     assert get_source("cifar100").num_classes == 100 and get_source("cifar10").fixed_size
     assert get_source("imagefolder").image_size == 224 and not get_source("imagefolder").in_memory
     with pytest.raises(ValueError, match=r"unknown dataset 'cifar1' \(did you mean 'cifar10'\?\)"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from html import escape as html_escape
 from pathlib import Path
 
 import pytest
@@ -42,7 +43,7 @@ def test_site_builds_strictly_with_a_page_per_block(site: Path):
         page = site / "blocks" / name / "index.html"
         assert page.is_file(), f"no gallery page for block {name!r}"
         html = page.read_text()
-        assert visattn.block_info(name).paper.split(",")[0] in html
+        assert html_escape(visattn.block_info(name).paper.split(",")[0]) in html
     gallery = (site / "blocks" / "index.html").read_text()
     assert all(f'href="{n}/"' in gallery for n in visattn.list_blocks())
 
