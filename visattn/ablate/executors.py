@@ -225,19 +225,28 @@ def run_local(
 
 _REAPER_ENV = "VISATTN_RAY_SESSION"
 # waits for its stdin to close (the driver closed it, or died), then SIGKILLs every process whose
-# environment carries the tag given as argv[1]
+# environment carries the tag given as argv[1], and scans again until three scans in a row find
+# none (a daemon may start a child while the first scan runs), for 30 s at the most
 _REAPER = """
-import os, signal, sys
+import os, signal, sys, time
 tag = sys.argv[1].encode()
 sys.stdin.buffer.read()
-for entry in os.listdir("/proc"):
-    if entry.isdigit() and int(entry) != os.getpid():
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if tag in f.read().split(b"\\0"):
-                    os.kill(int(entry), signal.SIGKILL)
-        except OSError:
-            pass
+def kill_tagged():
+    found = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    if tag in f.read().split(b"\\0"):
+                        os.kill(int(entry), signal.SIGKILL)
+                        found += 1
+            except OSError:
+                pass
+    return found
+quiet, deadline = 0, time.monotonic() + 30
+while quiet < 3 and time.monotonic() < deadline:
+    quiet = 0 if kill_tagged() else quiet + 1
+    time.sleep(0.2)
 """
 
 
@@ -255,15 +264,20 @@ def reaped_on_exit() -> Iterator[None]:
     reaper = subprocess.Popen(
         [sys.executable, "-c", _REAPER, tag], stdin=subprocess.PIPE, start_new_session=True
     )
-    previous = os.environ.get(_REAPER_ENV)
-    os.environ[_REAPER_ENV] = tag.split("=", 1)[1]
+    # SPT_NOENV: Ray's agents set their process title with setproctitle, which by default
+    # writes over the environment block that /proc/PID/environ shows, tag included; with it set
+    # the title goes elsewhere and the tag stays readable (Ray sets it for its workers only)
+    tagged = {_REAPER_ENV: tag.split("=", 1)[1], "SPT_NOENV": "1"}
+    previous = {k: os.environ.get(k) for k in tagged}
+    os.environ.update(tagged)
     try:
         yield
     finally:
-        if previous is None:
-            os.environ.pop(_REAPER_ENV, None)
-        else:
-            os.environ[_REAPER_ENV] = previous
+        for key, value in previous.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
         reaper.stdin.close()
         reaper.wait(timeout=60)
 

@@ -127,6 +127,8 @@ def softmax_attention(
     if fused and not need_weights:
         ev = v.shape[-1]
         q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+        if bias is not None and bias.is_floating_point():  # SDPA silently misreads a float
+            bias = bias.to(dtype)  # mask of another dtype (a float32 mask on float64 inputs)
         if q_bias is not None and k_bias is not None:
             q, k = _with_factors(q * scale if scale != 1.0 else q, k, q_bias, k_bias)
             scale = 1.0
