@@ -32,7 +32,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from .checkpoint import _mismatch_phrases, _shape_mismatches
+from .checkpoint import _mismatch_phrases, _shape_mismatches, read_state_dict, unwrap_state_dict
 
 __all__ = [
     "PretrainedTag",
@@ -194,45 +194,6 @@ def check_sha256(path: str | PathLike[str], expected: str) -> None:
         )
 
 
-def read_weights(path: str | PathLike[str]) -> dict[str, torch.Tensor]:
-    """A state_dict from a released file, read weights-only (no code runs): unwraps
-    ``{"state_dict": ...}`` / ``{"model": ...}`` nesting and a ``module.`` prefix
-    ((Distributed)DataParallel); ``.safetensors`` files are read with safetensors."""
-    path = Path(path)
-    if path.is_dir():
-        raise IsADirectoryError(f"{str(path)!r} is a directory; give the weight file inside it")
-    if not path.is_file():
-        raise FileNotFoundError(f"weight file {str(path)!r} does not exist")
-    if path.stat().st_size == 0:
-        raise ValueError(f"weight file {str(path)!r} is empty (0 bytes): download it again")
-    try:
-        if path.suffix == ".safetensors":
-            from safetensors.torch import load_file
-
-            obj: Any = load_file(str(path))
-        else:
-            obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # truncated zip, random bytes, a pickle with code: several types
-        raise ValueError(
-            f"weight file {str(path)!r} could not be read as a weights-only torch file "
-            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); it is truncated, "
-            "damaged, or not a state_dict"
-        ) from e
-    for key in ("state_dict", "model"):
-        if isinstance(obj, Mapping) and isinstance(obj.get(key), Mapping):
-            obj = obj[key]
-            break
-    if not isinstance(obj, Mapping) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
-        raise ValueError(
-            f"weight file {str(path)!r} holds no state_dict (a dict of tensors, possibly under "
-            "'state_dict' or 'model')"
-        )
-    state = dict(obj)
-    if state and all(k.startswith("module.") for k in state):
-        state = {k[len("module.") :]: v for k, v in state.items()}
-    return state
-
-
 # --------------------------------------------------------------------------- converting
 
 
@@ -287,13 +248,16 @@ def load_pretrained(
         ``model``, with every parameter and buffer loaded.
 
     Raises:
-        FileNotFoundError / IsADirectoryError: no such file.
-        ValueError: unreadable or truncated file, checksum mismatch, unknown source, or a file
-            that does not fill the model exactly (leftovers named on both sides).
+        FileNotFoundError: no such file.
+        ValueError: a directory, an empty, unreadable or truncated file
+            (:class:`~visattn.models.checkpoint.CheckpointError`, as
+            :func:`~visattn.models.checkpoint.read_state_dict` reads it), a checksum mismatch,
+            an unknown source, or a file that does not fill the model exactly (leftovers named
+            on both sides).
     """
     if sha256:
         check_sha256(path, sha256)
-    state = convert_state_dict(read_weights(path), model, source)
+    state = convert_state_dict(read_state_dict(path)[0], model, source)
     check_complete(state, model, f"weight file {str(path)!r} (source {source!r})")
     model.load_state_dict(state, strict=True)
     return model
@@ -303,14 +267,7 @@ def timm_filter_fn(tag: PretrainedTag) -> Callable[[dict, nn.Module], dict]:
     """timm's ``pretrained_filter_fn`` for ``tag``: unwrap, convert, check completeness."""
 
     def filter_fn(state: dict, model: nn.Module) -> dict:
-        if isinstance(state, Mapping):
-            for key in ("state_dict", "model"):
-                if isinstance(state.get(key), Mapping):
-                    state = dict(state[key])
-                    break
-        if state and all(k.startswith("module.") for k in state):
-            state = {k[len("module.") :]: v for k, v in state.items()}
-        out = convert_state_dict(state, model, tag.source)
+        out = convert_state_dict(unwrap_state_dict(state)[0], model, tag.source)
         check_complete(out, model, f"pretrained weights of {tag.name!r} (source {tag.source!r})")
         return out
 
