@@ -71,9 +71,13 @@ def test_timm_tag_carries_the_eval_transform():
     assert a3["input_size"] == (3, 160, 160) and a3["crop_pct"] == 0.95
 
 
-def test_every_tag_is_a_timm_pretrained_name():
-    listed = set(timm.list_pretrained("visattn_*"))
-    assert {f"visattn_{t.name}" for t in list_pretrained()} <= listed
+def test_every_tag_is_a_timm_name_and_the_downloadable_ones_are_pretrained():
+    """timm lists as pretrained what it can download (a hub id or a URL); the authors' files
+    behind download pages are tagged names all the same."""
+    tagged = set(timm.list_models("visattn_*", include_tags=True))
+    assert {f"visattn_{t.name}" for t in list_pretrained()} <= tagged
+    downloadable = {f"visattn_{t.name}" for t in list_pretrained() if t.downloadable}
+    assert downloadable and downloadable <= set(timm.list_pretrained("visattn_*"))
     assert all(t.source in list_converters() for t in list_pretrained())
 
 
