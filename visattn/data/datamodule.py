@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 from collections.abc import Callable, Iterator, Mapping
@@ -112,6 +113,18 @@ class VisattnDataModule(pl.LightningDataModule):
         drop_last: drop the last incomplete training batch. A last batch of one image is
             always dropped (BatchNorm cannot train on one image).
         pin_memory: default: when CUDA is available.
+        eval_transform: ``"dataset"`` (the source's evaluation pipeline) or a pretrained
+            config, timm's mapping with ``input_size``, ``crop_pct``, ``interpolation``,
+            ``mean`` and ``std`` (e.g. ``model.pretrained_cfg``): val/test resize the shorter
+            side to ``floor(S / crop_pct)`` with that interpolation and centre-crop
+            ``S x S`` (``S = input_size[-1]``), and every split normalises with its
+            ``mean``/``std``. ``train_cls.py`` also takes a tag (``se_resnet50.ra2_in1k``) or
+            ``"model"`` (the tag named by ``--model.model``) and records the mapping.
+        class_map: ``"imagenet"``: ImageFolder class folders are WordNet ids (``n01440764``)
+            of ImageNet-1k classes, and each image's label is its class's index among the
+            1,000 (timm's ``ImageNetInfo`` order, the order of the released weights), so a
+            1000-class network is evaluated on a subset of the classes (``num_classes`` is
+            1000; the logits of every class compete, as in ImageNet's own evaluation).
     """
 
     def __init__(
@@ -142,9 +155,13 @@ class VisattnDataModule(pl.LightningDataModule):
         noise: float = 12.0,
         drop_last: bool = False,
         pin_memory: bool | None = None,
+        eval_transform: str | dict[str, Any] = "dataset",
+        class_map: str | None = None,
     ) -> None:
         super().__init__()
         source = get_source(dataset)
+        self.eval_cfg = _eval_cfg(eval_transform)
+        self.class_index = _class_map(class_map, dataset)
         augment = source.augment if augment == "standard" else augment
         if image_size is not None:
             image_size = check_image_size(image_size)
@@ -156,7 +173,11 @@ class VisattnDataModule(pl.LightningDataModule):
         self.augment = augment
         self.image_size = source.image_size if image_size is None else int(image_size)
         self.mean, self.std = source.stats
+        if self.eval_cfg is not None:
+            self.mean, self.std = self.eval_cfg["mean"], self.eval_cfg["std"]
         self.classes: list[str] | None = source.classes(self) if source.classes else None
+        if self.class_index is not None:
+            _check_wnids(self.classes or [], self.class_index)
         if num_classes is not None and num_classes != self.num_classes:
             raise ValueError(
                 f"num_classes {num_classes} given, but the {dataset} data has "
@@ -177,6 +198,8 @@ class VisattnDataModule(pl.LightningDataModule):
     @property
     def num_classes(self) -> int:  # type: ignore[override]
         """Number of classes, known without loading data (linked to ``model.num_classes``)."""
+        if self.class_index is not None:
+            return len(self.class_index)
         return self.source.num_classes or len(self.classes or ())
 
     @property
@@ -203,13 +226,16 @@ class VisattnDataModule(pl.LightningDataModule):
         h = self.hparams
         if train and self.device_aug is not None:
             return None
+        pretrained = {} if train or self.eval_cfg is None else self.eval_cfg
         return build_transforms(
             self.augment,
-            image_size=self.image_size,
+            image_size=pretrained.get("size", self.image_size),
             mean=self.mean,
             std=self.std,
             train=train,
-            resize_eval=self.source.resize_eval,
+            resize_eval=bool(pretrained) or self.source.resize_eval,
+            crop_pct=pretrained.get("crop_pct", 0.875),
+            interpolation=pretrained.get("interpolation", "bilinear"),
             cutout=h.cutout if train else 0,
             color_jitter=h.color_jitter if train else 0.0,
         )
@@ -235,6 +261,11 @@ class VisattnDataModule(pl.LightningDataModule):
         train, val, test = self.source.build(self)
         if self.classes is None:
             self.classes = list(train.classes)  # e.g. CIFAR's, read from its meta file
+        if self.class_index is not None:  # folder order -> ImageNet-1k indices
+            lut = np.array([self.class_index[c] for c in self.classes], dtype=np.int64)
+            for ds in {id(d): d for d in (train, val, test)}.values():
+                ds.samples = [(path, int(lut[label])) for path, label in ds.samples]
+                ds.targets = lut[ds.targets]
         self.train_dataset = self._subset(train, h.num_train, 0)
         self.val_dataset = self._subset(val, h.num_val, 1)
         self.test_dataset = self._subset(test, h.num_test, 2)
@@ -316,6 +347,59 @@ class VisattnDataModule(pl.LightningDataModule):
         trainer = getattr(self, "_trainer", None)
         train = trainer.training if trainer is not None else True
         return self.device_aug(x, train=train, generator=gen), y
+
+
+_EVAL_KEYS = ("input_size", "crop_pct", "interpolation", "mean", "std")
+
+
+def _eval_cfg(eval_transform: str | Mapping[str, Any]) -> dict[str, Any] | None:
+    """``eval_transform`` as ``{size, crop_pct, interpolation, mean, std}`` (None: the
+    dataset's own)."""
+    if isinstance(eval_transform, str):
+        if eval_transform == "dataset":
+            return None
+        raise ValueError(
+            f"eval_transform {eval_transform!r}: give 'dataset' or a pretrained config (a mapping "
+            f"with {', '.join(_EVAL_KEYS)}, e.g. model.pretrained_cfg); train_cls.py also takes a "
+            "pretrained tag (visattn.list_pretrained()) or 'model'"
+        )
+    missing = [k for k in _EVAL_KEYS if eval_transform.get(k) is None]
+    if missing:
+        raise ValueError(f"eval_transform: the pretrained config lacks {', '.join(missing)}")
+    return {
+        "size": check_image_size(int(eval_transform["input_size"][-1])),
+        "crop_pct": float(eval_transform["crop_pct"]),
+        "interpolation": str(eval_transform["interpolation"]),
+        "mean": tuple(float(v) for v in eval_transform["mean"]),
+        "std": tuple(float(v) for v in eval_transform["std"]),
+    }
+
+
+def _class_map(class_map: str | None, dataset: str) -> dict[str, int] | None:
+    """``{wnid: ImageNet-1k index}`` for ``class_map="imagenet"`` (ImageFolder only)."""
+    if class_map is None:
+        return None
+    if class_map != "imagenet":
+        raise ValueError(f"class_map must be 'imagenet' or None, got {class_map!r}")
+    if dataset != "imagefolder":
+        raise ValueError(f"class_map='imagenet' needs dataset='imagefolder', got {dataset!r}")
+    from timm.data import ImageNetInfo
+
+    return {wnid: i for i, wnid in enumerate(ImageNetInfo().label_names())}
+
+
+def _check_wnids(classes: list[str], index: Mapping[str, int]) -> None:
+    unknown = [c for c in classes if c not in index]
+    if unknown:
+        hints = {c: difflib.get_close_matches(c, index, n=1) for c in unknown[:5]}
+        said = ", ".join(
+            f"{c!r}" + (f" (did you mean {hints[c][0]!r}?)" if hints.get(c) else "")
+            for c in unknown[:5]
+        )
+        raise ValueError(
+            f"class_map='imagenet': {len(unknown)} class folder(s) are not ImageNet-1k WordNet "
+            f"ids: {said}; name the folders by wnid (e.g. n01440764, tench)"
+        )
 
 
 def _check_options(source: DataSource, h: Mapping[str, Any], augment: str) -> None:

@@ -22,6 +22,7 @@ from ``torch.initial_seed()``, which the DataLoader makes distinct per worker an
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Any
 
@@ -40,6 +41,7 @@ except ImportError as _err:
 __all__ = [
     "AUGMENTS",
     "DEVICE_PRESETS",
+    "INTERPOLATIONS",
     "MAX_IMAGE_SIZE",
     "DeviceAugment",
     "build_transforms",
@@ -52,6 +54,15 @@ AUGMENTS = ("cifar", "imagenet", "flip", "none")
 #: the largest ``image_size`` accepted: 4096 px is past any classification recipe (ImageNet
 #: models train at 224-600 px), and one 4096 px float batch of 64 already needs 12 GiB.
 MAX_IMAGE_SIZE = 4096
+
+
+#: interpolation names (timm's pretrained configs) -> OpenCV flags
+INTERPOLATIONS = {
+    "bilinear": cv2.INTER_LINEAR,
+    "bicubic": cv2.INTER_CUBIC,
+    "nearest": cv2.INTER_NEAREST,
+    "area": cv2.INTER_AREA,
+}
 
 
 def check_image_size(image_size: Any) -> int:
@@ -116,6 +127,8 @@ def build_transforms(
     std: tuple[float, float, float],
     train: bool,
     resize_eval: bool = False,
+    crop_pct: float = 0.875,
+    interpolation: str = "bilinear",
     cutout: int = 0,
     color_jitter: float = 0.0,
 ) -> A.Compose:
@@ -126,8 +139,12 @@ def build_transforms(
         image_size: output side ``S``.
         mean, std: per-channel statistics of ``[0, 1]`` pixels.
         train: the training pipeline (random) or the evaluation one (deterministic).
-        resize_eval: evaluation resizes (shorter side ``S / 0.875``) and centre-crops; for
-            datasets whose images are not already ``S x S`` (ImageFolder).
+        resize_eval: evaluation resizes (shorter side ``floor(S / crop_pct)``, as timm) and
+            centre-crops ``S x S``; for datasets whose images are not already ``S x S``
+            (ImageFolder).
+        crop_pct, interpolation: that resize's crop fraction and interpolation (``bilinear``,
+            ``bicubic``, ``nearest``, ``area``; OpenCV's, where timm uses PIL's), e.g. from a
+            pretrained tag's config.
         cutout: side of the cutout square in pixels (0 = off), training only.
         color_jitter: strength ``s`` of colour jitter (0 = off), training only.
     """
@@ -137,8 +154,18 @@ def build_transforms(
         raise ValueError(f"cutout and color_jitter must be >= 0, got {cutout}, {color_jitter}")
     normalize = [A.Normalize(mean=mean, std=std, max_pixel_value=255.0), A.ToTensorV2()]
     size = image_size
+    if interpolation not in INTERPOLATIONS:
+        raise ValueError(
+            f"unknown interpolation {interpolation!r}; choose from {list(INTERPOLATIONS)}"
+        )
+    if not 0 < crop_pct <= 1:
+        raise ValueError(f"crop_pct must be in (0, 1], got {crop_pct}")
     if resize_eval:
-        evaluation = [A.SmallestMaxSize(max_size=round(size / 0.875)), A.CenterCrop(size, size)]
+        scale = math.floor(size / crop_pct)
+        evaluation = [
+            A.SmallestMaxSize(max_size=scale, interpolation=INTERPOLATIONS[interpolation]),
+            A.CenterCrop(size, size),
+        ]
     else:
         evaluation = []
     if not train:

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .._errors import first_line
 from ..constants import SLOT_POSITIONS
 
 __all__ = [
@@ -37,7 +38,9 @@ __all__ = [
     "check_training_checkpoint",
     "load_checkpoint",
     "read_checkpoint",
+    "read_state_dict",
     "training_checkpoint",
+    "unwrap_state_dict",
 ]
 
 _log = logging.getLogger(__name__)
@@ -121,11 +124,28 @@ def read_checkpoint(path: str | PathLike[str], *, mmap: bool = False) -> Any:
             "with torch.save(module.state_dict(), ...)"
         ) from e
     except Exception as e:  # a damaged archive: RuntimeError, EOFError, zipfile errors, ...
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise CheckpointError(
-            f"checkpoint {path} is damaged (truncated or corrupted; {type(e).__name__}: "
-            f"{first}); use another checkpoint of the run or write it again"
-        ) from e
+        raise _damaged(path, e) from e
+
+
+def _damaged(path: Path, e: Exception) -> CheckpointError:
+    return CheckpointError(
+        f"checkpoint {path} is damaged (truncated or corrupted; {first_line(e)}); use another "
+        "checkpoint of the run or write it again"
+    )
+
+
+def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    """A ``.safetensors`` file's tensors (the format holds nothing else), on the CPU."""
+    if not path.exists():
+        raise FileNotFoundError(f"checkpoint {path} does not exist")
+    if path.is_dir() or path.stat().st_size == 0:
+        raise CheckpointError(f"checkpoint {path} {_unreadable(path)}")
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path), device="cpu")
+    except Exception as e:  # a header or length that does not add up: SafetensorError, ...
+        raise _damaged(path, e) from e
 
 
 def training_checkpoint(obj: Any, path: str | PathLike[str]) -> dict[str, Any]:
@@ -226,25 +246,43 @@ def check_training_checkpoint(path: str | PathLike[str], module: nn.Module) -> d
     return saved
 
 
-def _read_state_dict(path: Path) -> tuple[dict[str, torch.Tensor], list[str]]:
-    obj = read_checkpoint(path)
+def unwrap_state_dict(obj: Any) -> tuple[Any, list[str]]:
+    """The state_dict inside a saved object, and the keys left out: a Lightning checkpoint's
+    ``state_dict`` (its ``net.`` keys, the others left out), ``{"state_dict": ...}`` or
+    ``{"model": ...}`` (torchvision's reference scripts), without a ``module.`` prefix on every
+    key ((Distributed)DataParallel). Anything else is returned as it is."""
     ignored: list[str] = []
-    if isinstance(obj, dict) and "state_dict" in obj and isinstance(obj["state_dict"], dict):
-        is_lightning = any(k.startswith("pytorch-lightning") for k in obj)
+    if isinstance(obj, Mapping) and isinstance(obj.get("state_dict"), Mapping):
+        is_lightning = any(str(k).startswith("pytorch-lightning") for k in obj)
         obj = obj["state_dict"]
         if is_lightning and any(k.startswith("net.") for k in obj):
             ignored = sorted(k for k in obj if not k.startswith("net."))
             obj = {k[4:]: v for k, v in obj.items() if k.startswith("net.")}
-    elif isinstance(obj, dict) and "model" in obj and isinstance(obj["model"], dict):
-        obj = obj["model"]  # torchvision reference scripts
-    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
-        raise CheckpointError(
-            f"checkpoint_path {str(path)!r} holds no state_dict (a dict of tensors, possibly under "
-            "'state_dict' or 'model')"
-        )
-    if obj and all(k.startswith("module.") for k in obj):  # (Distributed)DataParallel
+    elif isinstance(obj, Mapping) and isinstance(obj.get("model"), Mapping):
+        obj = obj["model"]
+    if isinstance(obj, Mapping) and obj and all(str(k).startswith("module.") for k in obj):
         obj = {k[len("module.") :]: v for k, v in obj.items()}
     return obj, ignored
+
+
+def read_state_dict(path: str | PathLike[str]) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """The state_dict in ``path`` (a ``torch.save`` file read as :func:`read_checkpoint` does, or
+    a ``.safetensors`` file), unwrapped by :func:`unwrap_state_dict`; returns it with the keys
+    left out (a Lightning checkpoint's keys outside ``net.``).
+
+    Raises:
+        FileNotFoundError: no such file.
+        CheckpointError: as :func:`read_checkpoint`, or the file holds no dict of tensors.
+    """
+    path = Path(path)
+    raw = _read_safetensors(path) if path.suffix == ".safetensors" else read_checkpoint(path)
+    obj, ignored = unwrap_state_dict(raw)
+    if not isinstance(obj, Mapping) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise CheckpointError(
+            f"checkpoint {path} holds no state_dict (a dict of tensors, possibly under "
+            "'state_dict' or 'model')"
+        )
+    return dict(obj), ignored
 
 
 def _classifier_prefix(model: nn.Module) -> str:
@@ -274,7 +312,7 @@ def load_checkpoint(
     path = Path(path)
     if classifier not in ("strict", "if_matching"):
         raise ValueError(f"classifier must be 'strict' or 'if_matching', got {classifier!r}")
-    state, ignored = _read_state_dict(path)
+    state, ignored = read_state_dict(path)
     own = model.state_dict()
     reset: list[str] = []
     if classifier == "if_matching":

@@ -19,12 +19,14 @@ import difflib
 from os import PathLike
 from typing import Any
 
+import timm
 import torch.nn as nn
 
 from ..constants import STATS
 from .checkpoint import load_checkpoint
 from .features import check_global_pool
 from .placement import apply_placements, normalize_placements
+from .pretrained import get_pretrained, list_pretrained
 from .registry import ModelSpec, get_model_spec
 
 __all__ = ["create_model", "pretrained_cfg_for"]
@@ -98,6 +100,30 @@ def _check_options(spec: ModelSpec, kwargs: dict[str, Any]) -> None:
             )
 
 
+def _create_tagged(
+    name: str, pretrained: bool, overlay: dict[str, Any] | None, given: dict[str, Any]
+) -> nn.Module | None:
+    """``<model>.<tag>`` (:func:`visattn.list_pretrained`): the model built through timm with
+    the tag's pretrained config (eval transform, where the file is), its released weights
+    loaded if ``pretrained``; ``None`` for a name without a tag. ``pretrained=True`` on a name
+    without a tag raises ``ValueError`` naming the model's tags."""
+    if "." not in name or ":" in name:  # ``tv:``/``timm:`` names are not visattn's tags
+        if pretrained:
+            base = name.removeprefix("visattn_")
+            tags = [t.name for t in list_pretrained(f"{base}.*")]
+            raise ValueError(
+                f"create_model({name!r}, pretrained=True): give a pretrained tag, "
+                + (f"one of {', '.join(tags)}" if tags else "see visattn.list_pretrained()")
+                + "; for other weights use checkpoint_path= or pretrained_backbone="
+            )
+        return None
+    tag = get_pretrained(name)
+    options = {k: v for k, v in given.items() if v is not None}
+    return timm.create_model(
+        f"visattn_{tag.name}", pretrained=pretrained, pretrained_cfg_overlay=overlay, **options
+    )
+
+
 def create_model(
     name: str,
     *,
@@ -107,13 +133,17 @@ def create_model(
     attention: Any = None,
     checkpoint_path: str | PathLike[str] | None = None,
     pretrained_backbone: str | PathLike[str] | None = None,
+    pretrained: bool = False,
+    pretrained_cfg_overlay: dict[str, Any] | None = None,
     **kwargs: Any,
 ) -> nn.Module:
     """Build a model by name.
 
     Args:
         name: a name from :func:`visattn.list_models` or ``<block>_<backbone>`` (``visattn_``
-            prefix accepted).
+            prefix accepted), or a pretrained tag ``<model>.<tag>`` from
+            :func:`visattn.list_pretrained` (``se_resnet50.ra2_in1k``): the model then carries
+            the tag's ``pretrained_cfg`` (eval transform, where its file is), as in timm.
         num_classes: classifier outputs (default: the model's dataset, 10 for CIFAR models,
             1000 for ImageNet models; ``0`` gives no classifier, pooled features out).
         in_chans: input channels.
@@ -130,6 +160,11 @@ def create_model(
             ``ValueError`` naming them); attention keys are new and reported; the classifier
             is loaded only if its shape matches ``num_classes`` (else it keeps its
             initialisation and is reported).
+        pretrained: with a tag, load its released weights (timm's hub, or
+            ``pretrained_cfg_overlay=dict(file=PATH)``, or the hub cache), strictly through the
+            tag's converter; with another ``num_classes`` the classifier keeps its
+            initialisation.
+        pretrained_cfg_overlay: with a tag, entries that override its pretrained config.
         **kwargs: builder options (e.g. ``shortcut="B"``, ``drop_rate``, ``learning="nal"``).
 
     Returns:
@@ -143,6 +178,12 @@ def create_model(
         TypeError: an unknown option.
         ValueError: an option conflicting with the name, or a bad placement.
     """
+    given = dict(num_classes=num_classes, in_chans=in_chans, global_pool=global_pool)
+    given.update(attention=attention, checkpoint_path=checkpoint_path)
+    given.update(kwargs, pretrained_backbone=pretrained_backbone)
+    tagged = _create_tagged(name, pretrained, pretrained_cfg_overlay, given)
+    if tagged is not None:
+        return tagged
     spec = get_model_spec(name)
     _check_options(spec, kwargs)
     if checkpoint_path is not None and pretrained_backbone is not None:

@@ -32,7 +32,8 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from .checkpoint import _mismatch_phrases, _shape_mismatches
+from .checkpoint import _mismatch_phrases, _shape_mismatches, read_state_dict, unwrap_state_dict
+from .zoo import ECA_RELEASED_KERNELS
 
 __all__ = [
     "PretrainedTag",
@@ -60,7 +61,10 @@ class PretrainedTag:
         source: the converter of the file's key layout (:func:`list_converters`).
         top1: the published ImageNet-1k top-1 (%), as its publisher reports it (timm's tags:
             timm's results table at 224x224 with the tag's ``crop_pct``).
-        hf_hub_id / url: where the file is published (``hf_hub_id`` is what timm downloads).
+        hf_hub_id / url: where the file can be downloaded from (``hf_hub_id`` is what timm
+            downloads; ``url`` a direct link).
+        page: where the authors publish it for download by hand (a Google Drive, Baidu or
+            Dropbox page: no library can fetch those), when there is no direct link.
         sha256: the published checksum or its published prefix (torch.hub's file-name
             convention); empty where none is published.
         input_size, crop_pct, interpolation, mean, std: the evaluation transform.
@@ -76,6 +80,7 @@ class PretrainedTag:
     top1: float
     hf_hub_id: str = ""
     url: str = ""
+    page: str = ""
     sha256: str = ""
     input_size: tuple[int, int, int] = (3, 224, 224)
     test_input_size: tuple[int, int, int] | None = None
@@ -94,6 +99,11 @@ class PretrainedTag:
         """``<model>.<tag>``."""
         return f"{self.model}.{self.tag}"
 
+    @property
+    def downloadable(self) -> bool:
+        """Whether timm can download the file (a hub id or a direct URL)."""
+        return bool(self.hf_hub_id or self.url)
+
     def pretrained_cfg(self) -> dict[str, Any]:
         """timm's pretrained config of this tag (``hf_hub_id``/``url``, eval transform)."""
         cfg: dict[str, Any] = {
@@ -107,7 +117,10 @@ class PretrainedTag:
             "num_classes": self.num_classes,
             "first_conv": "conv1",
             "classifier": "fc",
-            "notes": (f"source: {self.source}; published top-1 {self.top1:.2f}",),
+            "notes": (
+                f"source: {self.source}; published top-1 {self.top1:.2f}",
+                *([f"download by hand: {self.page}"] if self.page else []),
+            ),
         }
         if self.test_input_size is not None:
             cfg["test_input_size"] = self.test_input_size
@@ -194,45 +207,6 @@ def check_sha256(path: str | PathLike[str], expected: str) -> None:
         )
 
 
-def read_weights(path: str | PathLike[str]) -> dict[str, torch.Tensor]:
-    """A state_dict from a released file, read weights-only (no code runs): unwraps
-    ``{"state_dict": ...}`` / ``{"model": ...}`` nesting and a ``module.`` prefix
-    ((Distributed)DataParallel); ``.safetensors`` files are read with safetensors."""
-    path = Path(path)
-    if path.is_dir():
-        raise IsADirectoryError(f"{str(path)!r} is a directory; give the weight file inside it")
-    if not path.is_file():
-        raise FileNotFoundError(f"weight file {str(path)!r} does not exist")
-    if path.stat().st_size == 0:
-        raise ValueError(f"weight file {str(path)!r} is empty (0 bytes): download it again")
-    try:
-        if path.suffix == ".safetensors":
-            from safetensors.torch import load_file
-
-            obj: Any = load_file(str(path))
-        else:
-            obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # truncated zip, random bytes, a pickle with code: several types
-        raise ValueError(
-            f"weight file {str(path)!r} could not be read as a weights-only torch file "
-            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); it is truncated, "
-            "damaged, or not a state_dict"
-        ) from e
-    for key in ("state_dict", "model"):
-        if isinstance(obj, Mapping) and isinstance(obj.get(key), Mapping):
-            obj = obj[key]
-            break
-    if not isinstance(obj, Mapping) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
-        raise ValueError(
-            f"weight file {str(path)!r} holds no state_dict (a dict of tensors, possibly under "
-            "'state_dict' or 'model')"
-        )
-    state = dict(obj)
-    if state and all(k.startswith("module.") for k in state):
-        state = {k[len("module.") :]: v for k, v in state.items()}
-    return state
-
-
 # --------------------------------------------------------------------------- converting
 
 
@@ -247,11 +221,17 @@ def convert_state_dict(
     return _CONVERTERS[source](dict(state), model)
 
 
-def check_complete(state: Mapping[str, torch.Tensor], model: nn.Module, what: str) -> None:
+def check_complete(
+    state: Mapping[str, torch.Tensor], model: nn.Module, what: str, *, except_prefix: str = ""
+) -> None:
     """Raise ``ValueError`` unless ``state`` fills every parameter and buffer of ``model`` with
     the same shape and has nothing else: the leftovers of each side are named (missing: model
-    tensors the file does not fill; unexpected: file tensors nothing consumes)."""
+    tensors the file does not fill; unexpected: file tensors nothing consumes). Keys starting
+    with ``except_prefix`` (a classifier about to be replaced) are left out on both sides."""
     own = model.state_dict()
+    if except_prefix:
+        own = {k: v for k, v in own.items() if not k.startswith(except_prefix)}
+        state = {k: v for k, v in state.items() if not k.startswith(except_prefix)}
     problems = _mismatch_phrases(
         [k for k in own if k not in state],  # not filled
         [k for k in state if k not in own],  # not consumed
@@ -287,31 +267,36 @@ def load_pretrained(
         ``model``, with every parameter and buffer loaded.
 
     Raises:
-        FileNotFoundError / IsADirectoryError: no such file.
-        ValueError: unreadable or truncated file, checksum mismatch, unknown source, or a file
-            that does not fill the model exactly (leftovers named on both sides).
+        FileNotFoundError: no such file.
+        ValueError: a directory, an empty, unreadable or truncated file
+            (:class:`~visattn.models.checkpoint.CheckpointError`, as
+            :func:`~visattn.models.checkpoint.read_state_dict` reads it), a checksum mismatch,
+            an unknown source, or a file that does not fill the model exactly (leftovers named
+            on both sides).
     """
     if sha256:
         check_sha256(path, sha256)
-    state = convert_state_dict(read_weights(path), model, source)
+    state = convert_state_dict(read_state_dict(path)[0], model, source)
     check_complete(state, model, f"weight file {str(path)!r} (source {source!r})")
     model.load_state_dict(state, strict=True)
     return model
 
 
 def timm_filter_fn(tag: PretrainedTag) -> Callable[[dict, nn.Module], dict]:
-    """timm's ``pretrained_filter_fn`` for ``tag``: unwrap, convert, check completeness."""
+    """timm's ``pretrained_filter_fn`` for ``tag``: unwrap, convert, check completeness. A model
+    with another number of classes than the file (fine-tuning) is checked without its
+    classifier, which timm then leaves at its initialisation."""
 
     def filter_fn(state: dict, model: nn.Module) -> dict:
-        if isinstance(state, Mapping):
-            for key in ("state_dict", "model"):
-                if isinstance(state.get(key), Mapping):
-                    state = dict(state[key])
-                    break
-        if state and all(k.startswith("module.") for k in state):
-            state = {k[len("module.") :]: v for k, v in state.items()}
-        out = convert_state_dict(state, model, tag.source)
-        check_complete(out, model, f"pretrained weights of {tag.name!r} (source {tag.source!r})")
+        out = convert_state_dict(unwrap_state_dict(state)[0], model, tag.source)
+        new_head = getattr(model, "num_classes", tag.num_classes) != tag.num_classes
+        head = (getattr(model, "pretrained_cfg", None) or {}).get("classifier") or "fc"
+        check_complete(
+            out,
+            model,
+            f"pretrained weights of {tag.name!r} (source {tag.source!r})",
+            except_prefix=f"{head}." if new_head else "",
+        )
         return out
 
     return filter_fn
@@ -472,7 +457,7 @@ def _register_authors_tags() -> None:
             tag="official_in1k",
             source="cbam_official",
             top1=77.62,
-            url="https://www.dropbox.com/s/bt6zty02h9ibufi/RESNET50_CBAM_new_name_wrap.pth?dl=0",
+            page="https://www.dropbox.com/s/bt6zty02h9ibufi/RESNET50_CBAM_new_name_wrap.pth?dl=0",
             publisher="Woo et al., ECCV 2018 (Jongchan/attention-module)",
             proof=(
                 "a reference network written in the test from the authors' model code, with "
@@ -482,29 +467,47 @@ def _register_authors_tags() -> None:
             notes=f"{authors}; needs the authors' spatial gate: use_bn=True",
         )
     )
-    register_pretrained(
-        PretrainedTag(
-            model="eca_resnet50",
-            tag="official_in1k",
-            source="eca_official",
-            top1=77.48,
-            url="https://pan.baidu.com/s/1pcn6ZfZUAYKycZ6FMr4F2Q",
-            publisher="Wang et al., CVPR 2020 (BangguWu/ECANet, eca_resnet50_k3557)",
-            proof=(
-                "a reference ECA-ResNet written in the test from the authors' code (Conv1d "
-                "kernels 3, 5, 5, 7), saved nested under 'state_dict' with 'module.': outputs "
-                "equal after conversion"
-            ),
-            notes=f"{authors} (Baidu pan, extract code 7qo9)",
+    # BangguWu/ECANet's README (May 2020): depth -> (top-1, Google Drive id, Baidu id, code);
+    # an earlier README (Oct 2019) gave 77.48 for an earlier ECA-Net50 file
+    for depth, (top1, drive, baidu, code) in {
+        18: (70.92, "1LMRFRTyzVifGBi2MUpTuYEWW44S8mwyl", "1Bh9J7VY2tYj5oEvEEqvdhQ", "utsy"),
+        34: (74.21, "15LV5Jkea3GPzvLP5__H7Gg88oNQUxBDE", "1FFVUBbbJfNNFhyiZZ2P2AQ", "o4dh"),
+        50: (77.42, "1670rce333c_lyMWFzBlNZoVUvtxbCF_U", "18LXDcxy8qG66h-7FlWW4SA", "no6u"),
+        101: (78.65, "1b5FQ8yDFnZ_UhvWT9txmjI_LjbKkgnvC", "1-ageRP2tku-YSIOqU09WpA", "iov1"),
+        152: (78.92, "1_bYnaOg9ptsILC_iC7uQ5Izv-u2rjYG5", "1tPxHAltlcpI93CXUkW9ZOQ", "xaft"),
+    }.items():
+        kernels = ECA_RELEASED_KERNELS[depth]
+        k = "".join(map(str, kernels))
+        note = f"{authors}; also on Baidu pan (pan.baidu.com/s/{baidu}, extract code {code})"
+        if depth == 18:  # the authors' eca_resnet18 ignored --ksize until their fix of 2020-05-06
+            note += (
+                "; uploaded before the authors' fix that made ResNet-18 use --ksize: if the file "
+                "holds kernels 3, 3, 3, 3, the loader names the Conv1d shape mismatches; build "
+                "create_model('resnet18', attention=eca_placements((3, 3, 3, 3))) for it"
+            )
+        register_pretrained(
+            PretrainedTag(
+                model=f"eca_resnet{depth}",
+                tag="official_in1k",
+                source="eca_official",
+                top1=top1,
+                page=f"https://drive.google.com/open?id={drive}",
+                publisher=f"Wang et al., CVPR 2020 (BangguWu/ECANet, eca_resnet{depth}_k{k})",
+                proof=(
+                    "a reference ECA-ResNet written in the test from the authors' code (Conv1d "
+                    f"kernels {', '.join(map(str, kernels))}), saved nested under 'state_dict' "
+                    "with 'module.': outputs equal after conversion"
+                ),
+                notes=note,
+            )
         )
-    )
     register_pretrained(
         PretrainedTag(
             model="triplet_resnet50",
             tag="official_in1k",
             source="triplet_official",
             top1=77.48,
-            url="https://github.com/landskape-ai/triplet-attention#models",
+            page="https://github.com/landskape-ai/triplet-attention#models",
             publisher="Misra et al., WACV 2021 (landskape-ai/triplet-attention)",
             proof=(
                 "a reference triplet-attention ResNet written in the test from the authors' code "

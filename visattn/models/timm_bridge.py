@@ -30,8 +30,9 @@ from timm.models import register_model as timm_register
 from timm.models._pretrained import DefaultCfg, PretrainedCfg
 
 from . import registry, timm_entrypoints
+from .checkpoint import read_state_dict
 from .factory import create_model, pretrained_cfg_for
-from .pretrained import PretrainedTag, list_pretrained, timm_filter_fn
+from .pretrained import PretrainedTag, check_sha256, list_pretrained, timm_filter_fn
 from .registry import ModelSpec, get_model_spec
 
 __all__ = [
@@ -53,10 +54,17 @@ def create_timm_model(name: str, pretrained: bool = False, **kwargs: Any) -> nn.
     kwargs.pop("cache_dir", None)
     tag = _released_tag(spec.name, cfg)
     if tag is not None:  # a released file: its own eval transform, loaded through its converter
+        _check_reachable(tag, pretrained, overlay, cfg)
+        file = overlay.get("file") or (cfg.get("file") if isinstance(cfg, dict) else None)
+        if pretrained and file and overlay.get("state_dict") is None:
+            # read by visattn (weights-only, safetensors too, named errors, the checksum)
+            if tag.sha256:
+                check_sha256(file, tag.sha256)
+            overlay["state_dict"] = read_state_dict(file)[0]
         options = {k: v for k, v in kwargs.items() if k not in ("features_only", "out_indices")}
         ours = pretrained_cfg_for(spec, num_classes=options.get("num_classes"), options=options)
         keep = {k: ours[k] for k in ("architecture", "first_conv", "classifier", "pool_size")}
-        return build_model_with_cfg(
+        model = build_model_with_cfg(
             functools.partial(create_model, spec.name),
             timm_name,
             pretrained,
@@ -66,6 +74,9 @@ def create_timm_model(name: str, pretrained: bool = False, **kwargs: Any) -> nn.
             feature_cfg={"feature_cls": "getter", "out_indices": tuple(range(spec.feature_levels))},
             **kwargs,
         )
+        if isinstance(getattr(model, "pretrained_cfg", None), dict):
+            model.pretrained_cfg.pop("state_dict", None)  # loaded: the config keeps the file
+        return model
     if pretrained and not (overlay.get("file") or (isinstance(cfg, dict) and cfg.get("file"))):
         raise ValueError(
             f"{timm_name} has no pretrained weights to download; pass a local state_dict "
@@ -89,6 +100,19 @@ def create_timm_model(name: str, pretrained: bool = False, **kwargs: Any) -> nn.
         feature_cfg={"feature_cls": "getter", "out_indices": tuple(range(spec.feature_levels))},
         **kwargs,
     )
+
+
+def _check_reachable(tag: PretrainedTag, pretrained: bool, overlay: dict, cfg: Any) -> None:
+    """``pretrained=True`` on a tag timm cannot download needs a local file: say where to get
+    it, instead of timm fetching a download page."""
+    given = overlay.get("file") or overlay.get("state_dict")
+    if isinstance(cfg, dict):
+        given = given or cfg.get("file") or cfg.get("state_dict")
+    if pretrained and not tag.downloadable and not given:
+        raise ValueError(
+            f"visattn_{tag.name}: the authors publish this file for download by hand "
+            f"({tag.page}); download it, then pass pretrained_cfg_overlay=dict(file=PATH)"
+        )
 
 
 def _released_tag(name: str, cfg: Any) -> PretrainedTag | None:

@@ -26,6 +26,7 @@ from .resnet import ResNet
 
 __all__ = [
     "ECA_NET50_KERNELS",
+    "ECA_RELEASED_KERNELS",
     "bat_placements",
     "bot50_placements",
     "eca_placements",
@@ -35,6 +36,15 @@ __all__ = [
 ]
 
 ECA_NET50_KERNELS = (3, 5, 5, 7)
+#: the Conv1d kernel per stage of the released ECA-Nets (BangguWu/ECANet README: the files'
+#: ``_k3577``, ``_k3357``, ``_k3557`` suffixes), by ResNet depth
+ECA_RELEASED_KERNELS = {
+    18: (3, 5, 7, 7),
+    34: (3, 3, 5, 7),
+    50: ECA_NET50_KERNELS,
+    101: (3, 3, 5, 7),
+    152: (3, 3, 5, 7),
+}
 #: SK options of timm's skresnet18/34: rd_ratio 1/8, rd_divisor 16, the input split between paths
 _SK_TIMM_ARGS = {"reduction": 8, "min_rd_channels": 16, "split_input": True}
 
@@ -239,6 +249,21 @@ _PAPER_MODELS: list[tuple[str, str, tuple[dict[str, Any], ...], dict[str, Any], 
             "follows": "released ECA-Net50: kernels 3, 5, 5, 7 (the paper's formula: 5, 5, 5, 7)",
         },
     ),
+    *[
+        (
+            f"eca_resnet{d}",
+            f"resnet{d}",
+            eca_placements(ECA_RELEASED_KERNELS[d]),
+            {},
+            {
+                "paper": "Wang et al., CVPR 2020",
+                "follows": f"released ECA-Net{d} (eca_resnet{d}_k"
+                + "".join(map(str, ECA_RELEASED_KERNELS[d]))
+                + "): ECA after the block's last BN, one kernel per stage",
+            },
+        )
+        for d in (18, 34, 101, 152)
+    ],
     (
         "gsop_resnet50",
         "resnet50",

@@ -43,6 +43,7 @@ from lightning.pytorch.utilities.imports import _RICH_AVAILABLE
 
 from ..data.datamodule import VisattnDataModule
 from ..models.checkpoint import check_training_checkpoint, read_checkpoint, training_checkpoint
+from ..models.pretrained import get_pretrained
 from .callbacks import BestAndLastCheckpoint, EpochMetricsCSV, RunSummary
 from .module import ClassificationModule
 from .resume import find_last_checkpoint, keep_recorded_options
@@ -160,6 +161,27 @@ def _default_progress_bar(config: dict[str, Any], callbacks: list[Callback]) -> 
     return [VisattnRichProgressBar() if _RICH_AVAILABLE else VisattnTQDMProgressBar()]
 
 
+def _resolve_eval_transform(cfg: Namespace) -> None:
+    """``--data.eval_transform TAG`` or ``model`` (the tag of ``--model.model``): the tag's
+    eval transform as the mapping the data module takes, so ``config.yaml`` records it."""
+    data = cfg.get("data")
+    value = data.get("eval_transform") if data is not None else None
+    if not isinstance(value, str) or value == "dataset":
+        return
+    name = cfg.model.model if value == "model" else value
+    if value == "model" and "." not in name:
+        raise ValueError(
+            f"--data.eval_transform model: --model.model {name!r} is not a pretrained tag "
+            "(<model>.<tag>, visattn.list_pretrained()); give a tag or 'dataset'"
+        )
+    cfg_ = get_pretrained(name).pretrained_cfg()
+    data.eval_transform = {
+        k: list(v) if isinstance(v, tuple) else v
+        for k, v in cfg_.items()
+        if k in ("input_size", "crop_pct", "interpolation", "mean", "std")
+    }
+
+
 class VisattnCLI(LightningCLI):
     """LightningCLI for visattn (see the module docstring)."""
 
@@ -197,6 +219,7 @@ class VisattnCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config[self.subcommand] if self.subcommand else self.config
+        _resolve_eval_transform(cfg)
         trainer = cfg.trainer
         tensorboard = trainer.get("logger") in (None, True)  # else a user-chosen logger
         save_dir = Path(trainer.get("default_root_dir") or ".")
