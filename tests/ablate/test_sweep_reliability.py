@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_ablate import REPO, TINY, _read_csv, _write_sweep, fake  # noqa: F401 (fixture)
+from test_runner import REPO, TINY, _read_csv, _write_sweep, fake  # noqa: F401 (fixture)
 
 from visattn.ablate import load_sweep, run_sweep
 from visattn.ablate.__main__ import main as ablate_main

@@ -1,8 +1,8 @@
 """PyTorch program transforms over the whole zoo: ``torch.fx.symbolic_trace``, torchvision's
 ``create_feature_extractor`` and ``torch.jit.script`` give the eager outputs for every registered
 block and every named model (parametrized over the registries, so new blocks and models are
-covered the moment they are registered). ONNX is in ``test_export.py``; ``torch.export`` and
-``torch.compile`` of blocks in ``test_blocks_generic.py``."""
+covered the moment they are registered). ONNX is in ``tests/export/test_onnx_export.py``;
+``torch.export`` and ``torch.compile`` of blocks in ``tests/blocks/test_block_contract.py``."""
 
 from __future__ import annotations
 

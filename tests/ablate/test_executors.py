@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_ablate import REPO, TINY, _read_csv, _write_sweep, fake  # noqa: F401 (fixture)
+from test_runner import REPO, TINY, _read_csv, _write_sweep, fake  # noqa: F401 (fixture)
 
 from visattn.ablate import ExecutionPlan, run_sweep
 from visattn.ablate.__main__ import main as ablate_main
@@ -23,8 +23,8 @@ from visattn.ablate.executors import _device_slots
 from visattn.ablate.lock import LOCK, SweepLock
 
 # the tests that start several processes (--jobs 2, Ray, the GPU script's smoke run, DDP in
-# test_ablate_ddp.py) run one after the other in one pytest-xdist worker: two of them at once
-# would oversubscribe 2 cores, and the sweep of the `sequential` fixture runs once
+# tests/training/test_ddp.py) run one after the other in one pytest-xdist worker: two of them at
+# once would oversubscribe 2 cores, and the sweep of the `sequential` fixture runs once
 MULTIPROCESS = pytest.mark.xdist_group("multiprocess")
 
 FIGURES = ("val/acc", "val/acc_last", "train/loss", "val/loss", "params", "macs", "epochs")

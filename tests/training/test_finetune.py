@@ -12,7 +12,7 @@ from training_helpers import TINY
 from visattn.training import ClassificationModule, run
 from visattn.training.parameters import split_parameters
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _module(**kw) -> ClassificationModule:

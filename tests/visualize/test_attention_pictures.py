@@ -11,7 +11,7 @@ import torch
 import visattn
 from visattn.visualize import MAX_COLS, PANEL_PX, attention_panels, visualize, visualize_model
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 

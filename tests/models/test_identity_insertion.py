@@ -22,7 +22,7 @@ from placement_helpers import as_if_trained
 import visattn
 from visattn.constants import POSITIONS
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BLOCKS = visattn.list_blocks()
 # every position that inserts a block (``conv`` replaces a trained conv: identity does not apply)
 INSERTING = [p for p in POSITIONS if p != "conv"]

@@ -602,7 +602,7 @@ def test_replaced_conv_cannot_be_replaced_again(conv_block):
 
 # ----------------------------------------------------------------------------- the CLI
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_cli_types_model_attention_as_placements():

@@ -15,7 +15,7 @@ import torch
 import visattn
 from visattn.data import VisattnDataModule
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = str(REPO / "configs" / "quickstart.yaml")
 
 

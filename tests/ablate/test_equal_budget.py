@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_ablate import REPO, _arg, _parse_report, fake  # noqa: F401 (fixture)
+from test_runner import REPO, _arg, _parse_report, fake  # noqa: F401 (fixture)
 
 import visattn
 from visattn.ablate import load_sweep, run_sweep

@@ -17,7 +17,7 @@ import torch
 
 import visattn
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
 CIFAR = ROOT.parent / "shared" / "data" / "cifar-10-batches-py"
 BLOCK_COLUMNS = {

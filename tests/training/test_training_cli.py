@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_data import write_tiny_cifar, write_tiny_imagefolder
+from test_datasets import write_tiny_cifar, write_tiny_imagefolder
 
 from visattn.models.placement import Placement
 from visattn.training import run
 from visattn.training.cli import VisattnCLI, expand_config_args
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared" / "data"
 
 QUIET = [

@@ -25,7 +25,7 @@ from visattn.data import (
 from visattn.data import cifar as ds_mod
 from visattn.data.shapes import COLORS
 
-SHARED_CIFAR = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED_CIFAR = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 
 # ------------------------------------------------------------------------------------- helpers

@@ -28,7 +28,7 @@ from visattn.ablate.results import atomic_write_text
 from visattn.models.placement import placements_to_config
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PLOTS = (
     "acc_vs_params.png",
     "acc_vs_macs.png",

@@ -14,7 +14,7 @@ from visattn.files import read_metrics_csv
 from visattn.training import run
 from visattn.training.cli import cli_main
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FINETUNE = REPO / "configs/finetune"
 
 # tiny data and a CPU trainer; everything else comes from the configs

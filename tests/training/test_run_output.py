@@ -20,7 +20,7 @@ from visattn.training.cli import (
     _default_progress_bar,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_summary_counts_flops_at_the_datas_image_size() -> None:

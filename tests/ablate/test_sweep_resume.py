@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_ablate import _arg, _read_csv, _write_sweep, fake  # noqa: F401 (fixture)
+from test_runner import _arg, _read_csv, _write_sweep, fake  # noqa: F401 (fixture)
 
 from visattn.ablate import run_sweep
 from visattn.ablate.__main__ import main as ablate_main
