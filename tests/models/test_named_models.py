@@ -440,6 +440,12 @@ def test_repeating_a_fixed_option_is_not_a_conflict():
     )
 
 
+@pytest.mark.parametrize("bad", (-1, 2.5, True))
+def test_create_model_refuses_an_impossible_num_classes(bad) -> None:
+    with pytest.raises(ValueError, match=r"num_classes must be an int >= 0"):
+        visattn.create_model("resnet20_cifar", num_classes=bad)
+
+
 # ----------------------------------------------------------------------------- timm, CLI
 
 
