@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_runner import REPO, _arg, _parse_report, fake  # noqa: F401 (fixture)
+from helpers.ablate import arg, parse_report
+from helpers.paths import REPO
 
 import visattn
 from visattn.ablate import load_sweep, run_sweep
@@ -46,8 +47,8 @@ def test_widened_baseline_has_the_variants_parameters_within_two_percent(tmp_pat
     assert m.width > 1.0 and m.base == "plain" and m.of == "gsop"
     runs = {r.key: r for r in sweep.runs(tmp_path / "out")}
     args = runs["wide/seed1"].args
-    assert _arg(args, "model.attention") == "null"  # the baseline's overrides, widened
-    assert yaml.safe_load(_arg(args, "model.model_kwargs")) == {"width": m.width}
+    assert arg(args, "model.attention") == "null"  # the baseline's overrides, widened
+    assert yaml.safe_load(arg(args, "model.model_kwargs")) == {"width": m.width}
     assert "model.model_kwargs" not in " ".join(runs["plain/seed1"].args)
 
 
@@ -72,11 +73,11 @@ def test_bad_match_is_refused_when_the_sweep_loads(
         load_sweep(_sweep(tmp_path, variants))
 
 
-def test_equal_budget_row_and_table_in_the_report(tmp_path: Path, fake) -> None:  # noqa: F811
+def test_equal_budget_row_and_table_in_the_report(tmp_path: Path, fake) -> None:
     out = tmp_path / "out"
     run_sweep(_sweep(tmp_path, VARIANTS), out, train_fn=fake, echo=lambda s: None)
     text = (out / "report.md").read_text()
-    table = _parse_report(text)
+    table = parse_report(text)
     assert set(table) == {"plain", "gsop", "wide"}  # the widened baseline is its own row
     assert "widened x" in text and "equal-budget baseline" in text
     section = text.split("## Against an equal budget", 1)[1]
@@ -85,7 +86,7 @@ def test_equal_budget_row_and_table_in_the_report(tmp_path: Path, fake) -> None:
     assert "| +10.00 [+10.00, +10.00] | 2 |" in row
 
 
-def test_a_typo_in_any_variant_fails_before_the_first_run(tmp_path: Path, fake) -> None:  # noqa: F811
+def test_a_typo_in_any_variant_fails_before_the_first_run(tmp_path: Path, fake) -> None:
     variants = [
         {"name": "plain", "set": {"model.attention": None}},
         {"name": "se", "set": {"model.attention": {"name": "se"}}},

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_runner import REPO, TINY, _read_csv, _write_sweep, fake  # noqa: F401 (fixture)
+from helpers.ablate import TINY_SET, write_sweep
+from helpers.files import read_csv
+from helpers.paths import REPO
 
 from visattn.ablate import ExecutionPlan, run_sweep
 from visattn.ablate.__main__ import main as ablate_main
@@ -39,13 +41,13 @@ def _dead_pid() -> int:
     return proc.pid
 
 
-def test_a_second_sweep_on_the_same_folder_is_refused(tmp_path: Path, fake) -> None:  # noqa: F811
+def test_a_second_sweep_on_the_same_folder_is_refused(tmp_path: Path, fake) -> None:
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         (tmp_path / "out").mkdir()
         holder = {"host": socket.gethostname(), "pid": sleeper.pid}
         (tmp_path / "out" / LOCK).write_text(json.dumps(holder))
-        path = _write_sweep(tmp_path, [{"name": "none"}])
+        path = write_sweep(tmp_path, [{"name": "none"}])
         with pytest.raises(RuntimeError, match=f"in use by another sweep .*pid {sleeper.pid}"):
             run_sweep(path, tmp_path / "out", train_fn=fake, echo=lambda s: None)
         assert fake.calls == []
@@ -55,12 +57,12 @@ def test_a_second_sweep_on_the_same_folder_is_refused(tmp_path: Path, fake) -> N
         sleeper.wait()
 
 
-def test_a_stale_lock_is_taken_over_with_a_warning_and_released(tmp_path: Path, fake) -> None:  # noqa: F811
+def test_a_stale_lock_is_taken_over_with_a_warning_and_released(tmp_path: Path, fake) -> None:
     (tmp_path / "out").mkdir()
     dead = _dead_pid()
     lock = tmp_path / "out" / LOCK
     lock.write_text(json.dumps({"host": socket.gethostname(), "pid": dead}))
-    path = _write_sweep(tmp_path, [{"name": "none"}])
+    path = write_sweep(tmp_path, [{"name": "none"}])
     with pytest.warns(UserWarning, match=f"stale sweep lock .*pid {dead} is gone"):
         rows = run_sweep(path, tmp_path / "out", train_fn=fake, echo=lambda s: None)
     assert [r["status"] for r in rows] == ["ok", "ok"]
@@ -94,7 +96,7 @@ def _tiny_sweep(tmp_path: Path, seeds=(0, 1)) -> Path:
         "name": "tiny_par",
         "base": [str(REPO / "configs" / "quickstart.yaml")],
         "seeds": list(seeds),
-        "set": {**TINY, "trainer.limit_train_batches": 3},
+        "set": {**TINY_SET, "trainer.limit_train_batches": 3},
         "variants": [
             {"name": "none", "set": {"model.attention": None}},
             {"name": "se", "set": {"model.attention": {"name": "se"}}},
@@ -114,7 +116,7 @@ def sequential(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, str]]
     pytest.importorskip("visattn.training.cli")
     tmp = tmp_path_factory.mktemp("seq")
     run_sweep(_tiny_sweep(tmp), tmp / "out", ExecutionPlan(threads=1), echo=lambda s: None)
-    return _read_csv(tmp / "out" / "results.csv")
+    return read_csv(tmp / "out" / "results.csv")
 
 
 def _figures(rows: list[dict[str, str]]) -> list[tuple]:
@@ -128,7 +130,7 @@ def test_jobs_2_gives_the_same_figures_as_jobs_1(tmp_path: Path, sequential) -> 
     plan = ExecutionPlan(jobs=2, threads=1)
     rows = run_sweep(_tiny_sweep(tmp_path), tmp_path / "out", plan, echo=lines.append)
     assert [r["status"] for r in rows] == ["ok"] * 4
-    parallel = _read_csv(tmp_path / "out" / "results.csv")
+    parallel = read_csv(tmp_path / "out" / "results.csv")
     assert _figures(parallel) == _figures(sequential)
     assert all(r["val/loss"] not in ("", None) for r in parallel)
     assert any("started on cpu, 1 thread(s)" in ln for ln in lines)
@@ -170,7 +172,7 @@ def test_ray_runs_two_at_once_retries_a_killed_worker_and_gives_the_same_figures
             ray.shutdown()
     assert killed, "the worker was not killed (it finished first?)"
     assert [r["status"] for r in rows] == ["ok"] * 4
-    got = _read_csv(out / "results.csv")
+    got = read_csv(out / "results.csv")
     assert _figures(got) == _figures(sequential)
     attempts = {r["run"]: r["attempts"] for r in got}
     assert attempts["none/seed0"] == "2" and attempts["se/seed1"] == "1"
@@ -190,7 +192,7 @@ def test_gpu_script_smoke_runs_end_to_end_on_cpu(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "!!" not in proc.stdout, proc.stdout[-3000:]
-    rows = _read_csv(out / "reproduce" / "results.csv")
+    rows = read_csv(out / "reproduce" / "results.csv")
     assert [(r["run"], r["status"]) for r in rows] == [
         ("resnet20_none/seed0", "ok"),
         ("resnet20_se/seed0", "ok"),

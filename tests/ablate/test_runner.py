@@ -18,9 +18,11 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers.ablate import TINY_SET, FakeTrainer, arg, parse_report, write_sweep
+from helpers.files import read_csv
+from helpers.paths import REPO
 from scipy import stats
 
-import visattn.ablate.job as job_mod
 import visattn.ablate.runner as runner_mod
 from visattn.ablate import load_sweep, overrides_to_args, run_sweep
 from visattn.ablate.__main__ import main as ablate_main
@@ -28,7 +30,6 @@ from visattn.ablate.results import atomic_write_text
 from visattn.models.placement import placements_to_config
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-REPO = Path(__file__).resolve().parents[2]
 PLOTS = (
     "acc_vs_params.png",
     "acc_vs_macs.png",
@@ -39,104 +40,6 @@ PLOTS = (
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _write_sweep(tmp_path: Path, variants: list[dict], seeds=(0, 1), **extra: Any) -> Path:
-    base = tmp_path / "base.yaml"
-    base.write_text("trainer:\n  max_epochs: 1\n")
-    data = {
-        "name": "tiny",
-        "base": [str(base)],
-        "seeds": list(seeds),
-        "set": {"trainer.max_epochs": 3},
-        "variants": variants,
-        **extra,
-    }
-    path = tmp_path / "sweep.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
-
-
-def _arg(args: list[str], key: str) -> str | None:
-    for a in args:
-        if a.startswith(f"--{key}="):
-            return a.split("=", 1)[1]
-    return None
-
-
-class FakeTrainer:
-    """Stands in for visattn.training.cli.run: writes a metrics.csv and a checkpoint file, and
-    returns an accuracy that depends on the variant's attention and the seed."""
-
-    def __init__(self) -> None:
-        self.calls: list[list[str]] = []
-
-    def __call__(self, args: list[str]) -> dict[str, Any]:
-        self.calls.append(args)
-        attention = json.loads(_arg(args, "model.attention") or "null")
-        if attention and attention.get("args", {}).get("bogus"):
-            raise TypeError("block 'se': unknown option 'bogus'; valid options: reduction\nmore")
-        seed = int(_arg(args, "seed_everything"))
-        root = Path(_arg(args, "trainer.default_root_dir"))
-        log_dir = root / "lightning_logs" / "version_0"
-        (log_dir / "checkpoints").mkdir(parents=True)
-        base = 0.5 if attention is None else 0.6
-        accs = [base - 0.2 + 0.1 * e + 0.01 * seed for e in range(3)]
-        with open(log_dir / "metrics.csv", "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["epoch", "train/loss", "val/loss", "val/acc", "val/acc5"])
-            for e, a in enumerate(accs):
-                w.writerow([e, 1.0, 1.0, a, 1.0])
-        (log_dir / "checkpoints" / "last.ckpt").write_bytes(b"ckpt")
-        return {
-            "log_dir": str(log_dir),
-            "metrics_csv": str(log_dir / "metrics.csv"),
-            "best_val_acc": max(accs),
-            "last_val_acc": accs[-1],
-            "test_acc": None,
-            "params": 1000 if attention is None else 1100,
-            "macs": 5000 + (attention is not None),
-            "wall_s": 0.1,
-            "best_ckpt": None,
-            "last_ckpt": str(log_dir / "checkpoints/last.ckpt"),
-            "epochs": 3,
-        }
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> FakeTrainer:
-    def fake_evaluate(summary: dict, sweep: Any) -> dict:
-        return {
-            "model": "resnet20_cifar",
-            "attention": "null",
-            "latency_ms": 1.5,
-            "batch_latency_ms": 10.0,
-            "throughput": 3200.0,
-            "throughput_batch": 32,
-            "profile_device": "cpu",
-        }
-
-    monkeypatch.setattr(job_mod, "evaluate_run", fake_evaluate)
-    return FakeTrainer()
-
-
-def _parse_report(text: str) -> dict[str, dict[str, str]]:
-    """The report's table as {variant: {header: cell}} (the ★/failed marks stripped from names)."""
-    lines = [ln for ln in text.splitlines() if ln.startswith("|")]
-    head = [c.strip() for c in lines[0].strip("|").split("|")]
-    table = {}
-    for ln in lines[2:]:
-        cells = [c.strip() for c in ln.strip("|").split("|")]
-        if len(cells) != len(head):
-            break  # the failed-runs table
-        row = dict(zip(head, cells))
-        table[row["variant"].split(" ")[0]] = row
-    return table
-
-
-def _read_csv(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
 
 
 def _paired_by_hand(a: dict[int, float], b: dict[int, float]) -> tuple[float, float, float, int]:
@@ -156,8 +59,8 @@ def _paired_by_hand(a: dict[int, float], b: dict[int, float]) -> tuple[float, fl
 def _check_report_against_csv(out: Path, baseline: str, diffs: bool = True) -> None:
     """Recompute mean, std, the paired and the Welch intervals from results.csv and compare them
     with report.md."""
-    rows = [r for r in _read_csv(out / "results.csv") if r["status"] == "ok"]
-    table = _parse_report((out / "report.md").read_text())
+    rows = [r for r in read_csv(out / "results.csv") if r["status"] == "ok"]
+    table = parse_report((out / "report.md").read_text())
     by_variant: dict[str, list[float]] = {}
     by_seed: dict[str, dict[int, float]] = {}
     for r in rows:
@@ -232,7 +135,7 @@ def test_overrides_become_json_encoded_cli_args_and_null_turns_attention_off() -
 def test_runs_expand_variants_times_seeds_with_shared_then_variant_overrides(
     tmp_path: Path,
 ) -> None:
-    path = _write_sweep(
+    path = write_sweep(
         tmp_path,
         [
             {"name": "none", "set": {"model.attention": None}},
@@ -381,7 +284,7 @@ def test_every_shipped_variant_builds_through_the_cli(
 def test_sweep_writes_results_report_and_plots_that_agree(
     tmp_path: Path, fake: FakeTrainer
 ) -> None:
-    path = _write_sweep(
+    path = write_sweep(
         tmp_path,
         [
             {"name": "none", "set": {"model.attention": None}},
@@ -391,7 +294,7 @@ def test_sweep_writes_results_report_and_plots_that_agree(
     out = tmp_path / "out"
     rows = run_sweep(path, out, train_fn=fake, echo=lambda s: None)
     assert len(fake.calls) == 4 and len(rows) == 4
-    csv_rows = _read_csv(out / "results.csv")
+    csv_rows = read_csv(out / "results.csv")
     assert [r["status"] for r in csv_rows] == ["ok"] * 4
     for col in (
         "run",
@@ -417,7 +320,7 @@ def test_sweep_writes_results_report_and_plots_that_agree(
 
 
 def test_rerunning_trains_nothing_new(tmp_path: Path, fake: FakeTrainer) -> None:
-    path = _write_sweep(
+    path = write_sweep(
         tmp_path, [{"name": "none"}, {"name": "se", "set": {"model.attention": {"name": "se"}}}]
     )
     out = tmp_path / "out"
@@ -433,7 +336,7 @@ def test_rerunning_trains_nothing_new(tmp_path: Path, fake: FakeTrainer) -> None
 def test_deleting_one_runs_artefacts_reruns_only_that_run(
     tmp_path: Path, fake: FakeTrainer
 ) -> None:
-    path = _write_sweep(
+    path = write_sweep(
         tmp_path, [{"name": "none"}, {"name": "se", "set": {"model.attention": {"name": "se"}}}]
     )
     out = tmp_path / "out"
@@ -442,7 +345,7 @@ def test_deleting_one_runs_artefacts_reruns_only_that_run(
     (out / "runs" / "none" / "seed0" / "lightning_logs" / "version_0" / "metrics.csv").unlink()
     fake.calls.clear()
     rows = run_sweep(path, out, train_fn=fake, echo=lambda s: None)
-    assert sorted(_arg(a, "trainer.default_root_dir").split("runs/")[1] for a in fake.calls) == [
+    assert sorted(arg(a, "trainer.default_root_dir").split("runs/")[1] for a in fake.calls) == [
         "none/seed0",
         "se/seed1",
     ]
@@ -451,15 +354,15 @@ def test_deleting_one_runs_artefacts_reruns_only_that_run(
 
 def test_cut_off_and_edited_runs_are_retrained(tmp_path: Path, fake: FakeTrainer) -> None:
     variants = [{"name": "none"}, {"name": "se", "set": {"model.attention": {"name": "se"}}}]
-    path = _write_sweep(tmp_path, variants)
+    path = write_sweep(tmp_path, variants)
     out = tmp_path / "out"
     run_sweep(path, out, train_fn=fake, echo=lambda s: None)
     (out / "runs" / "none" / "seed1" / "result.json").unlink()  # as if killed before the marker
     variants[1]["set"]["model.attention"]["args"] = {"reduction": 8}  # the se variant is edited
-    path = _write_sweep(tmp_path, variants)
+    path = write_sweep(tmp_path, variants)
     fake.calls.clear()
     run_sweep(path, out, train_fn=fake, echo=lambda s: None)
-    done = sorted(_arg(a, "trainer.default_root_dir").split("runs/")[1] for a in fake.calls)
+    done = sorted(arg(a, "trainer.default_root_dir").split("runs/")[1] for a in fake.calls)
     assert done == ["none/seed1", "se/seed0", "se/seed1"]
     # the folder was cleaned: one log version per run, not a second one next to the old
     assert [p.name for p in (out / "runs/none/seed1/lightning_logs").iterdir()] == ["version_0"]
@@ -468,7 +371,7 @@ def test_cut_off_and_edited_runs_are_retrained(tmp_path: Path, fake: FakeTrainer
 def test_a_failing_variant_is_recorded_and_the_sweep_goes_on(
     tmp_path: Path, fake: FakeTrainer
 ) -> None:
-    path = _write_sweep(
+    path = write_sweep(
         tmp_path,
         [
             {"name": "none"},
@@ -480,13 +383,13 @@ def test_a_failing_variant_is_recorded_and_the_sweep_goes_on(
     lines: list[str] = []
     rows = run_sweep(path, out, train_fn=fake, echo=lines.append)
     assert [r["status"] for r in rows] == ["ok", "ok", "failed", "failed", "ok", "ok"]
-    csv_rows = _read_csv(out / "results.csv")
+    csv_rows = read_csv(out / "results.csv")
     assert csv_rows[2]["error"] == (
         "TypeError: block 'se': unknown option 'bogus'; valid options: reduction"
     )
     report = (out / "report.md").read_text()
     assert "## Failed runs" in report and "broken/seed0" in report
-    assert _parse_report(report)["broken"]["n"] == "0"
+    assert parse_report(report)["broken"]["n"] == "0"
     _check_report_against_csv(out, "none")
     assert any("FAILED" in ln for ln in lines)
     # a second pass retries the failed runs only
@@ -501,7 +404,7 @@ def test_an_interrupted_sweep_stops_and_loses_only_the_run_in_progress(
 ) -> None:
     # Lightning turns Ctrl+C into SystemExit(1) and SIGTERM into SIGTERMException(SystemExit):
     # neither may be recorded as a failed run while the sweep carries on
-    path = _write_sweep(
+    path = write_sweep(
         tmp_path, [{"name": "none"}, {"name": "se", "set": {"model.attention": {"name": "se"}}}]
     )
     out = tmp_path / "out"
@@ -515,11 +418,11 @@ def test_an_interrupted_sweep_stops_and_loses_only_the_run_in_progress(
     with pytest.raises((KeyboardInterrupt, SystemExit)):
         run_sweep(path, out, train_fn=train, echo=lambda s: None)
     assert len(fake.calls) == 3
-    assert [r["run"] for r in _read_csv(out / "results.csv")] == ["none/seed0", "none/seed1"]
+    assert [r["run"] for r in read_csv(out / "results.csv")] == ["none/seed0", "none/seed1"]
     assert not (out / "runs" / "se" / "seed0" / "result.json").exists()
     fake.calls.clear()
     rows = run_sweep(path, out, train_fn=fake, echo=lambda s: None)
-    done = [_arg(a, "trainer.default_root_dir").split("runs/")[1] for a in fake.calls]
+    done = [arg(a, "trainer.default_root_dir").split("runs/")[1] for a in fake.calls]
     assert done == ["se/seed0", "se/seed1"]
     assert [r["status"] for r in rows] == ["ok"] * 4
 
@@ -527,7 +430,7 @@ def test_an_interrupted_sweep_stops_and_loses_only_the_run_in_progress(
 def test_progress_lines_count_runs_and_estimate_time_left(
     tmp_path: Path, fake: FakeTrainer
 ) -> None:
-    path = _write_sweep(tmp_path, [{"name": "none"}], seeds=(0, 1, 2))
+    path = write_sweep(tmp_path, [{"name": "none"}], seeds=(0, 1, 2))
     lines: list[str] = []
     run_sweep(path, tmp_path / "out", train_fn=fake, echo=lines.append)
     starts = [ln for ln in lines if "elapsed" in ln]
@@ -536,7 +439,7 @@ def test_progress_lines_count_runs_and_estimate_time_left(
 
 
 def test_named_baseline_is_used_for_differences(tmp_path: Path, fake: FakeTrainer) -> None:
-    path = _write_sweep(
+    path = write_sweep(
         tmp_path,
         [{"name": "none"}, {"name": "se", "set": {"model.attention": {"name": "se"}}}],
         baseline="se",
@@ -547,13 +450,13 @@ def test_named_baseline_is_used_for_differences(tmp_path: Path, fake: FakeTraine
 
 
 def test_report_only_rebuilds_from_results_csv(tmp_path: Path, fake: FakeTrainer) -> None:
-    path = _write_sweep(
+    path = write_sweep(
         tmp_path, [{"name": "none"}, {"name": "se", "set": {"model.attention": {"name": "se"}}}]
     )
     out = tmp_path / "out"
     run_sweep(path, out, train_fn=fake, echo=lambda s: None)
     # edit the csv by hand: the report must follow it, not the runs' markers
-    rows = _read_csv(out / "results.csv")
+    rows = read_csv(out / "results.csv")
     rows[0]["val/acc"] = "0.3"
     with open(out / "results.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -569,12 +472,12 @@ def test_test_subcommand_runs_on_the_best_checkpoint_when_asked(
 ) -> None:
     def train(args: list[str]) -> dict:
         if args[0] == "test":
-            assert _arg(args, "ckpt_path").endswith("last.ckpt")
-            assert _arg(args, "trainer.default_root_dir").endswith("seed0/test")
+            assert arg(args, "ckpt_path").endswith("last.ckpt")
+            assert arg(args, "trainer.default_root_dir").endswith("seed0/test")
             return {"test_acc": 0.42}
         return fake(args)
 
-    path = _write_sweep(tmp_path, [{"name": "none"}], seeds=(0,), test=True)
+    path = write_sweep(tmp_path, [{"name": "none"}], seeds=(0,), test=True)
     rows = run_sweep(path, tmp_path / "out", train_fn=train, echo=lambda s: None)
     assert rows[0]["test/acc"] == 0.42
     assert "test/acc (%)" in (tmp_path / "out" / "report.md").read_text()
@@ -584,7 +487,7 @@ def test_command_line_set_overrides_every_run(
     tmp_path: Path, fake: FakeTrainer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(runner_mod, "default_train_fn", lambda: fake)
-    path = _write_sweep(tmp_path, [{"name": "none"}], seeds=(0, 1))
+    path = write_sweep(tmp_path, [{"name": "none"}], seeds=(0, 1))
     out = tmp_path / "out"
     argv = [
         str(path),
@@ -598,7 +501,7 @@ def test_command_line_set_overrides_every_run(
     assert ablate_main(argv) == 0
     assert len(fake.calls) == 2
     for args in fake.calls:
-        assert _arg(args, "data.root") == "/data/x" and _arg(args, "trainer.max_epochs") == "7"
+        assert arg(args, "data.root") == "/data/x" and arg(args, "trainer.max_epochs") == "7"
     fake.calls.clear()
     assert ablate_main(argv) == 0 and fake.calls == []  # same overrides: nothing to redo
     assert ablate_main([str(path), "--out", str(out)]) == 0
@@ -612,7 +515,7 @@ def test_gpu_latency_on_a_machine_without_cuda_is_refused_before_training(
 
     if torch.cuda.is_available():
         pytest.skip("CUDA is available here")
-    path = _write_sweep(tmp_path, [{"name": "none"}], profile={"device": "cuda"})
+    path = write_sweep(tmp_path, [{"name": "none"}], profile={"device": "cuda"})
     with pytest.raises(ValueError, match="CUDA is not available"):
         run_sweep(path, tmp_path / "out", train_fn=fake, echo=lambda s: None)
     assert fake.calls == []
@@ -649,27 +552,13 @@ def test_welch_interval_matches_scipy_and_degenerate_cases() -> None:
 
 # --------------------------------------------------------------------------- real training
 
-TINY = {
-    "trainer.max_epochs": 2,
-    "trainer.limit_train_batches": 2,
-    "trainer.limit_val_batches": 2,
-    "trainer.enable_progress_bar": False,
-    "trainer.enable_model_summary": False,
-    "data.num_train": 64,
-    "data.num_val": 32,
-    "data.num_test": 32,
-    "data.batch_size": 16,
-    "data.num_workers": 0,
-    "model.model": "resnet20_cifar",
-}
-
 
 def _real_sweep(tmp_path: Path, variants: list[dict]) -> Path:
     data = {
         "name": "tiny_real",
         "base": [str(REPO / "configs" / "quickstart.yaml")],
         "seeds": [0, 1],
-        "set": TINY,
+        "set": TINY_SET,
         "variants": variants,
         "profile": {"batch": 8, "warmup": 1, "repeats": 2},
         "localization": {"max_images": 32},
@@ -716,7 +605,7 @@ def test_tiny_real_sweep_end_to_end(
     rows = run_sweep(path, out, echo=lambda s: None)
     assert len(calls) == 4
     assert [r["status"] for r in rows] == ["ok"] * 4
-    csv_rows = _read_csv(out / "results.csv")
+    csv_rows = read_csv(out / "results.csv")
     ok = [r for r in csv_rows if r["status"] == "ok"]
     assert len(ok) == 4
     for r in ok:
@@ -749,7 +638,7 @@ def test_tiny_real_sweep_end_to_end(
     shutil.rmtree(out / "runs" / "spatial" / "seed0")
     calls.clear()
     rows = run_sweep(path, out, echo=lambda s: None)
-    assert [_arg(a, "trainer.default_root_dir").split("runs/")[1] for a in calls] == [
+    assert [arg(a, "trainer.default_root_dir").split("runs/")[1] for a in calls] == [
         "spatial/seed0"
     ]
     assert [r["status"] for r in rows] == ["ok"] * 4

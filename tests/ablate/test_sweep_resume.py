@@ -8,7 +8,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_runner import _arg, _read_csv, _write_sweep, fake  # noqa: F401 (fixture)
+from helpers.ablate import arg, write_sweep
+from helpers.files import read_csv
 
 from visattn.ablate import run_sweep
 from visattn.ablate.__main__ import main as ablate_main
@@ -16,8 +17,8 @@ from visattn.ablate.__main__ import main as ablate_main
 VARIANTS = [{"name": "none"}, {"name": "se", "set": {"model.attention": {"name": "se"}}}]
 
 
-def _trained(tmp_path: Path, fake) -> tuple[Path, Path]:  # noqa: F811
-    path = _write_sweep(tmp_path, VARIANTS)
+def _trained(tmp_path: Path, fake) -> tuple[Path, Path]:
+    path = write_sweep(tmp_path, VARIANTS)
     out = tmp_path / "out"
     run_sweep(path, out, train_fn=fake, echo=lambda s: None)
     fake.calls.clear()
@@ -25,10 +26,10 @@ def _trained(tmp_path: Path, fake) -> tuple[Path, Path]:  # noqa: F811
 
 
 def _keys(calls: list[list[str]]) -> list[str]:
-    return sorted(_arg(a, "trainer.default_root_dir").split("runs/")[1] for a in calls)
+    return sorted(arg(a, "trainer.default_root_dir").split("runs/")[1] for a in calls)
 
 
-def test_a_copied_sweep_folder_resumes_without_training(tmp_path: Path, fake) -> None:  # noqa: F811
+def test_a_copied_sweep_folder_resumes_without_training(tmp_path: Path, fake) -> None:
     path, out = _trained(tmp_path, fake)
     shutil.copytree(out, tmp_path / "copy")
     shutil.move(out, tmp_path / "moved")
@@ -42,7 +43,7 @@ def test_a_copied_sweep_folder_resumes_without_training(tmp_path: Path, fake) ->
 
 def test_a_base_config_at_another_path_with_the_same_content_resumes(
     tmp_path: Path,
-    fake,  # noqa: F811
+    fake,
 ) -> None:
     path, out = _trained(tmp_path, fake)
     elsewhere = tmp_path / "clone"
@@ -65,10 +66,10 @@ def test_a_base_config_at_another_path_with_the_same_content_resumes(
     ), lines
 
 
-def test_changed_settings_are_named_and_only_those_runs_rerun(tmp_path: Path, fake) -> None:  # noqa: F811
+def test_changed_settings_are_named_and_only_those_runs_rerun(tmp_path: Path, fake) -> None:
     _, out = _trained(tmp_path, fake)
     variants = [VARIANTS[0], {"name": "se", "set": {"model.attention": {"name": "eca"}}}]
-    path = _write_sweep(tmp_path, variants)
+    path = write_sweep(tmp_path, variants)
     lines: list[str] = []
     run_sweep(path, out, train_fn=fake, echo=lines.append)
     assert _keys(fake.calls) == ["se/seed0", "se/seed1"]
@@ -76,7 +77,7 @@ def test_changed_settings_are_named_and_only_those_runs_rerun(tmp_path: Path, fa
     assert said and 'model.attention.name: "se" -> "eca"' in said[0]
 
 
-def test_a_damaged_checkpoint_is_not_counted_as_done(tmp_path: Path, fake) -> None:  # noqa: F811
+def test_a_damaged_checkpoint_is_not_counted_as_done(tmp_path: Path, fake) -> None:
     path, out = _trained(tmp_path, fake)
     ckpt = out / "runs/se/seed0/lightning_logs/version_0/checkpoints/last.ckpt"
     ckpt.write_bytes(b"ckpX")  # same size, other bytes
@@ -86,19 +87,19 @@ def test_a_damaged_checkpoint_is_not_counted_as_done(tmp_path: Path, fake) -> No
     assert _keys(fake.calls) == ["none/seed1", "se/seed0"]
     assert any("se/seed0 (its checkpoint" in ln and "SHA-256 differs" in ln for ln in lines)
     assert any("none/seed1 (its checkpoint" in ln and "2 bytes, 4 when" in ln for ln in lines)
-    row = next(r for r in _read_csv(out / "results.csv") if r["run"] == "se/seed0")
+    row = next(r for r in read_csv(out / "results.csv") if r["run"] == "se/seed0")
     assert row["ckpt_size"] == "4" and len(row["ckpt_sha256"]) == 64
 
 
 @pytest.mark.parametrize("damage", ["truncated", "garbage", "deleted"])
 def test_report_only_rebuilds_a_damaged_results_csv_from_the_markers(
     tmp_path: Path,
-    fake,  # noqa: F811
+    fake,
     damage: str,
     capsys: pytest.CaptureFixture,
 ) -> None:
     path, out = _trained(tmp_path, fake)
-    good = _read_csv(out / "results.csv")
+    good = read_csv(out / "results.csv")
     csv_path = out / "results.csv"
     if damage == "truncated":
         csv_path.write_text("".join(csv_path.read_text().splitlines(True)[:3])[:-40])
@@ -108,14 +109,14 @@ def test_report_only_rebuilds_a_damaged_results_csv_from_the_markers(
         csv_path.unlink()
     assert ablate_main([str(path), "--out", str(out), "--report-only"]) == 0
     assert "rebuilt from 4 completion markers" in capsys.readouterr().out
-    assert _read_csv(csv_path) == good
+    assert read_csv(csv_path) == good
     report = (out / "report.md").read_text()
     assert "Runs: 4 ok, 0 failed, 0 not run yet" in report
 
 
 def test_report_only_refuses_a_damaged_results_csv_without_markers(
     tmp_path: Path,
-    fake,  # noqa: F811
+    fake,
     capsys: pytest.CaptureFixture,
 ) -> None:
     path, out = _trained(tmp_path, fake)

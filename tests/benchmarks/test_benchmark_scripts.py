@@ -5,21 +5,20 @@ Speed itself is never asserted here (timings belong in benchmarks/results, not i
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import importlib
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from helpers.files import read_csv
+from helpers.paths import REPO
 
 import visattn
 
-ROOT = Path(__file__).resolve().parents[2]
-BENCH = ROOT / "benchmarks"
-CIFAR = ROOT.parent / "shared" / "data" / "cifar-10-batches-py"
+BENCH = REPO / "benchmarks"
+CIFAR = REPO.parent / "shared" / "data" / "cifar-10-batches-py"
 BLOCK_COLUMNS = {
     "block",
     "shape",
@@ -49,15 +48,10 @@ def _run(script: str, *args: str, timeout: float = 120) -> subprocess.CompletedP
         capture_output=True,
         text=True,
         timeout=timeout,
-        cwd=ROOT,
+        cwd=REPO,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     return proc
-
-
-def _read(path: Path) -> list[dict[str, str]]:
-    with path.open() as f:
-        return list(csv.DictReader(f))
 
 
 def test_bench_blocks_smallest_run_writes_the_documented_csv(tmp_path, bench_blocks, capsys):
@@ -84,7 +78,7 @@ def test_bench_blocks_smallest_run_writes_the_documented_csv(tmp_path, bench_blo
     )
     stdout = capsys.readouterr().out
     assert status == 0, stdout[-2000:]
-    rows = _read(out)
+    rows = read_csv(out)
     assert set(rows[0]) >= BLOCK_COLUMNS
     by = {(r["block"], r["impl"]): r for r in rows}
     se, twin = by[("se", "visattn")], by[("se", "timm")]
@@ -107,7 +101,7 @@ def test_bench_blocks_large_maps_compares_fused_math_and_timm(tmp_path, bench_bl
     status = bench_blocks.main([*args, "--warmup", "0", "--repeats", "1", "--out", str(out)])
     stdout = capsys.readouterr().out
     assert status == 0, stdout[-2000:]
-    by = {(r["block"], r["shape"], r["impl"]): r for r in _read(out)}
+    by = {(r["block"], r["shape"], r["impl"]): r for r in read_csv(out)}
     assert set(by) == {
         (b, f"1x16x{s}x{s}", impl)
         for s in (14, 28)
@@ -201,7 +195,7 @@ def test_bench_train_smallest_run_writes_the_documented_csv(tmp_path):
         str(out),
         timeout=240,
     )
-    rows = _read(out)
+    rows = read_csv(out)
     assert set(rows[0]) >= TRAIN_COLUMNS
     impls = {r["impl"]: r for r in rows}
     assert set(impls) == {"plain", "lightning_min", "lightning_default"}
@@ -237,6 +231,6 @@ def test_bench_train_measures_both_data_pipelines(tmp_path):
         str(out),
         timeout=240,
     )
-    data = {r["impl"]: r for r in _read(out) if r["kind"] == "data"}
+    data = {r["impl"]: r for r in read_csv(out) if r["kind"] == "data"}
     assert set(data) == {"loader_albumentations", "loader_device_aug", "device_aug_only"}
     assert all(float(r["images_per_s"]) > 0 for r in data.values())

@@ -15,7 +15,7 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
-from paper_helpers import close, conv1x1, n_params, randn64, randomized, sigmoid
+from helpers.reference import close, conv1x1, n_params, randn64, randomized, sigmoid
 
 import visattn
 

@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from paper_helpers import bn_eval, conv1x1, n_params, randn64, randomized, recorded
+from helpers.reference import bn_eval, conv1x1, n_params, randn64, randomized, recorded
 
 import visattn
 

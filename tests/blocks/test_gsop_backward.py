@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.fx
 import torch.nn.functional as F
+from helpers.weights import randomize
 
 import visattn
 from visattn.blocks.gsop import _covariance, _covariance_fp32, _pointwise_conv
@@ -118,12 +119,7 @@ def test_torchscript_takes_the_plain_path() -> None:
 
 
 def _randomized_block(c: int = 16, rd: int = 8) -> torch.nn.Module:
-    blk = visattn.create_block("gsop", c, rd_channels=rd).train()
-    gen = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for p in blk.parameters():
-            p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
-    return blk
+    return randomize(visattn.create_block("gsop", c, rd_channels=rd).train(), 1, std=0.3)
 
 
 def _grads(blk: torch.nn.Module, fn, x: torch.Tensor) -> list[torch.Tensor]:

@@ -11,6 +11,7 @@ import timm
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from helpers.weights import randomize
 
 import visattn
 
@@ -19,20 +20,6 @@ C, H, W = 8, 5, 6
 
 def make(**options) -> nn.Module:
     return visattn.create_block("nonlocal", C, **options)
-
-
-def randomize_output(blk: nn.Module) -> nn.Module:
-    """Give ``W_z`` (and its BatchNorm) non-zero weights and statistics; eval mode."""
-    with torch.no_grad():
-        nn.init.normal_(blk.w_z.weight, std=0.5)
-        if blk.w_z.bias is not None:
-            nn.init.normal_(blk.w_z.bias)
-        if isinstance(blk.norm, nn.BatchNorm2d):
-            blk.norm.weight.uniform_(0.5, 1.5)
-            blk.norm.bias.normal_()
-            blk.norm.running_mean.normal_()
-            blk.norm.running_var.uniform_(0.5, 2.0)
-    return blk.eval()
 
 
 def conv1x1(conv: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
@@ -147,7 +134,7 @@ def config_id(opt: dict) -> str:
 
 @pytest.mark.parametrize("opt", CONFIGS, ids=config_id)
 def test_output_equals_per_query_recomputation(opt: dict) -> None:
-    blk = randomize_output(make(**opt)).double()
+    blk = randomize(make(**opt)).double().eval()
     x = torch.randn(2, C, H, W, dtype=torch.float64)
     want, weights = reference(blk, x, **opt)
     with torch.no_grad():
@@ -162,7 +149,7 @@ def test_output_equals_per_query_recomputation(opt: dict) -> None:
 
 def test_default_equals_scaled_dot_product_attention_in_matrix_form() -> None:
     """``z = x + BN(W_z softmax(Q K^T / sqrt(d)) V)``, checked against torch's SDPA."""
-    blk = randomize_output(visattn.create_block("nonlocal", 16))
+    blk = randomize(visattn.create_block("nonlocal", 16)).eval()
     x = torch.randn(3, 16, 7, 9)
     q = F.conv2d(x, blk.theta.weight, blk.theta.bias).flatten(2).transpose(1, 2)
     k = F.conv2d(x, blk.phi.weight, blk.phi.bias).flatten(2).transpose(1, 2)
@@ -197,7 +184,7 @@ def test_block_stays_identity_after_timm_resnet_weight_init(norm: bool) -> None:
 
 
 def test_topk_one_attends_to_the_argmax_key_only() -> None:
-    blk = randomize_output(make(selection="topk", k=1, record="full", norm=False))
+    blk = randomize(make(selection="topk", k=1, record="full", norm=False)).eval()
     x = torch.randn(2, C, H, W)
     with visattn.capture_attention(blk) as maps, torch.no_grad():
         z = blk(x)
@@ -212,7 +199,7 @@ def test_topk_one_attends_to_the_argmax_key_only() -> None:
 
 
 def test_topk_gradients_reach_queries_and_keys() -> None:
-    blk = randomize_output(make(selection="topk", k=2, norm=False)).train()
+    blk = randomize(make(selection="topk", k=2, norm=False)).train()
     x = torch.randn(2, C, H, W)
     blk(x).pow(2).sum().backward()
     for p in (blk.theta.weight, blk.phi.weight, blk.g.weight):
@@ -223,7 +210,7 @@ def test_topk_gradients_reach_queries_and_keys() -> None:
 def test_window_output_depends_only_on_the_neighbourhood(subsample: int) -> None:
     """Each output position is a function of the inputs in its window only (1x1 projections)."""
     window, h, w = 3, 7, 8
-    blk = randomize_output(make(window=window, subsample=subsample))
+    blk = randomize(make(window=window, subsample=subsample)).eval()
     x = torch.randn(1, C, h, w, requires_grad=True)
     z = blk(x)
     for i, j in [(0, 0), (3, 4), (6, 7), (2, 7)]:
@@ -240,7 +227,7 @@ def test_window_output_depends_only_on_the_neighbourhood(subsample: int) -> None
 
 
 def test_received_map_is_mean_weight_per_key_and_sums_to_one() -> None:
-    blk = randomize_output(make(heads=2, subsample=2))
+    blk = randomize(make(heads=2, subsample=2)).eval()
     full = make(heads=2, subsample=2, record="full")
     full.load_state_dict(blk.state_dict())
     x = torch.randn(2, C, 7, 9)
@@ -263,7 +250,7 @@ def test_received_map_is_mean_weight_per_key_and_sums_to_one() -> None:
     ids=config_id,
 )
 def test_any_map_size_works(opt: dict, size) -> None:
-    blk = randomize_output(make(**opt))
+    blk = randomize(make(**opt)).eval()
     x = torch.randn(2, C, *size)
     with visattn.capture_attention(blk) as maps:
         z = blk(x)
@@ -273,7 +260,7 @@ def test_any_map_size_works(opt: dict, size) -> None:
 
 def test_options_export_and_compile_without_graph_breaks() -> None:
     opt = {"selection": "topk", "k": 3, "window": 3, "subsample": 2, "heads": 2}
-    blk = randomize_output(make(**opt))
+    blk = randomize(make(**opt)).eval()
     x = torch.randn(2, C, 7, 9)
     with torch.no_grad():
         want = blk(x)
@@ -328,8 +315,8 @@ def test_subsample_order_before_pools_the_input_and_differs_from_after() -> None
     """The official code max-pools ``x`` before ``phi`` and ``g``; the paper pools after them.
     Same weights, different functions (max-pooling does not commute with a 1x1 conv)."""
     torch.manual_seed(0)
-    after = randomize_output(make(subsample=2))
-    before = randomize_output(make(subsample=2, subsample_order="before"))
+    after = randomize(make(subsample=2)).eval()
+    before = randomize(make(subsample=2, subsample_order="before")).eval()
     before.load_state_dict(after.state_dict())
     x = torch.randn(2, C, 8, 8)
     with torch.no_grad():

@@ -7,21 +7,10 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from helpers.weights import randomize
 
 import visattn
 from visattn.blocks._units import PreActBottleneck
-
-
-def randomize_bn(module: nn.Module) -> nn.Module:
-    """Random BN affine parameters and running statistics; eval mode."""
-    with torch.no_grad():
-        for m in module.modules():
-            if isinstance(m, nn.BatchNorm2d):
-                m.weight.uniform_(0.5, 1.5)
-                m.bias.normal_(std=0.2)
-                m.running_mean.normal_(std=0.2)
-                m.running_var.uniform_(0.5, 2.0)
-    return module.eval()
 
 
 def bn(m: nn.BatchNorm2d, x: torch.Tensor) -> torch.Tensor:
@@ -43,7 +32,9 @@ def unit_reference(u: PreActBottleneck, x: torch.Tensor, stride: int = 1) -> tor
 
 @pytest.mark.parametrize(("cin", "cout", "stride"), [(16, 16, 1), (16, 32, 1), (32, 32, 2)])
 def test_preact_bottleneck_equals_bn_relu_conv_recomputation(cin: int, cout: int, stride: int):
-    u = randomize_bn(PreActBottleneck(cin, cout // 4, stride, out_channels=cout))
+    u = randomize(
+        PreActBottleneck(cin, cout // 4, stride, out_channels=cout), norms_only=True
+    ).eval()
     assert (u.downsample is None) == (cin == cout and stride == 1)
     assert u.conv1.out_channels == u.conv2.out_channels == cout // 4
     x = torch.randn(2, cin, 9, 7)
@@ -82,7 +73,9 @@ def test_one_preact_bottleneck_serves_blocks_and_models() -> None:
 
 
 def make(channels: int = 16, **options) -> nn.Module:
-    return randomize_bn(visattn.create_block("residual_attention", channels, **options))
+    return randomize(
+        visattn.create_block("residual_attention", channels, **options), norms_only=True
+    ).eval()
 
 
 def mask_reference(

@@ -15,7 +15,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from paper_helpers import bn_eval, close, mat, randn64, randomized, sigmoid
+from helpers.reference import bn_eval, close, mat, randn64, randomized, sigmoid
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import visattn

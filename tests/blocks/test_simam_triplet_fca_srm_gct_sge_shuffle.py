@@ -16,7 +16,7 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
-from paper_helpers import close, n_params, randn64, randomized, recorded, sigmoid
+from helpers.reference import close, n_params, randn64, randomized, recorded, sigmoid
 
 import visattn
 

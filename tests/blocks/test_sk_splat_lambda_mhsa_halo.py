@@ -18,6 +18,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from helpers.weights import randomize
 from timm.layers.bottleneck_attn import BottleneckAttn
 from timm.layers.halo_attn import HaloAttn
 from timm.layers.lambda_layer import LambdaLayer
@@ -30,22 +31,6 @@ from visattn.blocks.twins import TWINS, check_twin
 CONV_BLOCKS = ("sk", "splat", "lambda", "mhsa", "halo")
 
 # --------------------------------------------------------------------------------------- helpers
-
-
-@torch.no_grad()
-def _randomize(m: nn.Module, seed: int = 0) -> nn.Module:
-    """Every floating tensor of the state dict at random (BN statistics included)."""
-    gen = torch.Generator().manual_seed(seed)
-    for name, t in m.state_dict(keep_vars=True).items():
-        if not t.is_floating_point():
-            continue
-        if name.endswith("running_var"):
-            t.copy_(torch.rand(t.shape, generator=gen, dtype=t.dtype) + 0.5)
-        elif t.dim() > 1:
-            t.copy_(torch.randn(t.shape, generator=gen, dtype=t.dtype) / math.sqrt(t[0].numel()))
-        else:
-            t.copy_(torch.randn(t.shape, generator=gen, dtype=t.dtype) * 0.5)
-    return m
 
 
 @torch.no_grad()
@@ -112,7 +97,7 @@ def _x(n: int, c: int, h: int, w: int, seed: int = 1) -> torch.Tensor:
 
 
 def _ref_block(name: str, channels: int, **options) -> nn.Module:
-    return _randomize(visattn.create_block(name, channels, **options).double()).eval()
+    return randomize(visattn.create_block(name, channels, **options).double(), 0).eval()
 
 
 # ------------------------------------------------------------------------------- timm: sk
@@ -122,10 +107,11 @@ def _ref_block(name: str, channels: int, **options) -> nn.Module:
 @pytest.mark.parametrize("out", (32, 48))
 @pytest.mark.parametrize("split_input", (True, False))
 def test_sk_equals_timm_selective_kernel(stride: int, out: int, split_input: bool) -> None:
-    block = _randomize(
+    block = randomize(
         visattn.create_block(
             "sk", 32, out_channels=out, stride=stride, split_input=split_input, rd_channels=16
-        )
+        ),
+        0,
     )
     twin = SelectiveKernel(32, out, stride=stride, rd_channels=16, split_input=split_input)
     _copy_by_order(block, twin)
@@ -145,10 +131,11 @@ def test_sk_paper_width_differs_from_timms_rounding() -> None:
 @pytest.mark.parametrize("stride", (1, 2))
 @pytest.mark.parametrize(("radix", "groups", "out"), [(2, 1, 32), (1, 1, 48), (4, 2, 64)])
 def test_splat_equals_timm_split_attn(stride: int, radix: int, groups: int, out: int) -> None:
-    block = _randomize(
+    block = randomize(
         visattn.create_block(
             "splat", 32, out_channels=out, stride=stride, radix=radix, groups=groups
-        )
+        ),
+        0,
     )
     # timm multiplies rd_channels by the radix
     twin = SplitAttn(
@@ -173,7 +160,7 @@ def test_lambda_equals_timm_lambda_layer(stride: int, r: int) -> None:
     """timm's conv3d has a bias (``pos_bias=True``). timm reshapes its output to the *input*
     channels, so it only works for ``out_channels == channels``; visattn's other widths are
     checked against the paper below."""
-    block = _randomize(visattn.create_block("lambda", 32, stride=stride, r=r, pos_bias=True))
+    block = randomize(visattn.create_block("lambda", 32, stride=stride, r=r, pos_bias=True), 0)
     twin = LambdaLayer(32, stride=stride, r=r)
     _copy_by_order(block, twin)
     _assert_twins(block, twin, _x(4, 32, 8, 10))
@@ -186,10 +173,11 @@ def test_lambda_equals_timm_lambda_layer(stride: int, r: int) -> None:
 @pytest.mark.parametrize("out", (32, 64))
 @pytest.mark.parametrize("scale_pos", (True, False))
 def test_mhsa_equals_timm_bottleneck_attn(stride: int, out: int, scale_pos: bool) -> None:
-    block = _randomize(
+    block = randomize(
         visattn.create_block(
             "mhsa", 32, out_channels=out, stride=stride, feat_size=(8, 6), scale_pos=scale_pos
-        )
+        ),
+        0,
     )
     twin = BottleneckAttn(32, out, feat_size=(8, 6), stride=stride, scale_pos_embed=scale_pos)
     _copy_attention(block, twin)
@@ -206,10 +194,11 @@ def test_mhsa_equals_timm_bottleneck_attn(stride: int, out: int, scale_pos: bool
 @pytest.mark.parametrize("scale_pos", (True, False))
 def test_halo_equals_timm_halo_attn(stride: int, avg_down: bool, out: int, scale_pos: bool) -> None:
     opts = dict(block_size=4, halo_size=1, scale_pos=scale_pos, avg_down=avg_down)
-    block = _randomize(
+    block = randomize(
         visattn.create_block(
             "halo", 32, out_channels=out, stride=stride, heads=4, rel_pos="query_grid", **opts
-        )
+        ),
+        0,
     )
     twin = HaloAttn(
         32,
@@ -226,7 +215,7 @@ def test_halo_equals_timm_halo_attn(stride: int, avg_down: bool, out: int, scale
 
 
 def test_halo_default_block_equals_timm_on_multiples_of_the_block() -> None:
-    block = _randomize(visattn.create_block("halo", 64, scale_pos=False))
+    block = randomize(visattn.create_block("halo", 64, scale_pos=False), 0)
     twin = HaloAttn(64, 64)  # 8 heads, block 8, halo 3
     _copy_attention(block, twin)
     _assert_twins(block, twin, _x(2, 64, 16, 8))
@@ -528,7 +517,7 @@ def test_strided_output_size_matches_a_padded_strided_conv(name: str) -> None:
 
 @pytest.mark.parametrize("name", CONV_BLOCKS)
 def test_capture_records_the_documented_map(name: str) -> None:
-    blk = _randomize(visattn.create_block(name, 16, out_channels=24, stride=2)).eval()
+    blk = randomize(visattn.create_block(name, 16, out_channels=24, stride=2), 0).eval()
     x = _x(3, 16, 9, 8)
     with visattn.capture_attention(blk) as maps:
         blk(x)

@@ -17,7 +17,8 @@ import math
 import pytest
 import torch
 import torch.nn as nn
-from paper_helpers import TIMM_NONLOCAL_NAMES
+from helpers.reference import TIMM_NONLOCAL_NAMES
+from helpers.weights import randomize
 from timm.layers.create_attn import get_attn
 from timm.layers.mlp import ConvMlp
 
@@ -26,18 +27,6 @@ from visattn.blocks.twins import TWINS, block_of, pairs_by_order, timm_type_of
 
 C = 64
 TOL = dict(rtol=1e-5, atol=1e-5)
-
-
-@torch.no_grad()
-def randomize(m: nn.Module, seed: int = 0) -> None:
-    gen = torch.Generator().manual_seed(seed)
-    for name, t in m.state_dict(keep_vars=True).items():
-        if not t.is_floating_point():
-            continue
-        if name.endswith("running_var") or t.dim() <= 1:
-            t.copy_(torch.rand(t.shape, generator=gen) + 0.5)
-        else:
-            t.copy_(torch.randn(t.shape, generator=gen) / math.sqrt(t[0].numel()))
 
 
 def floats(m: nn.Module) -> dict[str, torch.Tensor]:
@@ -69,7 +58,7 @@ def assert_same_function(
     size: tuple[int, int] = (14, 14),
     seed_each_call: bool = False,
 ) -> None:
-    randomize(ours)
+    randomize(ours, 0)
     copy_weights(ours, theirs, names, zero)
     x = torch.randn(3, C, *size, generator=torch.Generator().manual_seed(1))
     for train in (True, False):
@@ -210,7 +199,7 @@ def test_twin_computes_the_same_function(key: str) -> None:
     shape = (3, c, *twin.check_size)
     ours = visattn.create_block(block_of(key), c, **twin.block_options(shape))
     theirs = twin.build(ours, c)
-    randomize(ours)
+    randomize(ours, 0)
     with torch.no_grad():
         for src, dst in (twin.pairs or pairs_by_order)(ours, theirs):
             dst.copy_(src.reshape(dst.shape))

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn as nn
+from helpers.weights import randomize
 
 import visattn
 from visattn.blocks import registry
@@ -26,30 +27,10 @@ SIZE = (3, 12, 12)
 FAST_MODELS = {"se_resnet20_cifar"}
 
 
-def _randomize(net: nn.Module) -> nn.Module:
-    """Non-trivial weights and BN statistics, so no block is the identity (nonlocal and GC start
-    as one) and a wrong graph cannot hide behind zeros."""
-    gen = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for name, p in net.named_parameters():
-            if p.dim() > 1:
-                p.copy_(torch.randn(p.shape, generator=gen) * 1.5 / p[0].numel() ** 0.5)
-            elif name.endswith("weight"):
-                p.copy_(torch.rand(p.shape, generator=gen) + 0.5)
-            else:
-                p.copy_(torch.rand(p.shape, generator=gen) - 0.5)
-        for name, b in net.named_buffers():
-            if name.endswith("running_mean"):
-                b.copy_(torch.randn(b.shape, generator=gen) * 0.1)
-            elif name.endswith("running_var"):
-                b.copy_(torch.rand(b.shape, generator=gen) + 0.5)
-    return net.eval()
-
-
 def _net(name: str, **kwargs) -> nn.Module:
-    return _randomize(
-        nn.Sequential(nn.Conv2d(3, C, 3, padding=1), visattn.create_block(name, C, **kwargs))
-    )
+    return randomize(
+        nn.Sequential(nn.Conv2d(3, C, 3, padding=1), visattn.create_block(name, C, **kwargs)), 1
+    ).eval()
 
 
 def _op_types(path: Path) -> set[str]:
@@ -285,7 +266,7 @@ def _checkpoint(tmp_path: Path) -> Path:
     from visattn.training.module import ClassificationModule
 
     module = ClassificationModule(model="resnet20_cifar", num_classes=4, attention={"name": "eca"})
-    _randomize(module.net)
+    randomize(module.net, 1).eval()
     dm = VisattnDataModule(dataset="shapes", num_workers=0)
     path = tmp_path / "run.ckpt"
     torch.save(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn as nn
+from helpers.weights import randomize
 from torchvision.models.feature_extraction import create_feature_extractor, get_graph_node_names
 
 import visattn
@@ -30,25 +31,8 @@ OPTION_CASES = [  # options that take other code paths than the defaults
 ]
 
 
-def _randomize(net: nn.Module) -> nn.Module:
-    """Non-trivial weights and BN statistics (nonlocal and GC start as the identity)."""
-    gen = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for name, p in net.named_parameters():
-            if p.dim() > 1:
-                p.copy_(torch.randn(p.shape, generator=gen) * 1.5 / p[0].numel() ** 0.5)
-            else:
-                p.copy_(
-                    torch.rand(p.shape, generator=gen) + (0.5 if name.endswith("weight") else -0.5)
-                )
-        for name, b in net.named_buffers():
-            if name.endswith("running_var"):
-                b.copy_(torch.rand(b.shape, generator=gen) + 0.5)
-    return net.eval()
-
-
 def _block(name: str, **kwargs) -> nn.Module:
-    return _randomize(visattn.create_block(name, 16, **kwargs))
+    return randomize(visattn.create_block(name, 16, **kwargs), 1).eval()
 
 
 def _script(module: nn.Module, name: str) -> torch.jit.ScriptModule:
@@ -116,7 +100,7 @@ def _models() -> list:
 
 
 def _model(name: str) -> tuple[nn.Module, torch.Tensor]:
-    model = _randomize(visattn.create_model(name, num_classes=10))
+    model = randomize(visattn.create_model(name, num_classes=10), 1).eval()
     c, h, w = model.default_input_size
     return model, torch.randn(2, c, h, w)
 
@@ -181,7 +165,7 @@ def test_injected_torchvision_and_timm_resnets_script_and_trace(source: str) -> 
             {"name": "gsop", "position": "stage", "stages": [2]},
         ],
     )
-    _randomize(model)
+    randomize(model, 1).eval()
     x = torch.randn(2, 3, 64, 64)
     with torch.no_grad():
         ref = model(x)

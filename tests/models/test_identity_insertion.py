@@ -10,19 +10,18 @@ downloads here); eval mode, so the comparison is of the function a trained netwo
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import pytest
 import timm
 import torch
 import torch.nn as nn
 import torchvision
-from placement_helpers import as_if_trained
+from helpers.paths import REPO
+from helpers.weights import randomize
 
 import visattn
 from visattn.constants import POSITIONS
 
-REPO = Path(__file__).resolve().parents[2]
 BLOCKS = visattn.list_blocks()
 # every position that inserts a block (``conv`` replaces a trained conv: identity does not apply)
 INSERTING = [p for p in POSITIONS if p != "conv"]
@@ -50,7 +49,9 @@ def _relative_change(a: torch.Tensor, b: torch.Tensor) -> float:
 @pytest.fixture(scope="module")
 def trained18() -> dict[str, nn.Module]:
     """A stand-in for a pretrained resnet18 of each library (built once; tests copy it)."""
-    return {lib: as_if_trained(build(18)).eval() for lib, build in LIBRARIES.items()}
+    return {
+        lib: randomize(build(18), 0, norms_only=True).eval() for lib, build in LIBRARIES.items()
+    }
 
 
 # torchvision's resnet18 in the fast suite, timm's in the slow one (the same slots, adopted from
@@ -124,7 +125,7 @@ def _resnet50_placements(name: str, init: str) -> list[dict]:
     ],
 )
 def test_identity_insertion_into_a_resnet50_keeps_the_logits(library, name):
-    original = as_if_trained(LIBRARIES[library](50)).eval()
+    original = randomize(LIBRARIES[library](50), 0, norms_only=True).eval()
     model = copy.deepcopy(original)
     paths = visattn.inject(model, _resnet50_placements(name, "identity"))
     assert len(paths) == 3 + 4 + 6 + 3 + 1 + 4
@@ -139,7 +140,9 @@ def test_identity_insertion_into_a_resnet50_keeps_the_logits(library, name):
 
 
 def test_create_model_with_identity_attention_keeps_a_trained_checkpoint_s_logits(tmp_path):
-    trained = as_if_trained(visattn.create_model("resnet20_cifar", num_classes=10)).eval()
+    trained = randomize(
+        visattn.create_model("resnet20_cifar", num_classes=10), 0, norms_only=True
+    ).eval()
     torch.save(trained.state_dict(), tmp_path / "trained.pth")
     attention = [
         {"name": "cbam", "init": "identity"},

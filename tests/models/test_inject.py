@@ -10,7 +10,7 @@ import timm
 import torch
 import torch.nn as nn
 import torchvision
-from placement_helpers import as_if_trained, registered_conv_block
+from helpers.weights import randomize
 
 import visattn
 from visattn.blocks import is_block
@@ -70,7 +70,7 @@ def test_inject_adds_the_same_blocks_as_create_model(library, depth, placement):
 def test_injected_identity_blocks_leave_outputs_and_weights_unchanged(library, depth):
     """GC starts as the identity (zero-initialised last conv), so a model with GC injected at
     every position must compute exactly what the original did, with the original tensors."""
-    original = as_if_trained(dict(FOREIGN)[library](f"resnet{depth}")).eval()
+    original = randomize(dict(FOREIGN)[library](f"resnet{depth}"), 0, norms_only=True).eval()
     model = copy.deepcopy(original)
     conv = model.layer2[0].conv2.weight
     placement = [
@@ -213,12 +213,6 @@ def test_inject_rejects_unsupported_residual_blocks():
 # ------------------------------------------------------------------ position conv
 
 
-@pytest.fixture
-def conv_block():
-    with registered_conv_block() as name:
-        yield name
-
-
 @pytest.mark.parametrize(
     ("library", "depth", "conv"),
     [
@@ -231,7 +225,7 @@ def conv_block():
 def test_inject_conv_replaces_the_middle_conv_and_keeps_its_norm(conv_block, library, depth, conv):
     """The block takes the conv's channels and stride; given the conv's weights (and no gate) it
     is that conv, so the network computes what the original did."""
-    original = as_if_trained(dict(FOREIGN)[library](f"resnet{depth}")).eval()
+    original = randomize(dict(FOREIGN)[library](f"resnet{depth}"), 0, norms_only=True).eval()
     model = copy.deepcopy(original)
     norm = model.layer2[0].get_submodule(conv.replace("conv", "bn"))
     paths = visattn.inject(
@@ -268,7 +262,9 @@ def test_inject_conv_rejects_blocks_that_cannot_replace_a_conv(conv_block):
 def test_inject_conv_into_an_anti_aliased_timm_resnet_keeps_its_pooling(conv_block):
     """timm's anti-aliased blocks put the stride in ``aa`` after a stride-1 conv: the block
     takes stride 1 and ``aa`` still downsamples."""
-    original = as_if_trained(timm.create_model("resnetaa34d", pretrained=False)).eval()
+    original = randomize(
+        timm.create_model("resnetaa34d", pretrained=False), 0, norms_only=True
+    ).eval()
     model = copy.deepcopy(original)
     aa = model.layer2[0].aa
     (path,) = visattn.inject(

@@ -4,13 +4,13 @@ what each position computes, and the errors."""
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn as nn
 import yaml
-from placement_helpers import as_if_trained, registered_conv_block
+from helpers.paths import REPO
+from helpers.weights import randomize
 
 import visattn
 from visattn.blocks import is_block
@@ -480,12 +480,6 @@ def test_filled_slot_cannot_be_filled_again():
 # ------------------------------------------------------------------ position conv
 
 
-@pytest.fixture
-def conv_block():
-    with registered_conv_block() as name:
-        yield name
-
-
 @pytest.mark.parametrize(
     ("model", "path", "shape"),
     [
@@ -519,7 +513,7 @@ def test_conv_position_replaces_the_middle_conv_keeping_channels_and_stride(
 def test_conv_position_computes_the_conv_it_replaces_when_given_its_weights(conv_block):
     """With the conv's weights and no gate, the block is that conv: the network is unchanged,
     so the block sits exactly where the conv was, with the norm after it kept."""
-    plain = as_if_trained(visattn.create_model("resnet50", num_classes=10)).eval()
+    plain = randomize(visattn.create_model("resnet50", num_classes=10), 0, norms_only=True).eval()
     m = visattn.create_model(
         "resnet50",
         num_classes=10,
@@ -601,8 +595,6 @@ def test_replaced_conv_cannot_be_replaced_again(conv_block):
 
 
 # ----------------------------------------------------------------------------- the CLI
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_cli_types_model_attention_as_placements():

@@ -34,11 +34,6 @@ def _ids(f):
     return f[0].removeprefix("visattn_")
 
 
-@pytest.fixture(autouse=True)
-def _seed():
-    torch.manual_seed(0)
-
-
 @pytest.mark.parametrize(("name", "kwargs", "size"), FAMILIES, ids=[_ids(f) for f in FAMILIES])
 def test_features_only_follows_feature_info_and_equals_forward_intermediates(name, kwargs, size):
     full = timm.create_model(name, **kwargs).eval()

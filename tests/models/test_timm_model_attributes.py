@@ -31,11 +31,6 @@ def _plain(v):
     return tuple(v) if isinstance(v, (list, tuple)) else v
 
 
-@pytest.fixture(autouse=True)
-def _seed():
-    torch.manual_seed(0)
-
-
 @pytest.mark.parametrize("name", NAMED)
 def test_timm_attributes_and_config_name_real_things(name):
     spec = get_model_spec(name)

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = str(REPO / "configs" / "quickstart.yaml")
 
 

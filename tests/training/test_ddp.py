@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-
-REPO = Path(__file__).resolve().parents[2]
+from helpers.paths import REPO
 
 
 @pytest.mark.xdist_group("multiprocess")  # with the other multi-process tests

@@ -7,12 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from training_helpers import TINY
+from helpers.training import TINY
 
 from visattn.training import ClassificationModule, run
 from visattn.training.parameters import split_parameters
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _module(**kw) -> ClassificationModule:

@@ -8,13 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
-from training_helpers import TINY_DATA, TINY_TRAINER
+from helpers.paths import REPO
+from helpers.training import TINY_DATA, TINY_TRAINER
 
 from visattn.files import read_metrics_csv
 from visattn.training import run
 from visattn.training.cli import cli_main
 
-REPO = Path(__file__).resolve().parents[2]
 FINETUNE = REPO / "configs/finetune"
 
 # tiny data and a CPU trainer; everything else comes from the configs

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from training_helpers import TINY, read_csv, tiny_fit
+from helpers.files import read_csv
+from helpers.training import TINY, tiny_fit
 
 from visattn.training import NonFiniteLossError, run
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from helpers.paths import REPO
 from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.model_summary import ModelSummary
@@ -19,8 +20,6 @@ from visattn.training.cli import (
     VisattnTQDMProgressBar,
     _default_progress_bar,
 )
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_summary_counts_flops_at_the_datas_image_size() -> None:

@@ -3,20 +3,20 @@ and ``--config`` pieces), the quickstart and a short real CIFAR-10 run."""
 
 from __future__ import annotations
 
-import csv
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from test_datasets import write_tiny_cifar, write_tiny_imagefolder
+from helpers.data import write_tiny_cifar, write_tiny_imagefolder
+from helpers.files import read_csv
+from helpers.paths import REPO
 
 from visattn.models.placement import Placement
 from visattn.training import run
 from visattn.training.cli import VisattnCLI, expand_config_args
 
-REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared" / "data"
 
 QUIET = [
@@ -231,8 +231,7 @@ def test_short_real_cifar10_run_loss_falls(tmp_path: Path) -> None:
             "--model.schedule=constant",
         ]
     )
-    with open(s["metrics_csv"], newline="") as f:
-        rows = list(csv.DictReader(f))
+    rows = read_csv(s["metrics_csv"])
     losses = [float(r["train/loss"]) for r in rows]
     assert losses[-1] < losses[0] - 0.1, losses
     assert s["best_val_acc"] > 0.2, s  # chance 0.1

@@ -7,11 +7,11 @@ from pathlib import Path
 import matplotlib.image as mpimg
 import pytest
 import torch
+from helpers.paths import REPO
 
 import visattn
 from visattn.visualize import MAX_COLS, PANEL_PX, attention_panels, visualize, visualize_model
 
-REPO = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 

@@ -1,9 +1,7 @@
-"""Helpers shared by the blocks-against-their-papers tests (``tests/test_blocks_paper*.py``).
-
-The references those tests compute avoid the blocks' own helpers and ``nn`` modules; the pieces
-here are the written-out operations they have in common (a 1x1 conv as a matrix product, eval-mode
-batch norm, the logistic sigmoid), the randomised float64 block they compare against, and the
-capture of its one recorded map.
+"""The written-out operations that the blocks-against-their-papers tests (``tests/blocks/``)
+compute their references with: a 1x1 conv as a matrix product, eval-mode batch norm, the logistic
+sigmoid; the randomised float64 block they compare against, and the capture of its one recorded
+map. The references avoid the blocks' own helpers and ``nn`` modules.
 """
 
 from __future__ import annotations
@@ -12,20 +10,13 @@ import torch
 
 import visattn
 
+from .weights import randomize
+
 
 def randomized(name: str, channels: int, **options) -> torch.nn.Module:
-    """Block ``name`` in eval mode, float64, with every parameter drawn from N(0, 0.5^2) and
-    every BN's running mean from N(0, 0.3^2) and running variance from U(0.5, 1.5), so no
-    reference can pass by a zero-initialised layer or unit statistics."""
-    blk = visattn.create_block(name, channels, **options).double()
-    with torch.no_grad():
-        for p in blk.parameters():
-            p.copy_(torch.randn_like(p) * 0.5)
-        for m in blk.modules():
-            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
-                m.running_mean.copy_(torch.randn_like(m.running_mean) * 0.3)
-                m.running_var.copy_(torch.rand_like(m.running_var) + 0.5)
-    return blk.eval()
+    """Block ``name`` in eval mode, float64, with every parameter drawn from N(0, 0.5^2) and its
+    batch norms' statistics at random (:func:`~helpers.weights.randomize` with ``std=0.5``)."""
+    return randomize(visattn.create_block(name, channels, **options).double(), std=0.5).eval()
 
 
 def randn64(n: int, c: int, h: int, w: int, seed: int | None = None) -> torch.Tensor:
@@ -41,6 +32,7 @@ def close(a: torch.Tensor, b: torch.Tensor) -> None:
 
 
 def n_params(m: torch.nn.Module) -> int:
+    """The number of parameters of ``m``."""
     return sum(p.numel() for p in m.parameters())
 
 

@@ -1,12 +1,7 @@
-"""Helpers for the placement tests.
-
-* :func:`registered_conv_block`: a conv-replacing block for tests of placement position
-  ``conv`` (the mechanism does not need one of the shipped ones: SK, split attention, MHSA,
-  lambda, halo). Registered only while a test uses it, so registry-wide tests never see it.
-* :func:`as_if_trained`: random norm statistics and affine parameters, so a randomly
-  initialised ResNet stands in for a pretrained one (timm zero-initialises the last norm of each
-  residual branch, which would make every branch, and any test of what it computes, trivial).
-"""
+"""A conv-replacing block for the tests of placement position ``conv`` (the mechanism does not
+need one of the shipped ones: SK, split attention, MHSA, lambda, halo). Registered only while a
+test uses it (the ``conv_block`` fixture of tests/models/conftest.py), so registry-wide tests
+never see it."""
 
 from __future__ import annotations
 
@@ -19,21 +14,6 @@ import torch.nn as nn
 from visattn.blocks.registry import registered_block
 
 NAME = "_test_conv"
-
-
-def as_if_trained(model: nn.Module, seed: int = 0) -> nn.Module:
-    """Give every BatchNorm of ``model`` random weights, biases and running statistics (in
-    place, reproducibly); returns ``model``."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, nn.BatchNorm2d):
-                n = m.num_features
-                m.weight.copy_(0.5 + torch.rand(n, generator=g))
-                m.bias.copy_(0.2 * torch.randn(n, generator=g))
-                m.running_mean.copy_(0.1 * torch.randn(n, generator=g))
-                m.running_var.copy_(0.5 + torch.rand(n, generator=g))
-    return model
 
 
 @contextmanager

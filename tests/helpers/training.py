@@ -4,7 +4,6 @@ trainer, so a run costs seconds."""
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +39,3 @@ TINY = [
 def tiny_fit(root: Path, *extra: str) -> dict[str, Any]:
     """``fit`` with :data:`TINY` in ``root``; ``extra`` arguments come last (they win)."""
     return run(["fit", *TINY, f"--trainer.default_root_dir={root}", *extra])
-
-
-def read_csv(path: str | Path) -> list[dict[str, str]]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
