@@ -13,12 +13,11 @@ import sys
 import pytest
 import torch
 from helpers.files import read_csv
-from helpers.paths import REPO
+from helpers.paths import REPO, SHARED_DATA
 
 import visattn
 
 BENCH = REPO / "benchmarks"
-CIFAR = REPO.parent / "shared" / "data" / "cifar-10-batches-py"
 BLOCK_COLUMNS = {
     "block",
     "shape",
@@ -208,11 +207,12 @@ def test_bench_train_smallest_run_writes_the_documented_csv(tmp_path):
 
 @pytest.mark.data
 @pytest.mark.slow
-@pytest.mark.skipif(not CIFAR.is_dir(), reason=f"no CIFAR-10 at {CIFAR}")
 def test_bench_train_measures_both_data_pipelines(tmp_path):
     out = tmp_path / "train.csv"
     _run(
         "bench_train.py",
+        "--data-root",
+        str(SHARED_DATA),
         "--models",
         "resnet20_cifar",
         "--impls",

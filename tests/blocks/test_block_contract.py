@@ -184,6 +184,7 @@ def test_torch_compile_fullgraph_traces_without_graph_breaks(name: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_torch_compile_inductor_fullgraph_every_block() -> None:
     x = randn(32, (9, 11))
     for name in BLOCKS:

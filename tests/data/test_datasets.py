@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 from helpers.data import write_tiny_cifar, write_tiny_imagefolder
+from helpers.paths import SHARED_DATA
 
 from visattn.data import (
     DatasetIntegrityError,
@@ -24,9 +25,6 @@ from visattn.data import (
 )
 from visattn.data import cifar as ds_mod
 from visattn.data.shapes import COLORS
-
-SHARED_CIFAR = Path(__file__).resolve().parents[3] / "shared" / "data"
-
 
 # ------------------------------------------------------------------------------------- helpers
 
@@ -223,11 +221,9 @@ def test_download_fetches_the_official_archive_when_files_are_missing(
 
 @pytest.mark.data
 def test_shared_repacked_cifar10_is_refused_then_accepted_with_verify_off() -> None:
-    if not (SHARED_CIFAR / "cifar-10-batches-py").is_dir():
-        pytest.skip("../shared/data/cifar-10-batches-py is absent")
     with pytest.raises(DatasetIntegrityError, match="test_batch"):
-        load_cifar("cifar10", SHARED_CIFAR, train=False)
-    images, labels, classes = load_cifar("cifar10", SHARED_CIFAR, train=False, verify=False)
+        load_cifar("cifar10", SHARED_DATA, train=False)
+    images, labels, classes = load_cifar("cifar10", SHARED_DATA, train=False, verify=False)
     assert images.shape == (10000, 32, 32, 3) and np.bincount(labels).tolist() == [1000] * 10
     assert classes[0] == "airplane"
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn as nn
+from helpers.tiers import REPRESENTATIVE_MODELS, tiered
 from helpers.weights import randomize
 
 import visattn
@@ -51,10 +52,7 @@ SLOW_EXPORTS = {
 
 @pytest.mark.parametrize(
     "name",
-    [
-        pytest.param(n, marks=pytest.mark.slow) if n in SLOW_EXPORTS else n
-        for n in visattn.list_blocks()
-    ],
+    tiered(visattn.list_blocks(), slow=SLOW_EXPORTS),
 )
 def test_every_block_exports_and_matches_in_onnxruntime(name: str, tmp_path: Path) -> None:
     """One graph with symbolic batch, height and width: batch 1 and 3 (traced with 2) and a second
@@ -186,10 +184,11 @@ def test_calibrate_batch_norm_sets_the_average_statistics_of_its_batches() -> No
 
 @pytest.mark.parametrize(
     "name",
-    [
-        n if n in FAST_MODELS else pytest.param(n, marks=pytest.mark.slow)
-        for n in visattn.list_models()
-    ],
+    tiered(
+        visattn.list_models(),
+        keep=REPRESENTATIVE_MODELS,
+        slow=lambda n: n not in FAST_MODELS,
+    ),
 )
 def test_every_named_model_exports_and_matches_in_onnxruntime(name: str, tmp_path: Path) -> None:
     """The model's own initialisation, with the zero-initialised tensors of its attention blocks

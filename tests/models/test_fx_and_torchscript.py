@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn as nn
+from helpers.tiers import REPRESENTATIVE_MODELS, tiered
 from helpers.weights import randomize
 from torchvision.models.feature_extraction import create_feature_extractor, get_graph_node_names
 
@@ -93,10 +94,9 @@ def test_gsop_covariance_stays_float32_in_a_traced_graph_under_autocast() -> Non
 
 
 def _models() -> list:
-    return [
-        n if n in FAST_MODELS else pytest.param(n, marks=pytest.mark.slow)
-        for n in visattn.list_models()
-    ]
+    return tiered(
+        visattn.list_models(), keep=REPRESENTATIVE_MODELS, slow=lambda n: n not in FAST_MODELS
+    )
 
 
 def _model(name: str) -> tuple[nn.Module, torch.Tensor]:

@@ -17,6 +17,7 @@ import torch
 import torch.nn as nn
 import torchvision
 from helpers.paths import REPO
+from helpers.tiers import REPRESENTATIVE_BLOCKS, tiered
 from helpers.weights import randomize
 
 import visattn
@@ -55,12 +56,12 @@ def trained18() -> dict[str, nn.Module]:
 
 
 # torchvision's resnet18 in the fast suite, timm's in the slow one (the same slots, adopted from
-# a different block class)
-MATRIX = [
-    pytest.param(lib, name, id=f"{lib}-{name}", marks=[pytest.mark.slow] if lib == "timm" else [])
-    for lib in LIBRARIES
-    for name in BLOCKS
-]
+# a different block class); blocks beyond the representative ones are heavy
+MATRIX = tiered(
+    [(lib, name) for lib in LIBRARIES for name in BLOCKS],
+    keep=REPRESENTATIVE_BLOCKS,
+    slow=lambda case: case[0] == "timm",
+)
 
 
 @pytest.mark.parametrize(("library", "name"), MATRIX)
@@ -116,13 +117,10 @@ def _resnet50_placements(name: str, init: str) -> list[dict]:
 
 @pytest.mark.parametrize(
     ("library", "name"),
-    [
-        pytest.param(
-            lib, name, id=f"{lib}-{name}", marks=[] if name == "se" else [pytest.mark.slow]
-        )
-        for lib in LIBRARIES
-        for name in ["se", "cbam", "bam", "gsop", "gc"]
-    ],
+    tiered(
+        [(lib, name) for lib in LIBRARIES for name in ["se", "cbam", "bam", "gsop", "gc"]],
+        slow=lambda case: case[1] != "se",
+    ),
 )
 def test_identity_insertion_into_a_resnet50_keeps_the_logits(library, name):
     original = randomize(LIBRARIES[library](50), 0, norms_only=True).eval()

@@ -11,13 +11,11 @@ import pytest
 import yaml
 from helpers.data import write_tiny_cifar, write_tiny_imagefolder
 from helpers.files import read_csv
-from helpers.paths import REPO
+from helpers.paths import REPO, SHARED_DATA
 
 from visattn.models.placement import Placement
 from visattn.training import run
 from visattn.training.cli import VisattnCLI, expand_config_args
-
-SHARED = REPO.parent / "shared" / "data"
 
 QUIET = [
     "--trainer.accelerator=cpu",
@@ -212,8 +210,6 @@ def test_quickstart_shortened_learns_far_above_chance(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.data
 def test_short_real_cifar10_run_loss_falls(tmp_path: Path) -> None:
-    if not (SHARED / "cifar-10-batches-py").is_dir():
-        pytest.skip("../shared/data/cifar-10-batches-py is absent")
     s = run(
         [
             "fit",
@@ -221,7 +217,7 @@ def test_short_real_cifar10_run_loss_falls(tmp_path: Path) -> None:
             str(REPO / "configs/cifar10/resnet20.yaml"),
             *QUIET,
             f"--trainer.default_root_dir={tmp_path}",
-            f"--data.root={SHARED}",
+            f"--data.root={SHARED_DATA}",
             "--data.verify=false",
             "--data.num_train=2048",
             "--data.num_val=1000",
