@@ -24,7 +24,7 @@
 #
 # --smoke: device cpu, one block and one model in the benchmarks, and the reproduction sweep cut
 # to 2 variants x 1 seed on 64 `shapes` images for 1 epoch (fp32, same augmentation path), so the
-# whole script is checked without a GPU or CIFAR-10 (tests/test_ablate_parallel.py runs it).
+# whole script is checked without a GPU or CIFAR-10 (tests/ablate/test_executors.py runs it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 SMOKE=0

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.paths import REPO
 
 from visattn.ablate import Sweep, Variant, load_sweep
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _write(path: Path, data: dict) -> Path:

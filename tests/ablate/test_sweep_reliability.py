@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_ablate import REPO, TINY, _read_csv, _write_sweep, fake  # noqa: F401 (fixture)
+from helpers.ablate import TINY_SET, write_sweep
+from helpers.files import read_csv
+from helpers.paths import REPO
 
 from visattn.ablate import load_sweep, run_sweep
 from visattn.ablate.__main__ import main as ablate_main
@@ -86,7 +88,7 @@ def test_the_sweep_lock_goes_to_exactly_one_of_many_simultaneous_contenders(
 # --------------------------------------------------------------------------- per-run locks
 
 
-def test_a_run_folder_held_by_a_live_process_is_not_trained_into(tmp_path: Path, fake) -> None:  # noqa: F811
+def test_a_run_folder_held_by_a_live_process_is_not_trained_into(tmp_path: Path, fake) -> None:
     """The driver's lock is stale (it was killed), but a worker it left still trains none/seed0:
     the run's own lock, judged by the worker's pid and host, keeps a second sweep out."""
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
@@ -98,7 +100,7 @@ def test_a_run_folder_held_by_a_live_process_is_not_trained_into(tmp_path: Path,
         (out / "runs" / "none" / ".seed0.lock").write_text(
             json.dumps({"host": host, "pid": sleeper.pid})
         )
-        path = _write_sweep(tmp_path, VARIANTS, seeds=(0,))
+        path = write_sweep(tmp_path, VARIANTS, seeds=(0,))
         stale = pytest.warns(UserWarning, match="stale sweep lock")
         with stale, pytest.raises(RuntimeError, match=rf"none/seed0 .*pid {sleeper.pid}"):
             run_sweep(path, out, train_fn=fake, echo=lambda s: None)
@@ -109,12 +111,12 @@ def test_a_run_folder_held_by_a_live_process_is_not_trained_into(tmp_path: Path,
         sleeper.wait()
 
 
-def test_a_run_lock_whose_process_is_gone_is_taken_over(tmp_path: Path, fake) -> None:  # noqa: F811
+def test_a_run_lock_whose_process_is_gone_is_taken_over(tmp_path: Path, fake) -> None:
     out = tmp_path / "out"
     (out / "runs" / "none").mkdir(parents=True)
     lock = out / "runs" / "none" / ".seed0.lock"
     lock.write_text(json.dumps({"host": socket.gethostname(), "pid": _dead_pid()}))
-    path = _write_sweep(tmp_path, VARIANTS, seeds=(0,))
+    path = write_sweep(tmp_path, VARIANTS, seeds=(0,))
     rows = run_sweep(path, out, train_fn=fake, echo=lambda s: None)
     assert [r["status"] for r in rows] == ["ok", "ok"]
     assert not lock.exists()  # released when the run finished
@@ -157,7 +159,7 @@ def _long_sweep(tmp_path: Path) -> Path:
         "name": "long",
         "base": [str(REPO / "configs" / "quickstart.yaml")],
         "seeds": [0],
-        "set": {**TINY, "trainer.max_epochs": 10_000, "trainer.limit_val_batches": 1},
+        "set": {**TINY_SET, "trainer.max_epochs": 10_000, "trainer.limit_val_batches": 1},
         "variants": VARIANTS,
         "localization": False,
     }
@@ -223,7 +225,7 @@ def test_jobs_workers_die_with_their_driver(tmp_path: Path, sig: signal.Signals)
 
 def test_a_change_in_a_base_configs_base_piece_reruns_and_names_the_key(
     tmp_path: Path,
-    fake,  # noqa: F811
+    fake,
 ) -> None:
     piece = tmp_path / "pieces" / "schedule.yaml"
     piece.parent.mkdir()
@@ -250,19 +252,19 @@ def test_a_change_in_a_base_configs_base_piece_reruns_and_names_the_key(
 
 def test_report_only_does_not_count_a_duplicated_row_as_another_pair(
     tmp_path: Path,
-    fake,  # noqa: F811
+    fake,
     capsys: pytest.CaptureFixture,
 ) -> None:
-    path = _write_sweep(tmp_path, VARIANTS)
+    path = write_sweep(tmp_path, VARIANTS)
     out = tmp_path / "out"
     run_sweep(path, out, train_fn=fake, echo=lambda s: None)
-    good = _read_csv(out / "results.csv")
+    good = read_csv(out / "results.csv")
     lines = (out / "results.csv").read_text().splitlines(True)
     (out / "results.csv").write_text("".join([*lines, lines[-1], lines[1]]))
     assert ablate_main([str(path), "--out", str(out), "--report-only"]) == 0
     said = capsys.readouterr().out
     assert "duplicate" in said and "rebuilt from 4 completion markers" in said
-    assert _read_csv(out / "results.csv") == good
+    assert read_csv(out / "results.csv") == good
     assert "Runs: 4 ok, 0 failed" in (out / "report.md").read_text()
     # without markers to rebuild from, it refuses and names the pair
     for marker in (out / "runs").glob("*/seed*/result.json"):
@@ -277,21 +279,21 @@ def test_report_only_does_not_count_a_duplicated_row_as_another_pair(
 
 @pytest.mark.parametrize("seeds", [[-1], [2**32], [1e20], ["0"], [0, 1.5]])
 def test_seeds_out_of_range_or_not_ints_are_refused(tmp_path: Path, seeds: list) -> None:
-    path = _write_sweep(tmp_path, VARIANTS, seeds=seeds)
+    path = write_sweep(tmp_path, VARIANTS, seeds=seeds)
     with pytest.raises(ValueError, match=r"seeds? .*(0 and 4294967295|int)"):
         load_sweep(path)
 
 
 def test_an_image_size_too_small_for_the_data_fails_before_the_first_run(
     tmp_path: Path,
-    fake,  # noqa: F811
+    fake,
 ) -> None:
     pytest.importorskip("visattn.training.cli")
     data = {
         "name": "small",
         "base": [str(REPO / "configs" / "quickstart.yaml")],
         "seeds": [0],
-        "set": {**TINY},
+        "set": {**TINY_SET},
         "variants": [
             {"name": "ok", "set": {"model.attention": None}},
             {"name": "tiny", "set": {"model.attention": None, "data.image_size": 8}},

@@ -9,6 +9,8 @@ import pytest
 
 pytest.importorskip("lightning")
 
+from helpers.paths import REPO
+
 from visattn.__main__ import main
 
 SWEEP = """\
@@ -23,7 +25,7 @@ variants:
 
 
 def _sweep(tmp_path: Path) -> Path:
-    quickstart = Path(__file__).resolve().parents[2] / "configs" / "quickstart.yaml"
+    quickstart = REPO / "configs" / "quickstart.yaml"
     path = tmp_path / "sweep.yaml"
     path.write_text(SWEEP.format(quickstart=quickstart))
     return path

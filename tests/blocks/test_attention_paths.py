@@ -16,7 +16,7 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
-from paper_helpers import randomized
+from helpers.reference import randomized
 
 import visattn
 from visattn.blocks._attention import softmax_attention

@@ -17,7 +17,8 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from paper_helpers import bn_eval, close, n_params, randn64, randomized, sigmoid
+from helpers.reference import bn_eval, close, n_params, randn64, randomized, sigmoid
+from helpers.weights import randomize
 
 import visattn
 
@@ -34,19 +35,6 @@ def _load(blk: nn.Module, ref: nn.Module, rename: dict[str, str] | None = None) 
                 k = new + k[len(old) :]
         state[k] = v
     blk.load_state_dict(state, strict=True)
-
-
-def _randomize(module: nn.Module) -> nn.Module:
-    """float64, eval mode, every parameter N(0, 0.5^2), BN statistics random."""
-    module = module.double()
-    with torch.no_grad():
-        for p in module.parameters():
-            p.copy_(torch.randn_like(p) * 0.5)
-        for m in module.modules():
-            if isinstance(m, nn.BatchNorm2d):
-                m.running_mean.copy_(torch.randn_like(m.running_mean) * 0.3)
-                m.running_var.copy_(torch.rand_like(m.running_var) + 0.5)
-    return module.eval()
 
 
 def _receptive_field(blk: nn.Module, size: int = 41) -> tuple[int, int]:
@@ -124,7 +112,7 @@ class _AuthorsLSKblock(nn.Module):
 
 @pytest.mark.parametrize("size", [(9, 11), (30, 30), (3, 2)])
 def test_lsk_equals_the_authors_lskblock_with_copied_weights(size) -> None:
-    ref = _randomize(_AuthorsLSKblock(16))
+    ref = randomize(_AuthorsLSKblock(16).double(), std=0.5).eval()
     blk = visattn.create_block("lsk", 16).double().eval()
     _load(blk, ref)
     x = randn64(2, 16, *size)
@@ -205,7 +193,7 @@ class _AuthorsLSKA(nn.Module):
 
 @pytest.mark.parametrize("k", sorted(AUTHORS_LSKA))
 def test_lska_equals_the_authors_lska_at_each_kernel_size(k: int) -> None:
-    ref = _randomize(_AuthorsLSKA(8, k))
+    ref = randomize(_AuthorsLSKA(8, k).double(), std=0.5).eval()
     blk = visattn.create_block("lska", 8, kernel_size=k).double().eval()
     _load(blk, ref)
     x = randn64(2, 8, 12, 9)
@@ -272,7 +260,7 @@ class _AuthorsMLCA(nn.Module):
 @pytest.mark.parametrize("size", [(16, 16), (9, 13), (5, 5), (3, 4), (1, 1), (40, 7)])
 @pytest.mark.parametrize("channels", [16, 64])
 def test_mlca_equals_the_authors_mlca_with_copied_weights(channels: int, size) -> None:
-    ref = _randomize(_AuthorsMLCA(channels))
+    ref = randomize(_AuthorsMLCA(channels).double(), std=0.5).eval()
     blk = visattn.create_block("mlca", channels).double().eval()
     _load(blk, ref)
     assert blk.kernel_size == ref.conv.kernel_size[0]
@@ -372,7 +360,7 @@ SCSA_RENAME = {
     [(1, 7, (14, 21)), (1, 7, (16, 9)), (4, 7, (7, 7)), (2, 0, (5, 6)), (1, 3, (10, 8))],
 )
 def test_scsa_equals_the_authors_scsa_with_copied_weights(heads: int, window: int, size) -> None:
-    ref = _randomize(_AuthorsSCSA(16, heads, -1 if window == 0 else window))
+    ref = randomize(_AuthorsSCSA(16, heads, -1 if window == 0 else window).double(), std=0.5).eval()
     blk = visattn.create_block("scsa", 16, heads=heads, window=window).double().eval()
     _load(blk, ref, SCSA_RENAME)
     x = randn64(2, 16, *size)
@@ -383,7 +371,7 @@ def test_scsa_equals_the_authors_scsa_with_copied_weights(heads: int, window: in
 def test_scsa_pools_a_map_smaller_than_its_window_whole() -> None:
     """Below 7x7 the authors' AvgPool2d(7, 7) has no output; visattn pools the short side whole,
     which equals their global pooling (window_size=-1) when both sides are short."""
-    ref = _randomize(_AuthorsSCSA(16, 1, -1))
+    ref = randomize(_AuthorsSCSA(16, 1, -1).double(), std=0.5).eval()
     blk = visattn.create_block("scsa", 16).double().eval()
     _load(blk, ref, SCSA_RENAME)
     x = randn64(2, 16, 5, 6)
@@ -433,7 +421,7 @@ class _AuthorsCAA(nn.Module):
 @pytest.mark.parametrize("norm_act", [True, False])
 @pytest.mark.parametrize("k", [11, 13, 5])
 def test_caa_equals_the_authors_attention_factor_times_its_input(norm_act: bool, k: int) -> None:
-    ref = _randomize(_AuthorsCAA(16, k, norm_act))
+    ref = randomize(_AuthorsCAA(16, k, norm_act).double(), std=0.5).eval()
     blk = visattn.create_block("caa", 16, kernel_size=k, norm_act=norm_act).double().eval()
     _load(blk, ref, {"h_conv.0.": "h_conv.", "v_conv.0.": "v_conv."})
     x = randn64(2, 16, 12, 9)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from paper_helpers import bn_eval, close, conv1x1, n_params, randn64, randomized, recorded
+from helpers.reference import bn_eval, close, conv1x1, n_params, randn64, randomized, recorded
 
 import visattn
 from visattn.blocks.cot import local_aggregation

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from paper_helpers import bn_eval, close, n_params, randn64, randomized, recorded
+from helpers.reference import bn_eval, close, n_params, randn64, randomized, recorded
 
 import visattn
 from visattn.blocks._attention import softmax_attention

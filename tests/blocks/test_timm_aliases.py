@@ -10,13 +10,13 @@ order (same shapes required, so the reduced widths are checked too) or, for ``nl
 from __future__ import annotations
 
 import inspect
-import math
 import re
 
 import pytest
 import torch
 import torch.nn as nn
-from paper_helpers import TIMM_NONLOCAL_NAMES
+from helpers.reference import TIMM_NONLOCAL_NAMES
+from helpers.weights import randomize
 from timm.layers.create_attn import get_attn
 
 import visattn
@@ -34,18 +34,6 @@ def timm_module(alias: str, channels: int) -> nn.Module:
 
 def floats(m: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v for k, v in m.state_dict(keep_vars=True).items() if v.is_floating_point()}
-
-
-@torch.no_grad()
-def randomize(m: nn.Module, seed: int = 0) -> None:
-    gen = torch.Generator().manual_seed(seed)
-    for name, t in floats(m).items():
-        if name.endswith("running_var"):
-            t.copy_(torch.rand(t.shape, generator=gen) + 0.5)
-        elif t.dim() <= 1:
-            t.copy_(torch.randn(t.shape, generator=gen) * 0.5 + (1.0 if "weight" in name else 0.0))
-        else:
-            t.copy_(torch.randn(t.shape, generator=gen) / math.sqrt(t[0].numel()))
 
 
 @torch.no_grad()
@@ -82,7 +70,7 @@ def run_both(ours: nn.Module, theirs: nn.Module, x: torch.Tensor, train: bool):
 def test_alias_equals_timms_module_with_copied_weights(alias: str, channels: int) -> None:
     theirs = timm_module(alias, channels)
     ours = visattn.create_block(alias, channels)
-    randomize(theirs)
+    randomize(theirs, 0)
     copy_timm_into_ours(alias, theirs, ours)
     x = torch.randn(3, channels, *SIZE, generator=torch.Generator().manual_seed(1))
     for train in (True, False):
@@ -101,7 +89,7 @@ def test_the_aliases_differ_from_their_blocks_defaults() -> None:
     for alias in ALIASES:
         info = visattn.block_info(alias)
         theirs = timm_module(alias, 64)
-        randomize(theirs)
+        randomize(theirs, 0)
         ours = visattn.create_block(alias, 64)
         copy_timm_into_ours(alias, theirs, ours)
         plain = visattn.create_block(info.alias_of, 64)

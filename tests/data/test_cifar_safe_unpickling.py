@@ -9,17 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.paths import SHARED_DATA
 
 from visattn.data import cifar
 from visattn.data.cifar import DatasetIntegrityError, load_cifar
-
-
-def _shared_cifar() -> Path | None:
-    """The real CIFAR-10 copy in a ``shared/data`` folder above the checkout, if any."""
-    for parent in Path(__file__).resolve().parents:
-        if (parent / "shared" / "data" / "cifar-10-batches-py").is_dir():
-            return parent / "shared" / "data"
-    return None
 
 
 class _Payload:
@@ -83,11 +76,8 @@ def test_repickled_copies_still_load_with_verify_off(tmp_path: Path, protocol: i
 
 @pytest.mark.data
 def test_the_real_cifar10_copy_still_loads() -> None:
-    root = _shared_cifar()
-    if root is None:
-        pytest.skip("no shared/data/cifar-10-batches-py above this checkout")
-    images, labels, classes = load_cifar("cifar10", root, train=False, verify=False)
+    images, labels, classes = load_cifar("cifar10", SHARED_DATA, train=False, verify=False)
     assert images.shape == (10000, 32, 32, 3) and images.dtype == np.uint8
     assert np.bincount(labels).tolist() == [1000] * 10 and classes[0] == "airplane"
-    train, train_labels, _ = load_cifar("cifar10", root, train=True, verify=False)
+    train, train_labels, _ = load_cifar("cifar10", SHARED_DATA, train=True, verify=False)
     assert train.shape == (50000, 32, 32, 3) and len(train_labels) == 50000

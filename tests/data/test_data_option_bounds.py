@@ -64,3 +64,26 @@ def test_hidden_files_and_folders_are_not_samples(tmp_path: Path) -> None:
     dm.setup("fit")  # the AppleDouble file would fail verification if it were read
     names = sorted(Path(p).relative_to(tmp_path) for p, _ in dm.train_dataset.samples)
     assert names == [Path("train/cat/0.png"), Path("train/dog/0.png")]
+
+
+# ------------------------------------------------------------- sizes, counts and classes
+
+
+@pytest.mark.parametrize("size", [0, -32])
+def test_non_positive_image_size_names_the_option(size: int) -> None:
+    for dataset in ("shapes", "cifar10"):
+        with pytest.raises(ValueError, match="image_size must be a positive"):
+            VisattnDataModule(dataset, image_size=size)
+
+
+@pytest.mark.parametrize("key", ["num_train", "num_val", "num_test"])
+def test_shapes_with_zero_images_is_an_error_not_the_default(key: str) -> None:
+    with pytest.raises(ValueError, match=rf"{key} must be >= 1"):
+        VisattnDataModule("shapes", **{key: 0})
+
+
+def test_data_num_classes_is_checked_against_the_data() -> None:
+    assert VisattnDataModule("shapes", num_classes=9).num_classes == 9
+    assert VisattnDataModule("cifar100", num_classes=100).num_classes == 100
+    with pytest.raises(ValueError, match="num_classes 5 given, but the shapes data has 9"):
+        VisattnDataModule("shapes", num_classes=5)

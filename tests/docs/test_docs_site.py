@@ -10,14 +10,13 @@ from html import escape as html_escape
 from pathlib import Path
 
 import pytest
+from helpers.paths import REPO
 
 import visattn
 
 pytest.importorskip("mkdocs")
 pytest.importorskip("mkdocs_gen_files")
 pytest.importorskip("mkdocstrings")
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import torch
 
 pytest.importorskip("lightning")
 
-from training_helpers import tiny_fit
+from helpers.training import tiny_fit
 
 from visattn.__main__ import load_for_export, main
 

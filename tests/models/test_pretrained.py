@@ -18,7 +18,8 @@ import timm
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from placement_helpers import as_if_trained
+from helpers.paths import REPO
+from helpers.weights import randomize
 
 import visattn
 from visattn.models.pretrained import (
@@ -29,7 +30,6 @@ from visattn.models.pretrained import (
     load_pretrained,
 )
 
-REPO = Path(__file__).resolve().parents[2]
 X = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
 
 
@@ -53,7 +53,7 @@ def _save(state: dict, path: Path, *, nest: str | None = None, prefix: str = "")
     [("se_resnet50.ra2_in1k", "seresnet50"), ("sk_resnet18.ra_in1k", "skresnet18")],
 )
 def test_timm_tag_loads_timm_layout_and_equals_timm(tmp_path: Path, tag: str, timm_name: str):
-    ref = as_if_trained(timm.create_model(timm_name), seed=1)
+    ref = randomize(timm.create_model(timm_name), 1, norms_only=True)
     path = _save(ref.state_dict(), tmp_path / "w.pth")
     ours = timm.create_model(
         f"visattn_{tag}", pretrained=True, pretrained_cfg_overlay={"file": str(path)}
@@ -223,14 +223,6 @@ class _RefTriplet(nn.Module):
         return (self.SpatialGate(x) + a + b) / 3
 
 
-def _random(ref: nn.Module) -> nn.Module:
-    torch.manual_seed(3)
-    for m in ref.modules():  # the authors zero some norms at init; a trained net has none
-        if isinstance(m, nn.BatchNorm2d):
-            nn.init.uniform_(m.weight, 0.5, 1.5)
-    return as_if_trained(ref, seed=2)
-
-
 _DP_NESTED = {"nest": "state_dict", "prefix": "module."}  # DataParallel, under 'state_dict'
 AUTHORS = {
     # source: (model name, reference attention, its attribute name, how they save the file)
@@ -248,7 +240,7 @@ AUTHORS = {
 @pytest.mark.parametrize("source", sorted(AUTHORS))
 def test_authors_layout_converts_to_equal_outputs(tmp_path: Path, source: str):
     name, attn, attr, saving = AUTHORS[source]
-    ref = _random(_RefResNet50(attr, attn))
+    ref = randomize(_RefResNet50(attr, attn), 2, norms_only=True)  # no zeroed norms
     path = _save(ref.state_dict(), tmp_path / "authors.pth", **saving)
     ours = load_pretrained(visattn.create_model(name), path, source=source)
     _same_outputs(ours, ref)
@@ -258,7 +250,7 @@ def test_authors_layout_converts_to_equal_outputs(tmp_path: Path, source: str):
 def test_authors_tag_loads_through_timm(tmp_path: Path, source: str):
     name, attn, attr, saving = AUTHORS[source]
     (tag,) = [t for t in list_pretrained(f"{name}.*") if t.source == source]
-    ref = _random(_RefResNet50(attr, attn))
+    ref = randomize(_RefResNet50(attr, attn), 2, norms_only=True)  # no zeroed norms
     path = _save(ref.state_dict(), tmp_path / "authors.pth", **saving)
     ours = timm.create_model(
         f"visattn_{tag.name}", pretrained=True, pretrained_cfg_overlay={"file": str(path)}
@@ -349,7 +341,7 @@ def test_list_pretrained_filters_and_is_public():
 
 
 def test_hubconf_loads_a_tag_offline(tmp_path: Path):
-    ref = as_if_trained(timm.create_model("seresnet50"), seed=4)
+    ref = randomize(timm.create_model("seresnet50"), 4, norms_only=True)
     path = _save(ref.state_dict(), tmp_path / "w.pth")
     model = torch.hub.load(
         str(REPO), "se_resnet50", source="local", pretrained=True, file=str(path)
@@ -360,7 +352,7 @@ def test_hubconf_loads_a_tag_offline(tmp_path: Path):
 
 
 def test_save_for_hf_round_trips_offline(tmp_path: Path):
-    model = as_if_trained(visattn.create_model("se_resnet50"), seed=5).eval()
+    model = randomize(visattn.create_model("se_resnet50"), 5, norms_only=True).eval()
     timm.models.save_for_hf(model, tmp_path / "hf")
     again = timm.create_model(f"local-dir:{tmp_path / 'hf'}", pretrained=True)
     _same_outputs(again, model)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import timm
 import torch
+from helpers.tiers import tiered
 from timm.models import create_feature_extractor
 
 import visattn
@@ -104,18 +105,7 @@ REPRESENTATIVE = {"resnet20_cifar", "se_resnet50", "attention56_cifar"}
 SLOW = {"se_resnet50", "attention56_cifar"}
 
 
-def _cases() -> list:
-    out = []
-    for name in visattn.list_models():
-        if name in REPRESENTATIVE:
-            marks = [pytest.mark.slow] if name in SLOW else []
-        else:
-            marks = [pytest.mark.heavy]
-        out.append(pytest.param(name, marks=marks))
-    return out
-
-
-@pytest.mark.parametrize("name", _cases())
+@pytest.mark.parametrize("name", tiered(visattn.list_models(), keep=REPRESENTATIVE, slow=SLOW))
 def test_fx_feature_extractor_then_torchscript_matches_eager(name: str) -> None:
     """timm's ``create_feature_extractor`` (fx) over every feature module, scripted: the same
     features as hooks on the eager model. (String annotations on the traced ``forward`` used to

@@ -8,19 +8,17 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import timm
 import torch
 import torch.nn as nn
+from helpers.paths import REPO
 
 import visattn
 from visattn.blocks.registry import registered_block
 from visattn.models import get_model_spec
 from visattn.models.registry import ModelSpec, registered_model, subscribe
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +33,7 @@ def fresh() -> list[str]:
         "m = timm.create_model('visattn_cbam_resnet56_cifar', features_only=True)\n"
         "print([tuple(f.shape) for f in m(torch.randn(2, 3, 32, 32))])\n"
     )
-    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    path = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
     done = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,

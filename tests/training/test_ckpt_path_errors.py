@@ -13,7 +13,7 @@ import torch
 
 pytest.importorskip("lightning")
 
-from training_helpers import TINY, tiny_fit
+from helpers.training import TINY, tiny_fit
 
 from visattn.training import run
 

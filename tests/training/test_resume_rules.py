@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from training_helpers import read_csv, tiny_fit
+from helpers.files import read_csv
+from helpers.training import tiny_fit
 
 from visattn.training.resume import find_last_checkpoint
 

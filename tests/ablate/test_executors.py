@@ -1,0 +1,202 @@
+"""Sweeps beyond one process: --jobs N (a process per run), the Ray executor, the output-folder
+lock. The figures of a run must not depend on how many run at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from helpers.ablate import TINY_SET, write_sweep
+from helpers.files import read_csv
+from helpers.paths import REPO
+
+from visattn.ablate import ExecutionPlan, run_sweep
+from visattn.ablate.__main__ import main as ablate_main
+from visattn.ablate.executors import _device_slots
+from visattn.ablate.lock import LOCK, SweepLock
+
+# the tests that start several processes (--jobs 2, Ray, the GPU script's smoke run, DDP in
+# tests/training/test_ddp.py) run one after the other in one pytest-xdist worker: two of them at
+# once would oversubscribe 2 cores, and the sweep of the `sequential` fixture runs once
+MULTIPROCESS = pytest.mark.xdist_group("multiprocess")
+
+FIGURES = ("val/acc", "val/acc_last", "train/loss", "val/loss", "params", "macs", "epochs")
+
+
+# --------------------------------------------------------------------------- the lock
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_second_sweep_on_the_same_folder_is_refused(tmp_path: Path, fake) -> None:
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (tmp_path / "out").mkdir()
+        holder = {"host": socket.gethostname(), "pid": sleeper.pid}
+        (tmp_path / "out" / LOCK).write_text(json.dumps(holder))
+        path = write_sweep(tmp_path, [{"name": "none"}])
+        with pytest.raises(RuntimeError, match=f"in use by another sweep .*pid {sleeper.pid}"):
+            run_sweep(path, tmp_path / "out", train_fn=fake, echo=lambda s: None)
+        assert fake.calls == []
+        assert ablate_main([str(path), "--out", str(tmp_path / "out"), "--report-only"]) == 2
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_a_stale_lock_is_taken_over_with_a_warning_and_released(tmp_path: Path, fake) -> None:
+    (tmp_path / "out").mkdir()
+    dead = _dead_pid()
+    lock = tmp_path / "out" / LOCK
+    lock.write_text(json.dumps({"host": socket.gethostname(), "pid": dead}))
+    path = write_sweep(tmp_path, [{"name": "none"}])
+    with pytest.warns(UserWarning, match=f"stale sweep lock .*pid {dead} is gone"):
+        rows = run_sweep(path, tmp_path / "out", train_fn=fake, echo=lambda s: None)
+    assert [r["status"] for r in rows] == ["ok", "ok"]
+    assert not lock.exists()  # released at the end
+
+
+def test_lock_held_while_a_sweep_runs_names_this_host_and_pid(tmp_path: Path) -> None:
+    with SweepLock(tmp_path) as first:
+        holder = json.loads((tmp_path / LOCK).read_text())
+        assert holder["host"] == socket.gethostname() and holder["pid"] == os.getpid()
+        other = SweepLock(tmp_path)
+        with pytest.raises(RuntimeError, match="in use by another sweep"):
+            other.acquire()
+        assert first.path.exists()
+    assert not (tmp_path / LOCK).exists()
+
+
+def test_gpu_slots_share_devices_up_to_runs_per_device() -> None:
+    assert _device_slots(3, [], 1) == [None, None, None]
+    assert _device_slots(8, [0, 1], 2) == [0, 0, 1, 1]  # 2 GPUs x 2 runs: at most 4 at once
+    assert _device_slots(3, [0, 1], 2) == [0, 0, 1]
+    with pytest.raises(ValueError, match="must be >= 1"):
+        _device_slots(0, [], 1)
+
+
+# --------------------------------------------------------------------------- real runs
+
+
+def _tiny_sweep(tmp_path: Path, seeds=(0, 1)) -> Path:
+    data = {
+        "name": "tiny_par",
+        "base": [str(REPO / "configs" / "quickstart.yaml")],
+        "seeds": list(seeds),
+        "set": {**TINY_SET, "trainer.limit_train_batches": 3},
+        "variants": [
+            {"name": "none", "set": {"model.attention": None}},
+            {"name": "se", "set": {"model.attention": {"name": "se"}}},
+        ],
+        "profile": {"batch": 4, "warmup": 0, "repeats": 1},
+        "localization": False,
+    }
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def sequential(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, str]]:
+    """The sweep run one run after the other in this process, one thread per run (the thread
+    count the parallel runs below get, so that float sums are ordered alike)."""
+    pytest.importorskip("visattn.training.cli")
+    tmp = tmp_path_factory.mktemp("seq")
+    run_sweep(_tiny_sweep(tmp), tmp / "out", ExecutionPlan(threads=1), echo=lambda s: None)
+    return read_csv(tmp / "out" / "results.csv")
+
+
+def _figures(rows: list[dict[str, str]]) -> list[tuple]:
+    return [(r["run"], r["status"], *(r[c] for c in FIGURES)) for r in rows]
+
+
+@MULTIPROCESS
+@pytest.mark.slow
+def test_jobs_2_gives_the_same_figures_as_jobs_1(tmp_path: Path, sequential) -> None:
+    lines: list[str] = []
+    plan = ExecutionPlan(jobs=2, threads=1)
+    rows = run_sweep(_tiny_sweep(tmp_path), tmp_path / "out", plan, echo=lines.append)
+    assert [r["status"] for r in rows] == ["ok"] * 4
+    parallel = read_csv(tmp_path / "out" / "results.csv")
+    assert _figures(parallel) == _figures(sequential)
+    assert all(r["val/loss"] not in ("", None) for r in parallel)
+    assert any("started on cpu, 1 thread(s)" in ln for ln in lines)
+    assert len(list((tmp_path / "out" / "logs").glob("*.log"))) == 4  # one worker log per run
+
+
+@MULTIPROCESS
+@pytest.mark.slow
+def test_ray_runs_two_at_once_retries_a_killed_worker_and_gives_the_same_figures(
+    tmp_path: Path, sequential
+) -> None:
+    ray = pytest.importorskip("ray")
+    out = tmp_path / "out"
+    lock_file = out / "runs" / "none" / ".seed0.lock"  # names the process training the run
+    killed: list[int] = []
+    done = threading.Event()  # no fixed deadline: on a loaded machine Ray starts slowly
+
+    def kill_first_worker() -> None:  # SIGKILL the worker of none/seed0 once it trains
+        while not done.is_set() and not killed:
+            if lock_file.is_file() and (out / "runs" / "none" / "seed0").is_dir():
+                time.sleep(2.0)
+                try:
+                    pid = int(json.loads(lock_file.read_text())["pid"])
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                except (ValueError, ProcessLookupError, FileNotFoundError):
+                    pass
+            time.sleep(0.2)
+
+    killer = threading.Thread(target=kill_first_worker, daemon=True)
+    killer.start()
+    try:
+        plan = ExecutionPlan(jobs=2, executor="ray", threads=1)
+        rows = run_sweep(_tiny_sweep(tmp_path), out, plan, echo=lambda s: None)
+    finally:
+        done.set()
+        killer.join(timeout=5)
+        if ray.is_initialized():
+            ray.shutdown()
+    assert killed, "the worker was not killed (it finished first?)"
+    assert [r["status"] for r in rows] == ["ok"] * 4
+    got = read_csv(out / "results.csv")
+    assert _figures(got) == _figures(sequential)
+    attempts = {r["run"]: r["attempts"] for r in got}
+    assert attempts["none/seed0"] == "2" and attempts["se/seed1"] == "1"
+
+
+@MULTIPROCESS
+@pytest.mark.slow
+def test_gpu_script_smoke_runs_end_to_end_on_cpu(tmp_path: Path) -> None:
+    pytest.importorskip("visattn.training.cli")
+    out = tmp_path / "gpu"
+    proc = subprocess.run(
+        ["bash", str(REPO / "benchmarks" / "gpu.sh"), "--smoke", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "!!" not in proc.stdout, proc.stdout[-3000:]
+    rows = read_csv(out / "reproduce" / "results.csv")
+    assert [(r["run"], r["status"]) for r in rows] == [
+        ("resnet20_none/seed0", "ok"),
+        ("resnet20_se/seed0", "ok"),
+    ]
+    assert (out / "reproduce.md").read_text().startswith("# Sweep `cifar10_reproduce_smoke`")
+    for step in ("blocks_cpu_smoke", "train_cpu_smoke"):
+        assert (out / f"{step}.md").stat().st_size > 0, step

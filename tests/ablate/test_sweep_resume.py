@@ -1,0 +1,129 @@
+"""Sweeps that survive moves and damage: a copied folder resumes, changed settings are named,
+a damaged checkpoint is retrained, --report-only rebuilds a damaged results.csv."""
+
+from __future__ import annotations
+
+import csv
+import shutil
+from pathlib import Path
+
+import pytest
+from helpers.ablate import arg, write_sweep
+from helpers.files import read_csv
+
+from visattn.ablate import run_sweep
+from visattn.ablate.__main__ import main as ablate_main
+
+VARIANTS = [{"name": "none"}, {"name": "se", "set": {"model.attention": {"name": "se"}}}]
+
+
+def _trained(tmp_path: Path, fake) -> tuple[Path, Path]:
+    path = write_sweep(tmp_path, VARIANTS)
+    out = tmp_path / "out"
+    run_sweep(path, out, train_fn=fake, echo=lambda s: None)
+    fake.calls.clear()
+    return path, out
+
+
+def _keys(calls: list[list[str]]) -> list[str]:
+    return sorted(arg(a, "trainer.default_root_dir").split("runs/")[1] for a in calls)
+
+
+def test_a_copied_sweep_folder_resumes_without_training(tmp_path: Path, fake) -> None:
+    path, out = _trained(tmp_path, fake)
+    shutil.copytree(out, tmp_path / "copy")
+    shutil.move(out, tmp_path / "moved")
+    lines: list[str] = []
+    for folder in ("copy", "moved"):
+        rows = run_sweep(path, tmp_path / folder, train_fn=fake, echo=lines.append)
+        assert fake.calls == [], folder
+        assert [r["status"] for r in rows] == ["ok"] * 4
+    assert any("4 done earlier, 0 to run" in ln for ln in lines)
+
+
+def test_a_base_config_at_another_path_with_the_same_content_resumes(
+    tmp_path: Path,
+    fake,
+) -> None:
+    path, out = _trained(tmp_path, fake)
+    elsewhere = tmp_path / "clone"
+    elsewhere.mkdir()
+    shutil.copy(tmp_path / "base.yaml", elsewhere / "base.yaml")
+    text = path.read_text().replace(str(tmp_path / "base.yaml"), str(elsewhere / "base.yaml"))
+    path.write_text(text)
+    run_sweep(path, out, train_fn=fake, echo=lambda s: None)
+    assert fake.calls == []
+    # max_epochs is overridden by the sweep's `set`: the runs' settings stay the same
+    (elsewhere / "base.yaml").write_text("trainer:\n  max_epochs: 2\n")
+    lines: list[str] = []
+    run_sweep(path, out, train_fn=fake, dry_run=True, echo=lines.append)
+    assert all("(done)" in ln for ln in lines), lines
+    (elsewhere / "base.yaml").write_text("trainer:\n  gradient_clip_val: 0.5\n")  # now it does
+    lines.clear()
+    run_sweep(path, out, train_fn=fake, dry_run=True, echo=lines.append)
+    assert all(
+        "its settings changed: trainer.gradient_clip_val: (unset) -> 0.5" in ln for ln in lines
+    ), lines
+
+
+def test_changed_settings_are_named_and_only_those_runs_rerun(tmp_path: Path, fake) -> None:
+    _, out = _trained(tmp_path, fake)
+    variants = [VARIANTS[0], {"name": "se", "set": {"model.attention": {"name": "eca"}}}]
+    path = write_sweep(tmp_path, variants)
+    lines: list[str] = []
+    run_sweep(path, out, train_fn=fake, echo=lines.append)
+    assert _keys(fake.calls) == ["se/seed0", "se/seed1"]
+    said = [ln for ln in lines if "se/seed0" in ln and "settings changed" in ln]
+    assert said and 'model.attention.name: "se" -> "eca"' in said[0]
+
+
+def test_a_damaged_checkpoint_is_not_counted_as_done(tmp_path: Path, fake) -> None:
+    path, out = _trained(tmp_path, fake)
+    ckpt = out / "runs/se/seed0/lightning_logs/version_0/checkpoints/last.ckpt"
+    ckpt.write_bytes(b"ckpX")  # same size, other bytes
+    (out / "runs/none/seed1/lightning_logs/version_0/checkpoints/last.ckpt").write_bytes(b"ck")
+    lines: list[str] = []
+    run_sweep(path, out, train_fn=fake, echo=lines.append)
+    assert _keys(fake.calls) == ["none/seed1", "se/seed0"]
+    assert any("se/seed0 (its checkpoint" in ln and "SHA-256 differs" in ln for ln in lines)
+    assert any("none/seed1 (its checkpoint" in ln and "2 bytes, 4 when" in ln for ln in lines)
+    row = next(r for r in read_csv(out / "results.csv") if r["run"] == "se/seed0")
+    assert row["ckpt_size"] == "4" and len(row["ckpt_sha256"]) == 64
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "deleted"])
+def test_report_only_rebuilds_a_damaged_results_csv_from_the_markers(
+    tmp_path: Path,
+    fake,
+    damage: str,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    path, out = _trained(tmp_path, fake)
+    good = read_csv(out / "results.csv")
+    csv_path = out / "results.csv"
+    if damage == "truncated":
+        csv_path.write_text("".join(csv_path.read_text().splitlines(True)[:3])[:-40])
+    elif damage == "garbage":
+        csv_path.write_bytes(b"\x00\xffnot,a\nresults file\n")
+    else:
+        csv_path.unlink()
+    assert ablate_main([str(path), "--out", str(out), "--report-only"]) == 0
+    assert "rebuilt from 4 completion markers" in capsys.readouterr().out
+    assert read_csv(csv_path) == good
+    report = (out / "report.md").read_text()
+    assert "Runs: 4 ok, 0 failed, 0 not run yet" in report
+
+
+def test_report_only_refuses_a_damaged_results_csv_without_markers(
+    tmp_path: Path,
+    fake,
+    capsys: pytest.CaptureFixture,
+) -> None:
+    path, out = _trained(tmp_path, fake)
+    shutil.rmtree(out / "runs")
+    (out / "results.csv").write_text("garbage\n1,2,3\n")
+    assert ablate_main([str(path), "--out", str(out), "--report-only"]) == 2
+    err = capsys.readouterr().err
+    assert "results.csv is damaged" in err and "no completion markers" in err
+    with open(out / "results.csv", newline="") as f:
+        assert list(csv.reader(f)) == [["garbage"], ["1", "2", "3"]]  # left as it was

@@ -1,0 +1,236 @@
+"""The benchmark scripts run end to end in their smallest form and write the documented CSV
+columns; the timm twins and the GSoP reference compute what the benchmark claims they compute.
+
+Speed itself is never asserted here (timings belong in benchmarks/results, not in tests)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import subprocess
+import sys
+
+import pytest
+import torch
+from helpers.files import read_csv
+from helpers.paths import REPO, SHARED_DATA
+
+import visattn
+
+BENCH = REPO / "benchmarks"
+BLOCK_COLUMNS = {
+    "block",
+    "shape",
+    "impl",
+    "params",
+    "macs",
+    "fwd_ms",
+    "fwdbwd_ms",
+    "peak_mb",
+    "ratio_vs_timm",
+}
+TRAIN_COLUMNS = {"kind", "model", "impl", "batch_size", "images_per_s", "ratio_vs_plain", "epoch_s"}
+
+
+@pytest.fixture(scope="module")
+def bench_blocks():
+    sys.path.insert(0, str(BENCH))
+    try:
+        yield importlib.import_module("bench_blocks")
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def _run(script: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    return proc
+
+
+def test_bench_blocks_smallest_run_writes_the_documented_csv(tmp_path, bench_blocks, capsys):
+    # in this process (the script's `__main__` is `sys.exit(main())`): a fresh interpreter would
+    # cost more than the run
+    out = tmp_path / "blocks.csv"
+    status = bench_blocks.main(
+        [
+            "--blocks",
+            "se,gsop",
+            "--shapes",
+            "2x32x8x8",
+            "--gsop-shapes",
+            "2x32x8x8",
+            "--warmup",
+            "0",
+            "--repeats",
+            "1",
+            "--min-sample",
+            "0",
+            "--out",
+            str(out),
+        ]
+    )
+    stdout = capsys.readouterr().out
+    assert status == 0, stdout[-2000:]
+    rows = read_csv(out)
+    assert set(rows[0]) >= BLOCK_COLUMNS
+    by = {(r["block"], r["impl"]): r for r in rows}
+    se, twin = by[("se", "visattn")], by[("se", "timm")]
+    assert float(se["ratio_vs_timm"]) == pytest.approx(
+        float(se["fwdbwd_ms"]) / float(twin["fwdbwd_ms"])
+    )
+    assert twin["ratio_vs_timm"] == ""
+    assert twin["check"].startswith("same")
+    assert int(se["params"]) == int(twin["params"]) == 2 * 32 * 2 + 2 + 32
+    assert by[("gsop", "visattn")]["ratio_vs_timm"] == ""  # timm has no GSoP
+    assert ("gsop", "official_ihat") in by and ("gsop_covariance", "official_ihat") in by
+    assert float(by[("gsop", "visattn")]["peak_mb"]) > 0
+    assert "| block | shape | impl |" in stdout
+
+
+@pytest.mark.slow  # 50 s measured on the loaded 2-core machine
+def test_bench_blocks_large_maps_compares_fused_math_and_timm(tmp_path, bench_blocks, capsys):
+    out = tmp_path / "large.csv"
+    args = ["--large-maps", "--quick", "--blocks", "mhsa,a2", "--large-shape", "1x16"]
+    status = bench_blocks.main([*args, "--warmup", "0", "--repeats", "1", "--out", str(out)])
+    stdout = capsys.readouterr().out
+    assert status == 0, stdout[-2000:]
+    by = {(r["block"], r["shape"], r["impl"]): r for r in read_csv(out)}
+    assert set(by) == {
+        (b, f"1x16x{s}x{s}", impl)
+        for s in (14, 28)
+        for b, impls in (("mhsa", ("visattn", "math", "timm")), ("a2", ("visattn",)))
+        for impl in impls
+    }
+    fused, math = by[("mhsa", "1x16x28x28", "visattn")], by[("mhsa", "1x16x28x28", "math")]
+    assert float(fused["mem_vs_math"]) == pytest.approx(
+        float(fused["peak_mb"]) / float(math["peak_mb"])
+    )
+    assert float(fused["mem_vs_math"]) < 0.7  # no (HW)^2 weights kept: measured 0.28
+    assert by[("mhsa", "1x16x14x14", "timm")]["check"].startswith("same")
+    assert "no HW x HW matrix" in by[("a2", "1x16x14x14", "visattn")]["note"]
+    assert "## Goals at 28x28" in stdout
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(
+        n
+        for n in visattn.list_blocks()
+        if n in ("se", "eca", "cbam", "spatial", "gc", "coord", "nonlocal")
+    ),
+)
+def test_timm_twin_computes_the_same_function(bench_blocks, name):
+    spec = bench_blocks.TWINS[name]
+    for c in (64, 256):
+        block = visattn.create_block(name, c, **spec.options)
+        assert bench_blocks.check_twin(block, spec.build(block, c), spec, c).startswith("same")
+
+
+def test_twin_check_reports_a_twin_with_other_weights(bench_blocks):
+    spec = dataclasses.replace(bench_blocks.TWINS["se"], pairs=lambda b, t: [])
+    block = visattn.create_block("se", 64)
+    assert bench_blocks.check_twin(block, spec.build(block, 64), spec, 64).startswith("DIFFERS")
+
+
+def test_official_style_covariance_matches_the_textbook_covariance_and_its_gradient(bench_blocks):
+    z = torch.randn(3, 5, 4, 6, dtype=torch.float64, requires_grad=True)
+    g = torch.randn(3, 5, 5, dtype=torch.float64)
+    cov = bench_blocks._CovpoolIHat.apply(z)
+    (grad,) = torch.autograd.grad(cov, z, g)
+    z2 = z.detach().clone().requires_grad_(True)
+    flat = z2.flatten(2)
+    centred = flat - flat.mean(2, keepdim=True)
+    expected = centred @ centred.transpose(1, 2) / flat.shape[2]  # biased, as GSoP
+    (expected_grad,) = torch.autograd.grad(expected, z2, g)
+    torch.testing.assert_close(cov, expected)
+    torch.testing.assert_close(grad, expected_grad)
+
+
+def test_interleaved_timing_alternates_the_order_every_repeat(bench_blocks):
+    from _common import interleaved_median_ms
+
+    calls: list[str] = []
+    fns = {k: (lambda k=k: calls.append(k)) for k in ("a", "b")}
+    ms = interleaved_median_ms(fns, device="cpu", warmup=1, repeats=4, clock="cpu")
+    assert set(ms) == {"a", "b"}
+    # warm-up a, b; one calibration call each; then a b | b a | a b | b a
+    assert calls == ["a", "b", "a", "b", "a", "b", "b", "a", "a", "b", "b", "a"]
+
+
+def test_cpu_peak_memory_sees_a_known_allocation(bench_blocks):
+    from _common import peak_memory_mb
+
+    def alloc() -> None:
+        a = torch.ones(1 << 20)  # 4 MiB
+        b = torch.ones(1 << 19)  # 2 MiB, live together with a
+        del a, b
+
+    assert peak_memory_mb(alloc, "cpu") == pytest.approx(6.0, abs=0.1)
+
+
+@pytest.mark.slow  # two Lightning fits in a fresh interpreter: ~15 s idle, ~30 s on a busy machine
+def test_bench_train_smallest_run_writes_the_documented_csv(tmp_path):
+    out = tmp_path / "train.csv"
+    proc = _run(
+        "bench_train.py",
+        "--models",
+        "resnet20_cifar",
+        "--batch-size",
+        "4",
+        "--steps",
+        "1",
+        "--warmup",
+        "1",
+        "--rounds",
+        "1",
+        "--skip-data",
+        "--out",
+        str(out),
+        timeout=240,
+    )
+    rows = read_csv(out)
+    assert set(rows[0]) >= TRAIN_COLUMNS
+    impls = {r["impl"]: r for r in rows}
+    assert set(impls) == {"plain", "lightning_min", "lightning_default"}
+    assert float(impls["plain"]["ratio_vs_plain"]) == 1.0
+    for r in rows:
+        assert float(r["images_per_s"]) > 0
+        assert float(r["epoch_s"]) == pytest.approx(50_000 / float(r["images_per_s"]))
+    assert "Lightning / plain" in proc.stdout
+
+
+@pytest.mark.data
+@pytest.mark.slow
+def test_bench_train_measures_both_data_pipelines(tmp_path):
+    out = tmp_path / "train.csv"
+    _run(
+        "bench_train.py",
+        "--data-root",
+        str(SHARED_DATA),
+        "--models",
+        "resnet20_cifar",
+        "--impls",
+        "plain",
+        "--batch-size",
+        "8",
+        "--steps",
+        "1",
+        "--warmup",
+        "0",
+        "--rounds",
+        "1",
+        "--loader-batches",
+        "2",
+        "--out",
+        str(out),
+        timeout=240,
+    )
+    data = {r["impl"]: r for r in read_csv(out) if r["kind"] == "data"}
+    assert set(data) == {"loader_albumentations", "loader_device_aug", "device_aug_only"}
+    assert all(float(r["images_per_s"]) > 0 for r in data.values())

@@ -1,0 +1,310 @@
+"""Deployment: every registered block and named model exports to ONNX and gives PyTorch's outputs in
+onnxruntime; torch.export programs; the ``python -m visattn export`` command."""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+from helpers.tiers import REPRESENTATIVE_MODELS, tiered
+from helpers.weights import randomize
+
+import visattn
+from visattn.blocks import registry
+from visattn.export import ExportError, export_onnx, export_program
+from visattn.profile import calibrate_batch_norm
+
+ort = pytest.importorskip("onnxruntime")
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxscript")
+
+C = 16
+SIZE = (3, 12, 12)
+# CI budget: the dynamo exporter takes tens of seconds per ResNet on 2 shared cores, so one
+# small named model runs by default and the rest are marked slow
+FAST_MODELS = {"se_resnet20_cifar"}
+
+
+def _net(name: str, **kwargs) -> nn.Module:
+    return randomize(
+        nn.Sequential(nn.Conv2d(3, C, 3, padding=1), visattn.create_block(name, C, **kwargs)), 1
+    ).eval()
+
+
+def _op_types(path: Path) -> set[str]:
+    return {n.op_type for n in onnx.load(str(path)).graph.node}
+
+
+# blocks that zero-pad H and W to a multiple of their block size: they export for one spatial size
+PAD_TO_BLOCK = {"bat", "halo"}
+
+
+# blocks whose export and two-size check take over 5 s each on 2 cores (measured): marked slow,
+# so `pytest -m "not slow"` stays quick; the default run exports every block
+SLOW_EXPORTS = {
+    "acmix", "bat", "caa", "cc", "ema", "ge", "gsop", "halo", "lambda", "mhsa", "mlca", "nonlocal",
+    "psa", "residual_attention", "scsa", "scse", "shuffle", "sk", "srm",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "name",
+    tiered(visattn.list_blocks(), slow=SLOW_EXPORTS),
+)
+def test_every_block_exports_and_matches_in_onnxruntime(name: str, tmp_path: Path) -> None:
+    """One graph with symbolic batch, height and width: batch 1 and 3 (traced with 2) and a second
+    spatial size, all equal to PyTorch in onnxruntime's CPU provider."""
+    net = _net(name)
+    if name in PAD_TO_BLOCK:
+        # a graph with symbolic H, W computes the wrong padding in onnxruntime; the check refuses
+        # it naming the block, and a graph for one spatial size matches
+        with pytest.raises(ExportError, match=f"block '{name}'"):
+            export_onnx(net, tmp_path / f"{name}.onnx", input_size=SIZE, dynamic_size=True)
+        report = export_onnx(net, tmp_path / f"{name}.onnx", input_size=SIZE)
+        assert [s[0] for s in report.checked] == [1, 3] and report.max_abs_diff < 1e-4
+        return
+    report = export_onnx(net, tmp_path / f"{name}.onnx", input_size=SIZE, dynamic_size=True)
+    assert report.exporter == "dynamo"
+    assert [s[0] for s in report.checked] == [1, 3, 3]
+    assert report.checked[-1][2:] != SIZE[1:]
+    # the file stands on its own: a fresh session on a batch of 5 agrees as well
+    sess = ort.InferenceSession(str(report.path), providers=["CPUExecutionProvider"])
+    x = torch.randn(5, 3, 10, 14)
+    (got,) = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})
+    with torch.no_grad():
+        ref = net(x)
+    scale = max(1.0, float(ref.abs().max()))  # float32 rounding grows with the output's size
+    assert report.max_abs_diff < 1e-4 * scale
+    torch.testing.assert_close(torch.from_numpy(got), ref, rtol=1e-4, atol=1e-5 * scale)
+
+
+GLOBAL_MAX = [("se", {"pool": "max"}), ("cbam", {"pool_types": ["max"]}), ("cbam", {})]
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+@pytest.mark.parametrize(("name", "kwargs"), GLOBAL_MAX, ids=["se_max", "cbam_max", "cbam"])
+def test_global_max_pooling_stays_global_at_another_input_size(
+    name: str, kwargs: dict, exporter: str, tmp_path: Path
+) -> None:
+    """pytorch/pytorch#98189: AdaptiveMaxPool2d(1) could become a MaxPool whose window is the
+    traced size, wrong at any other size. Here it is a global reduction at every size."""
+    path = tmp_path / "m.onnx"
+    report = export_onnx(
+        _net(name, **kwargs), path, input_size=SIZE, dynamic_size=True, exporter=exporter
+    )
+    assert report.exporter == exporter
+    ops = _op_types(path)
+    assert "MaxPool" not in ops
+    assert ops & {"ReduceMax", "GlobalMaxPool"}
+
+
+def _temporary_block(name: str, forward) -> AbstractContextManager:
+    """A block ``name`` with a scale parameter and ``forward``, registered within a ``with``."""
+
+    class Block(nn.Module):
+        def __init__(self, channels: int) -> None:
+            super().__init__()
+            self.scale = nn.Parameter(torch.ones(channels, 1, 1))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return forward(self, x)
+
+    return registry.registered_block(name, Block, family="channel", paper="test")
+
+
+def test_a_block_that_cannot_export_is_named_with_the_reason(tmp_path: Path) -> None:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # data-dependent Python control flow
+        return x * self.scale if float(x.sum()) > 0 else x
+
+    with _temporary_block("data_branch", forward):
+        net = nn.Sequential(nn.Conv2d(3, C, 3, padding=1), visattn.create_block("data_branch", C))
+        with pytest.raises(ExportError, match=r"block 'data_branch' at 1 \(Block\): \w+"):
+            export_onnx(net, tmp_path / "m.onnx", input_size=SIZE)
+
+
+def test_a_graph_that_computes_something_else_is_refused(tmp_path: Path) -> None:
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # exports a different function
+        return x if torch.compiler.is_exporting() else x * self.scale * 2
+
+    with _temporary_block("two_faced", forward):
+        net = nn.Sequential(nn.Conv2d(3, C, 3, padding=1), visattn.create_block("two_faced", C))
+        with pytest.raises(ExportError, match=r"differs from PyTorch.*block 'two_faced' at 1"):
+            export_onnx(net, tmp_path / "m.onnx", input_size=SIZE)
+
+
+def test_export_restores_training_mode_and_refuses_an_open_capture(tmp_path: Path) -> None:
+    net = _net("se").train()
+    export_onnx(
+        net, tmp_path / "m.onnx", input_size=SIZE, dynamic_batch=False, exporter="torchscript"
+    )
+    assert net.training
+    with visattn.capture_attention(net), pytest.raises(ExportError, match="capture_attention"):
+        export_onnx(net, tmp_path / "m.onnx", input_size=SIZE)
+    with pytest.raises(ValueError, match="exporter"):
+        export_onnx(net, tmp_path / "m.onnx", input_size=SIZE, exporter="tflite")
+    with pytest.raises(ValueError, match="input_size"):
+        export_onnx(nn.Conv2d(3, 3, 1), tmp_path / "m.onnx")
+
+
+def test_old_opsets_use_the_torchscript_exporter(tmp_path: Path) -> None:
+    report = export_onnx(_net("eca"), tmp_path / "m.onnx", input_size=SIZE, opset=17)
+    assert (report.exporter, report.opset) == ("torchscript", 17)
+    assert report.max_abs_diff < 1e-4
+
+
+def test_torch_export_program_round_trips(tmp_path: Path) -> None:
+    net = _net("cbam")
+    report = export_program(net, tmp_path / "m.pt2", input_size=SIZE, dynamic_size=True)
+    assert report.format == "pt2" and report.max_abs_diff < 1e-5
+    loaded = torch.export.load(str(tmp_path / "m.pt2")).module()
+    x = torch.randn(4, 3, 9, 13)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x), net(x))
+
+
+def test_calibrate_batch_norm_sets_the_average_statistics_of_its_batches() -> None:
+    net = nn.Sequential(nn.Conv2d(3, 4, 1), nn.BatchNorm2d(4, momentum=0.3))
+    weights = {k: v.clone() for k, v in net.named_parameters()}
+    calibrate_batch_norm(net, (5, 3, 6, 7), batches=3, seed=4)
+    gen = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        ys = [net[0](torch.randn(5, 3, 6, 7, generator=gen)) for _ in range(3)]
+    mean = torch.stack([y.mean((0, 2, 3)) for y in ys]).mean(0)
+    var = torch.stack([y.var((0, 2, 3), unbiased=True) for y in ys]).mean(0)
+    bn = net[1]
+    torch.testing.assert_close(bn.running_mean, mean)
+    torch.testing.assert_close(bn.running_var, var)
+    assert bn.num_batches_tracked == 3 and bn.momentum == 0.3 and not net.training
+    for k, v in net.named_parameters():
+        torch.testing.assert_close(v, weights[k])
+
+
+@pytest.mark.parametrize(
+    "name",
+    tiered(
+        visattn.list_models(),
+        keep=REPRESENTATIVE_MODELS,
+        slow=lambda n: n not in FAST_MODELS,
+    ),
+)
+def test_every_named_model_exports_and_matches_in_onnxruntime(name: str, tmp_path: Path) -> None:
+    """The model's own initialisation, with the zero-initialised tensors of its attention blocks
+    (GC's and nonlocal's last layer) made small and random, so no block is the identity, and
+    its BN statistics calibrated (``visattn.profile.calibrate_batch_norm``: at their own
+    initialisation Residual Attention networks give outputs near 1e7, where float32 rounding
+    alone exceeds any tolerance)."""
+    model = visattn.create_model(name)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for m in model.modules():
+            if registry.is_block(m):
+                for p in m.parameters():
+                    if not p.any():
+                        p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
+    calibrate_batch_norm(model, (8, *model.default_input_size))
+    with torch.no_grad():
+        scale = float(model(torch.randn(2, *model.default_input_size)).abs().max())
+    assert 1e-2 < scale < 1e3, f"calibrated {name} still gives outputs of {scale:.3g}"
+    report = export_onnx(model, tmp_path / f"{name}.onnx")
+    assert report.exporter == "dynamo"
+    assert [s[1:] for s in report.checked] == [model.default_input_size] * 2
+    # float32 through 20-150 layers with other kernels (onnxruntime's GEMM and conv algorithms):
+    # relative differences reach ~1e-4 (botnet50 1.06e-4, its 196-token softmaxes), so 5e-4 of
+    # the output's size, twice as tight as export_onnx's own check
+    assert report.max_abs_diff < 5e-4 * max(1.0, scale)
+
+
+# ---- command line ----------------------------------------------------------------------------
+
+
+def test_cli_exports_a_registered_model_and_reports_the_difference(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from visattn.__main__ import main
+
+    out = tmp_path / "m.onnx"
+    rc = main(
+        [
+            "export",
+            "--model",
+            "resnet20_cifar",
+            "--out",
+            str(out),
+            "--exporter",
+            "torchscript",
+            "--num-classes",
+            "7",
+        ]
+    )
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    assert out.is_file() and "max |diff| = " in text and text.rstrip().endswith("ok")
+    sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    assert sess.get_outputs()[0].shape[-1] == 7
+
+
+def test_cli_refuses_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from visattn.__main__ import main
+
+    assert main(["export", "--model", "resnet_20", "--out", str(tmp_path / "m.onnx")]) == 2
+    assert "resnet20" in capsys.readouterr().err  # the close match
+    assert main(["export", "--model", "resnet20_cifar", "--out", str(tmp_path / "m.tf")]) == 2
+    assert main(["export", "--ckpt", str(tmp_path / "none.ckpt"), "--out", "m.onnx"]) == 2
+    with pytest.raises(SystemExit):
+        main(["export", "--out", "m.onnx"])
+
+
+def _checkpoint(tmp_path: Path) -> Path:
+    """A train_cls.py-style checkpoint without training: the module's and data module's saved
+    hyperparameters and the network's weights."""
+    lightning = pytest.importorskip("lightning")
+    from visattn.data.datamodule import VisattnDataModule
+    from visattn.training.module import ClassificationModule
+
+    module = ClassificationModule(model="resnet20_cifar", num_classes=4, attention={"name": "eca"})
+    randomize(module.net, 1).eval()
+    dm = VisattnDataModule(dataset="shapes", num_workers=0)
+    path = tmp_path / "run.ckpt"
+    torch.save(
+        {
+            "state_dict": module.state_dict(),
+            "hyper_parameters": dict(module.hparams),
+            "datamodule_hyper_parameters": dict(dm.hparams),
+            "pytorch-lightning_version": lightning.__version__,
+        },
+        path,
+    )
+    return path
+
+
+def test_cli_exports_a_checkpoint_with_its_weights(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from visattn.__main__ import load_for_export, main
+
+    ckpt = _checkpoint(tmp_path)
+    net, size, what = load_for_export(str(ckpt), None, None)
+    assert size == (3, 32, 32) and "resnet20_cifar" in what and "mean" in what
+    out = tmp_path / "run.onnx"
+    rc = main(["export", "--ckpt", str(ckpt), "--out", str(out), "--exporter", "torchscript"])
+    assert rc == 0, capsys.readouterr().err
+    sess = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
+    x = torch.randn(2, *size)
+    (got,) = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})
+    with torch.no_grad():  # the trained weights, not a fresh network
+        torch.testing.assert_close(torch.from_numpy(got), net.eval()(x), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_cli_writes_a_torch_export_program_from_a_checkpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from visattn.__main__ import main
+
+    out = tmp_path / "run.pt2"
+    assert main(["export", "--ckpt", str(_checkpoint(tmp_path)), "--out", str(out)]) == 0
+    assert "torch.export" in capsys.readouterr().out
+    assert torch.export.load(str(out)).module()(torch.randn(1, 3, 32, 32)).shape == (1, 4)

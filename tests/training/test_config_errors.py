@@ -1,0 +1,81 @@
+"""Clear, early errors from the training command line: an impossible ``image_size``, a class
+count given in the wrong place (the message points to the real option), a broken config file
+(named, with its line), and training used without the ``train`` extra."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers.paths import REPO
+
+QUICKSTART = str(REPO / "configs" / "quickstart.yaml")
+
+
+# ---------------------------------------------------------------------------------------- CLI
+
+
+def _cli(*args: str):
+    from visattn.training import VisattnCLI
+
+    return VisattnCLI(
+        args=["--config", QUICKSTART, *args], run=False, parser_kwargs={"exit_on_error": False}
+    )
+
+
+def test_cli_image_size_zero_names_image_size() -> None:
+    with pytest.raises(ValueError, match="image_size"):
+        _cli("--data.image_size=0")
+
+
+def test_cli_model_num_classes_points_to_a_real_option() -> None:
+    with pytest.raises(Exception, match=r"data\.num_classes") as err:
+        _cli("--model.num_classes=5")
+    assert "--data.num_classes" in str(err.value) or "data.num_classes" in str(err.value)
+    cli = _cli("--data.num_classes=9")  # the option the message names exists and works
+    assert cli.model.hparams.num_classes == 9
+    with pytest.raises(ValueError, match="shapes data has 9 classes"):
+        _cli("--data.num_classes=5")
+
+
+def test_yaml_syntax_error_names_the_config_file(tmp_path: Path) -> None:
+    bad = tmp_path / "broken.yaml"
+    bad.write_text("model:\n  model: resnet20_cifar\n lr: [0.1\n")
+    with pytest.raises(ValueError, match=r"broken\.yaml") as err:
+        _cli("--config", str(bad))
+    assert "<unicode string>" not in str(err.value)
+    assert "line" in str(err.value)
+
+
+# ------------------------------------------------------------------------------------- extras
+
+_WITHOUT_TRAIN = """
+import sys
+for m in ("lightning", "lightning.pytorch", "albumentations", "torchmetrics"):
+    sys.modules[m] = None  # as if not installed
+import torch, visattn
+m = visattn.create_model("se_resnet20_cifar", num_classes=3)
+assert m(torch.randn(1, 3, 32, 32)).shape == (1, 3)
+assert visattn.create_block("cbam", 32)(torch.randn(1, 32, 4, 4)).shape == (1, 32, 4, 4)
+from visattn.data import make_shapes  # the generator needs no extra
+assert make_shapes(2)[0].shape == (2, 32, 32, 3)
+for stmt in ("import visattn.training", "from visattn.data import VisattnDataModule",
+             "import visattn.data.datamodule", "import visattn.data.transforms"):
+    try:
+        exec(stmt)
+    except ImportError as e:
+        assert "pip install visattn[train]" in str(e), (stmt, str(e))
+        print("ok:", stmt)
+    else:
+        raise SystemExit(f"{stmt} did not raise")
+"""
+
+
+def test_training_without_the_extra_names_it() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_TRAIN], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.count("ok:") == 4
