@@ -15,8 +15,8 @@ import timm
 import torch
 
 pytest.importorskip("lightning")
+from helpers.training import TINY_TRAINER
 from timm.data import ImageNetInfo
-from training_helpers import TINY_TRAINER
 
 from visattn.data.datamodule import VisattnDataModule
 from visattn.models.pretrained import get_pretrained

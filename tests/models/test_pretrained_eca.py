@@ -12,7 +12,7 @@ import timm
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from placement_helpers import as_if_trained
+from helpers.weights import randomize
 
 import visattn
 from visattn.models.pretrained import get_pretrained, load_pretrained
@@ -90,7 +90,7 @@ class _RefEcaResNet(nn.Module):
 
 def _authors_file(depth: int, path: Path) -> tuple[nn.Module, Path]:
     torch.manual_seed(depth)
-    ref = as_if_trained(_RefEcaResNet(depth), seed=depth)
+    ref = randomize(_RefEcaResNet(depth), depth, norms_only=True)
     torch.save({"state_dict": {f"module.{k}": v for k, v in ref.state_dict().items()}}, path)
     return ref, path
 

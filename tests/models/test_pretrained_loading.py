@@ -13,7 +13,7 @@ import pytest
 import timm
 import torch
 import torch.nn as nn
-from placement_helpers import as_if_trained
+from helpers.weights import randomize
 
 import visattn
 from visattn.models.pretrained import get_pretrained, load_pretrained
@@ -23,7 +23,7 @@ X = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(0))
 
 
 def _timm_file(tmp_path: Path, timm_name: str = "skresnet18") -> tuple[nn.Module, Path]:
-    ref = as_if_trained(timm.create_model(timm_name), seed=7).eval()
+    ref = randomize(timm.create_model(timm_name), 7, norms_only=True).eval()
     path = tmp_path / f"{timm_name}.pth"
     torch.save(ref.state_dict(), path)
     return ref, path
@@ -97,7 +97,7 @@ def test_a_tag_loads_from_the_users_hub_cache_offline(tmp_path: Path):
     the commit named by ``refs/main``."""
     from safetensors.torch import save_file
 
-    ref = as_if_trained(timm.create_model("skresnet18"), seed=8).eval()
+    ref = randomize(timm.create_model("skresnet18"), 8, norms_only=True).eval()
     org, name = get_pretrained("sk_resnet18.ra_in1k").hf_hub_id.split("/")
     repo = tmp_path / "hf" / "hub" / f"models--{org}--{name}"
     commit = "0123456789abcdef0123456789abcdef01234567"

@@ -15,8 +15,8 @@ import timm
 import torch
 
 pytest.importorskip("lightning")
-from placement_helpers import as_if_trained
-from training_helpers import TINY_TRAINER
+from helpers.training import TINY_TRAINER
+from helpers.weights import randomize
 
 from visattn.models.pretrained import get_pretrained
 from visattn.training.cli import cli_main
@@ -38,7 +38,7 @@ def _imagefolder(root: Path, classes: int = 3) -> Path:
 
 @pytest.mark.slow
 def test_finetune_config_starts_from_the_tags_weights(tmp_path: Path) -> None:
-    released = as_if_trained(timm.create_model("seresnet50"), seed=3)
+    released = randomize(timm.create_model("seresnet50"), 3, norms_only=True)
     path = tmp_path / "seresnet50.ra2_in1k.pth"
     torch.save(released.state_dict(), path)
     kwargs = {"pretrained": True, "pretrained_cfg_overlay": {"file": str(path)}}
