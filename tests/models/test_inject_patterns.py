@@ -146,7 +146,7 @@ def test_modules_that_cannot_take_a_block_are_skipped_or_refused():
         nn.Linear(32, 4),
         nn.Conv2d(3, 3, 1),  # never called (after the head)
     )
-    model.forward = lambda x: model[4](model[3](model[2](model[1](model[0](x)))))  # noqa: PLW0108
+    model.forward = lambda x: model[4](model[3](model[2](model[1](model[0](x)))))
     plan = visattn.inject(model, {"name": "se", "after": "*"}, dry_run=True, input_size=SIZE)
     assert plan.paths == ["0.attn_after", "1.attn_after", "2.attn_after"]
     assert plan.blocks[2].spatial == (1, 1)
@@ -210,7 +210,7 @@ def test_a_block_too_large_for_the_map_is_refused_before_the_model_changes(train
 
 
 def test_placement_keys_are_validated():
-    with pytest.raises(ValueError, match="give one of .* not 'after' and 'before'"):
+    with pytest.raises(ValueError, match=r"give one of .* not 'after' and 'before'"):
         Placement("se", after="a", before="b")
     with pytest.raises(ValueError, match="'after' selects modules by pattern and 'stages'"):
         Placement("se", after="features.*", stages=[2])
