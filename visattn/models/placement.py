@@ -1,4 +1,4 @@
-"""Attention placement: a config that says which block goes where in a ResNet.
+"""Attention placement: a config that says which block goes where in a ResNet or any CNN.
 
 A placement is a :class:`Placement` (a frozen dataclass) or the same mapping in Python or YAML
 (README, "Models and placement")::
@@ -12,7 +12,19 @@ each mapping once; a :class:`Placement` is already valid and passes through);
 :func:`apply_placements` fills the slots of a model (see
 :class:`visattn.models.resnet.SlottedBlock`).
 
-Where blocks go (module paths are predictable; tests rely on them):
+A placement selects its targets in one of two ways, and one mechanism fills what either
+selects (:mod:`visattn.models.sites`: every target becomes a site, all blocks are built and
+checked, then installed):
+
+* ResNet keys ``stages``/``blocks``/``position``: residual blocks of ``layer1, layer2, ...``
+  (below);
+* pattern keys ``after``/``before``/``replace`` (:data:`PATTERN_KEYS`, see
+  :mod:`visattn.models.patterns`): modules by class name or path glob, in any ``nn.Module``;
+  with ``position``, a place inside each matched block of a known family
+  (:mod:`visattn.models.families`). A ResNet block selected by class fills the very slots that
+  ``stages``/``blocks`` fill (:func:`slot_site` is the one definition of them).
+
+Where ResNet placements put blocks (module paths are predictable; tests rely on them):
 
 * a block position ``p`` of block ``j`` of stage ``i``: ``layer{i}.{j}.attn_{p}``;
 * position ``conv`` of block ``j`` of stage ``i``: the block *replaces* the residual branch's

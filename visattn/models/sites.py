@@ -14,7 +14,10 @@ The kinds of site:
   ``nn.Sequential`` stage is turned into one, with the same child names).
 * ``after`` / ``before``: any module. The block becomes a child of that module (``attn_after``
   or ``attn_before``) and a forward hook (``before``: a forward pre-hook) on the module applies
-  it to the module's output (``before``: its first input).
+  it to the module's output (``before``: its first input). A container's forward may run every
+  child, so a site on a stock ``nn.Sequential`` moves to its last child (``before``: its first
+  child), which sees the same tensor; other containers are refused
+  (:mod:`visattn.models.patterns`).
 * ``replace``: the module at that path is swapped for the block (``replace: se``).
 
 Why hooks, not wrappers, for ``after``/``before``: a hook leaves the host's module objects where
