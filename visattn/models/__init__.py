@@ -15,8 +15,8 @@ from .inject import inject
 from .placement import apply_placements, normalize_placements
 from .registry import ModelSpec, UnknownModelError, get_model_spec, list_models, register_model
 from .residual_attention import ResidualAttentionNet
-from .sites import InjectionPlan
 from .resnet import BasicBlock, Bottleneck, PreActBottleneck, ResNet, ResNetStage
+from .sites import InjectionPlan
 from .zoo import ECA_NET50_KERNELS, eca_placements
 
 timm_bridge.connect()  # every listed model is a timm model from here on
