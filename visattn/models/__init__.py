@@ -1,5 +1,6 @@
 """Backbones (CIFAR / ImageNet ResNets, Residual Attention Networks), attention placement by
-config, injection into torchvision / timm ResNets, and the model factory.
+config (ResNet stages and blocks, or module patterns in any CNN), injection into torchvision,
+timm and other CNNs, and the model factory.
 
 Modules: :mod:`.builders` (functions that build a backbone), :mod:`.registry` (``ModelSpec``,
 names, listing), :mod:`.zoo` (the named models), :mod:`.factory` (``create_model``),
@@ -15,6 +16,7 @@ from .placement import apply_placements, normalize_placements
 from .registry import ModelSpec, UnknownModelError, get_model_spec, list_models, register_model
 from .residual_attention import ResidualAttentionNet
 from .resnet import BasicBlock, Bottleneck, PreActBottleneck, ResNet, ResNetStage
+from .sites import InjectionPlan
 from .zoo import ECA_NET50_KERNELS, eca_placements
 
 timm_bridge.connect()  # every listed model is a timm model from here on
@@ -23,6 +25,7 @@ __all__ = [
     "ECA_NET50_KERNELS",
     "BasicBlock",
     "Bottleneck",
+    "InjectionPlan",
     "LoadReport",
     "ModelSpec",
     "PreActBottleneck",

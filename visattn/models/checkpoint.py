@@ -29,7 +29,7 @@ import torch
 import torch.nn as nn
 
 from .._errors import first_line
-from ..constants import SLOT_POSITIONS
+from ..constants import HOOK_SLOTS, SLOT_POSITIONS
 
 __all__ = [
     "CheckpointError",
@@ -44,7 +44,9 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
-_ATTENTION_KEY = re.compile(rf"(^|\.)attn_({'|'.join(SLOT_POSITIONS)})\.")
+# the keys of attention slots and of blocks placed after/before a module (visattn.models.sites)
+_SLOT_ATTRS = [f"attn_{p}" for p in SLOT_POSITIONS] + list(HOOK_SLOTS)
+_ATTENTION_KEY = re.compile(rf"(^|\.)({'|'.join(_SLOT_ATTRS)})\.")
 
 
 @dataclass

@@ -11,6 +11,12 @@ Conflicts:
   (``se_resnet50`` + BAM after stages);
 * ``attention=`` on a Residual Attention Network raises ``ValueError`` (no ResNet slots);
 * ``checkpoint_path=`` and ``pretrained_backbone=`` together raise ``ValueError``.
+
+Names ``tv:<torchvision name>`` and ``timm:<timm name>`` build that library's model (random
+weights; ``pretrained_backbone=`` loads a local state_dict file) and place ``attention`` with
+:func:`visattn.inject`, so any placement by pattern works (``{"name": "se", "after":
+["InvertedResidual"], "position": "standard"}``); keyword options go to the library's
+constructor, except ``input_size=(C, H, W)``, the probe size of pattern placements.
 """
 
 from __future__ import annotations
@@ -22,14 +28,17 @@ from typing import Any
 import timm
 import torch.nn as nn
 
-from ..constants import STATS
+from ..constants import IMAGENET_MEAN, IMAGENET_STD, STATS
 from .checkpoint import load_checkpoint
 from .features import check_global_pool
 from .placement import apply_placements, normalize_placements
 from .pretrained import get_pretrained, list_pretrained
-from .registry import ModelSpec, get_model_spec
+from .registry import ModelSpec, UnknownModelError, get_model_spec
 
-__all__ = ["create_model", "pretrained_cfg_for"]
+__all__ = ["FOREIGN_PREFIXES", "create_model", "pretrained_cfg_for"]
+
+#: name prefixes of models built by another library (then injected): torchvision and timm
+FOREIGN_PREFIXES = ("tv:", "timm:")
 
 
 def _final_reduction(spec: ModelSpec, options: dict[str, Any]) -> int:
@@ -141,9 +150,10 @@ def create_model(
 
     Args:
         name: a name from :func:`visattn.list_models` or ``<block>_<backbone>`` (``visattn_``
-            prefix accepted), or a pretrained tag ``<model>.<tag>`` from
+            prefix accepted), a pretrained tag ``<model>.<tag>`` from
             :func:`visattn.list_pretrained` (``se_resnet50.ra2_in1k``): the model then carries
-            the tag's ``pretrained_cfg`` (eval transform, where its file is), as in timm.
+            the tag's ``pretrained_cfg`` (eval transform, where its file is), as in timm; or
+            ``tv:<torchvision model>`` / ``timm:<timm model>`` (see the module docstring).
         num_classes: classifier outputs (default: the model's dataset, 10 for CIFAR models,
             1000 for ImageNet models; ``0`` gives no classifier, pooled features out).
         in_chans: input channels.
@@ -178,6 +188,23 @@ def create_model(
         TypeError: an unknown option.
         ValueError: an option conflicting with the name, or a bad placement.
     """
+    if isinstance(name, str) and name.startswith(FOREIGN_PREFIXES):
+        if pretrained or pretrained_cfg_overlay is not None:
+            raise ValueError(
+                f"create_model({name!r}): pretrained tags are for visattn's named models; a "
+                "tv:/timm: network is built with random weights: give its weights file as "
+                "pretrained_backbone="
+            )
+        return _create_foreign(
+            name,
+            num_classes=num_classes,
+            in_chans=in_chans,
+            global_pool=global_pool,
+            attention=attention,
+            checkpoint_path=checkpoint_path,
+            pretrained_backbone=pretrained_backbone,
+            **kwargs,
+        )
     given = dict(num_classes=num_classes, in_chans=in_chans, global_pool=global_pool)
     given.update(attention=attention, checkpoint_path=checkpoint_path)
     given.update(kwargs, pretrained_backbone=pretrained_backbone)
@@ -213,6 +240,98 @@ def create_model(
     model.pretrained_cfg = pretrained_cfg_for(
         spec, num_classes=num_classes, in_chans=in_chans, options=built
     )
+    if checkpoint_path is not None:
+        load_checkpoint(model, checkpoint_path)
+    if pretrained_backbone is not None:
+        load_checkpoint(model, pretrained_backbone, classifier="if_matching")
+    return model
+
+
+def _last_linear(model: nn.Module) -> str:
+    names = [p for p, m in model.named_modules() if isinstance(m, nn.Linear)]
+    return names[-1] if names else "fc"
+
+
+def _unknown(library: str, arch: str, known: list[str], name: str) -> UnknownModelError:
+    close = difflib.get_close_matches(arch, known, n=3, cutoff=0.6)
+    hint = f"; did you mean {', '.join(repr(f'{library}:{c}') for c in close)}?" if close else ""
+    return UnknownModelError(f"unknown model {name!r}{hint}")
+
+
+def _build_foreign(
+    name: str, num_classes: int, in_chans: int, global_pool: str, kwargs: dict[str, Any]
+) -> tuple[nn.Module, dict[str, Any]]:
+    """The torchvision / timm model and its data config (``input_size``, ``mean``, ``std``,
+    ``classifier``)."""
+    library, _, arch = name.partition(":")
+    if library == "timm":
+        import timm
+
+        if arch not in timm.list_models():
+            raise _unknown("timm", arch, timm.list_models(), name)
+        model = timm.create_model(
+            arch,
+            pretrained=False,
+            num_classes=num_classes,
+            in_chans=in_chans,
+            global_pool=global_pool,
+            **kwargs,
+        )
+        return model, dict(model.pretrained_cfg)
+    import torchvision
+
+    known = torchvision.models.list_models(module=torchvision.models)
+    if arch not in known:
+        raise _unknown("tv", arch, known, name)
+    if in_chans != 3 or global_pool != "avg" or num_classes == 0:
+        raise ValueError(
+            f"create_model({name!r}): torchvision models take in_chans=3, global_pool='avg' and "
+            "num_classes >= 1; use a 'timm:' model for other settings"
+        )
+    model = torchvision.models.get_model(arch, weights=None, num_classes=num_classes, **kwargs)
+    cfg = {
+        "architecture": name,
+        "input_size": (3, 224, 224),
+        "mean": IMAGENET_MEAN,
+        "std": IMAGENET_STD,
+        "num_classes": num_classes,
+        "classifier": _last_linear(model),
+    }
+    return model, cfg
+
+
+def _create_foreign(
+    name: str,
+    *,
+    num_classes: int | None,
+    in_chans: int,
+    global_pool: str,
+    attention: Any,
+    checkpoint_path: str | PathLike[str] | None,
+    pretrained_backbone: str | PathLike[str] | None,
+    **kwargs: Any,
+) -> nn.Module:
+    """A ``tv:``/``timm:`` model with ``attention`` injected (see :func:`create_model`)."""
+    from .inject import inject
+
+    if checkpoint_path is not None and pretrained_backbone is not None:
+        raise ValueError(
+            f"create_model({name!r}): give checkpoint_path (a whole model) or "
+            "pretrained_backbone (backbone weights), not both"
+        )
+    num_classes = 1000 if num_classes is None else num_classes
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 0:
+        raise ValueError(
+            f"create_model({name!r}): num_classes must be an int >= 0, got {num_classes!r}"
+        )
+    input_size = kwargs.pop("input_size", None)
+    model, cfg = _build_foreign(name, num_classes, in_chans, global_pool, kwargs)
+    placements = normalize_placements(attention)
+    model.attention_paths = inject(model, placements, input_size=input_size) if placements else []
+    model.model_name = name
+    model.num_classes = num_classes
+    model.pretrained_cfg = cfg
+    model.default_input_size = tuple(cfg["input_size"])
     if checkpoint_path is not None:
         load_checkpoint(model, checkpoint_path)
     if pretrained_backbone is not None:
