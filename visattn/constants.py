@@ -9,6 +9,7 @@ __all__ = [
     "CIFAR10_STD",
     "CIFAR100_MEAN",
     "CIFAR100_STD",
+    "HOOK_SLOTS",
     "IMAGENET_MEAN",
     "IMAGENET_STD",
     "POSITIONS",
@@ -24,6 +25,9 @@ POSITIONS = ("standard", "pre", "post", "identity", "inner", "stage", "conv", "o
 BLOCK_POSITIONS = ("pre", "inner", "standard", "identity", "post", "output")
 #: the positions that fill an ``attn_<position>`` slot (all but ``conv``, which replaces a conv)
 SLOT_POSITIONS = (*BLOCK_POSITIONS, "stage")
+#: the child names of blocks placed ``after`` / ``before`` a module by pattern (their forward
+#: hooks call them; see :mod:`visattn.models.sites`)
+HOOK_SLOTS = ("attn_after", "attn_before")
 
 Triple = tuple[float, float, float]
 

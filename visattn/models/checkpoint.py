@@ -28,7 +28,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from ..constants import SLOT_POSITIONS
+from ..constants import HOOK_SLOTS, SLOT_POSITIONS
 
 __all__ = [
     "CheckpointError",
@@ -41,7 +41,9 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
-_ATTENTION_KEY = re.compile(rf"(^|\.)attn_({'|'.join(SLOT_POSITIONS)})\.")
+# the keys of attention slots and of blocks placed after/before a module (visattn.models.sites)
+_SLOT_ATTRS = [f"attn_{p}" for p in SLOT_POSITIONS] + list(HOOK_SLOTS)
+_ATTENTION_KEY = re.compile(rf"(^|\.)({'|'.join(_SLOT_ATTRS)})\.")
 
 
 @dataclass

@@ -24,6 +24,7 @@ and drop-path; the ``standard`` slot follows timm's own ``se``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -31,8 +32,9 @@ import torch.nn as nn
 import torchvision.models.resnet as tv
 from timm.models import resnet as timm_resnet
 
-from .placement import Adapter, apply_placements
+from .placement import apply_placements
 from .resnet import BasicBlock, Bottleneck, SlottedBlock
+from .sites import Adapter, InjectionPlan
 
 __all__ = ["ADAPTERS", "TimmBasicBlock", "TimmBottleneck", "inject"]
 
@@ -149,28 +151,48 @@ ADAPTERS: dict[type, Adapter] = {
 }
 
 
-def inject(model: nn.Module, placement: Any) -> list[str]:
-    """Place attention into an existing ResNet in place; returns the module paths added.
+def inject(
+    model: nn.Module,
+    placement: Any,
+    *,
+    dry_run: bool = False,
+    input_size: Sequence[int] | None = None,
+) -> list[str] | InjectionPlan:
+    """Place attention into an existing CNN in place; returns the module paths added.
 
     Args:
-        model: a ``torchvision.models.ResNet``, a ``timm.models.ResNet`` (or a visattn ResNet).
+        model: any ``nn.Module`` CNN for placements by pattern (``after``, ``before``,
+            ``replace``); a ``torchvision.models.ResNet``, a ``timm.models.ResNet`` or a visattn
+            ResNet for placements by ``stages``/``blocks``.
         placement: one placement (a mapping with the keys of
             :data:`~visattn.models.placement.PLACEMENT_KEYS`, or a
             :class:`~visattn.models.placement.Placement`) or a list of them.
+        dry_run: return the :class:`~visattn.models.sites.InjectionPlan` (paths, channels,
+            spatial sizes, skipped modules with reasons) and leave the model unchanged.
+        input_size: ``(C, H, W)`` of the probe forward that pattern placements run (default:
+            the model's timm ``pretrained_cfg``/``default_cfg`` input size, else
+            ``(3, 224, 224)``); ResNet placements need no probe.
 
     Returns:
         The added module paths in placement order, e.g. ``["layer1.0.attn_standard", ...,
-        "layer3.attn_stage"]``; ``model.get_submodule(path)`` is the block.
+        "layer3.attn_stage"]`` or ``["features.4.block.3.attn_before", ...]``;
+        ``model.get_submodule(path)`` is the block. The host's parameter names are unchanged:
+        its original state_dict loads, with exactly the keys under these paths missing (except
+        for ``replace``, where the replaced module's keys are gone).
 
     Raises:
-        ValueError: a placement that is malformed or matches nothing, a missing stage, or a slot
-            targeted twice. The model is left unchanged.
+        ValueError: a placement that is malformed or matches nothing (naming the closest module
+            classes and paths), a module named by its path that cannot take a block, a block
+            that cannot take its input, a missing stage, or a slot targeted twice. The model is
+            left unchanged.
         KeyError: an unknown block name.
-        TypeError: a model without ``layer1, layer2, ...`` stages of supported residual blocks.
+        TypeError: ``stages``/``blocks`` on a model without ResNet stages of supported blocks.
     """
     if placement is None:
         raise ValueError("inject: placement is None; pass a placement mapping or a list of them")
-    paths = apply_placements(model, placement, adapters=ADAPTERS)
-    if not paths:
+    out = apply_placements(
+        model, placement, adapters=ADAPTERS, input_size=input_size, dry_run=dry_run
+    )
+    if not (out.blocks if dry_run else out):
         raise ValueError("inject: the placement list is empty; nothing to add")
-    return paths
+    return out

@@ -40,19 +40,25 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 import torch.nn as nn
 
 from ..blocks import block_info, create_block, list_blocks
 from ..blocks.identity import INITS
 from ..constants import POSITIONS
+from .patterns import plan_of, plan_pattern_sites
 from .resnet import ResNetStage, SlottedBlock
+from .sites import Adapter, InjectionPlan, Site, install, slotted
 
 __all__ = [
+    "PATTERN_KEYS",
     "PLACEMENT_KEYS",
+    "Adapter",
+    "InjectionPlan",
     "Placement",
     "apply_placements",
     "find_stages",
@@ -61,12 +67,11 @@ __all__ = [
     "plan_placements",
 ]
 
-PLACEMENT_KEYS = ("name", "args", "stages", "blocks", "position", "init")
+#: the keys that select targets by module pattern instead of ResNet stages and blocks
+PATTERN_KEYS = ("after", "before", "replace")
+PLACEMENT_KEYS = ("name", "args", "stages", "blocks", "position", "init", *PATTERN_KEYS)
 _BLOCK_WORDS = ("all", "first", "last")
 _CONV_ARGS = ("out_channels", "stride")  # set by position 'conv' from the conv it replaces
-
-# converts a foreign residual block (torchvision, timm) into a SlottedBlock sharing its layers
-Adapter = Callable[[nn.Module], SlottedBlock]
 
 
 class PlacementError(ValueError):
@@ -126,6 +131,23 @@ def _blocks(value: Any, position: str) -> str | tuple[int, ...] | None:
     return tuple(blocks)
 
 
+def _patterns(value: Any, key: str) -> tuple[str, ...]:
+    items = [value] if isinstance(value, str) else value
+    if (
+        isinstance(items, (bytes, Mapping))
+        or not isinstance(items, Sequence)
+        or not items
+        or not all(isinstance(v, str) and v for v in items)
+    ):
+        raise PlacementError(
+            f"{key!r} must be a class name, a module path or glob, or a non-empty list of them, "
+            f"got {value!r}"
+        )
+    if len(set(items)) != len(items):
+        raise PlacementError(f"{key!r} lists a pattern twice: {list(items)}")
+    return tuple(items)
+
+
 def _conv_blocks() -> list[str]:
     return [n for n in list_blocks() if block_info(n).replaces_conv]
 
@@ -159,10 +181,13 @@ class Placement:
     # hold the normalised form described above
     name: str
     args: dict[str, Any] | None = field(default_factory=dict)
-    stages: str | int | list[int] | None = "all"
+    stages: str | int | list[int] | None = None
     blocks: str | int | list[int] | None = None
-    position: str | None = "standard"
+    position: str | None = None
     init: str | None = "default"
+    after: str | list[str] | None = None
+    before: str | list[str] | None = None
+    replace: str | list[str] | None = None
 
     def __post_init__(self) -> None:
         name = self.name
@@ -182,8 +207,9 @@ class Placement:
             raise PlacementError(
                 "'init' is a placement key, not a block option: move it out of 'args'"
             )
-        position = "standard" if self.position is None else self.position
-        if position not in POSITIONS:
+        selector = self._selector()
+        position = "standard" if self.position is None and selector is None else self.position
+        if position is not None and position not in POSITIONS:
             close = difflib.get_close_matches(str(position), POSITIONS, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise PlacementError(
@@ -214,8 +240,50 @@ class Placement:
         set_(self, "args", dict(args))
         set_(self, "position", position)
         set_(self, "init", init)
-        set_(self, "stages", _stages(self.stages))
-        set_(self, "blocks", _blocks(self.blocks, position))
+        if selector is None:
+            set_(self, "stages", _stages(self.stages))
+            set_(self, "blocks", _blocks(self.blocks, position))
+        else:
+            self._check_pattern_keys(selector, position)
+            set_(self, selector, _patterns(getattr(self, selector), selector))
+
+    def _selector(self) -> str | None:
+        """The pattern key in use (``after``, ``before`` or ``replace``), or None for a ResNet
+        placement; two of them, or one with ``stages``/``blocks``, are an error."""
+        given = [k for k in PATTERN_KEYS if getattr(self, k) is not None]
+        if len(given) > 1:
+            raise PlacementError(
+                f"give one of {list(PATTERN_KEYS)}, not {' and '.join(repr(k) for k in given)}; "
+                "use two placements for two sites"
+            )
+        if given and (self.stages is not None or self.blocks is not None):
+            resnet = [k for k in ("stages", "blocks") if getattr(self, k) is not None]
+            raise PlacementError(
+                f"{given[0]!r} selects modules by pattern and {' and '.join(map(repr, resnet))} "
+                "select ResNet blocks: a placement uses one or the other"
+            )
+        return given[0] if given else None
+
+    def _check_pattern_keys(self, selector: str, position: str | None) -> None:
+        if position is None:
+            return
+        if selector != "after":
+            raise PlacementError(
+                "'position' names a place inside the blocks that 'after' selects; with "
+                f"{selector!r} the block goes "
+                f"{'in place of' if selector == 'replace' else 'before'} the module itself: "
+                "remove 'position'"
+            )
+        if position == "stage":
+            raise PlacementError(
+                "position 'stage' follows a ResNet stage selected by 'stages'; with 'after', "
+                "name the stage itself (e.g. after: 'layer3') and drop 'position'"
+            )
+
+    @property
+    def is_pattern(self) -> bool:
+        """Whether the targets are selected by ``after``/``before``/``replace``."""
+        return any(getattr(self, k) is not None for k in PATTERN_KEYS)
 
     @classmethod
     def from_config(
@@ -248,11 +316,22 @@ class Placement:
             raise PlacementError(e.detail, e.name, index) from None
 
     def to_dict(self) -> dict[str, Any]:
-        """The placement as a plain mapping (every key; lists, not tuples), as in YAML."""
+        """The placement as a plain mapping (lists, not tuples), as in YAML: every ResNet key
+        (``name``, ``args``, ``stages``, ``blocks``, ``position``, ``init``) for a ResNet
+        placement; ``name``, ``args``, the pattern key, ``position`` and ``init`` for a pattern
+        placement."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["args"] = dict(self.args)
-        for key in ("stages", "blocks"):
-            if isinstance(out[key], tuple):
+        if self.is_pattern:
+            out = {
+                k: v
+                for k, v in out.items()
+                if k not in ("stages", "blocks") and (k not in PATTERN_KEYS or v is not None)
+            }
+        else:
+            out = {k: v for k, v in out.items() if k not in PATTERN_KEYS}
+        for key in ("stages", "blocks", *PATTERN_KEYS):
+            if isinstance(out.get(key), tuple):
                 out[key] = list(out[key])
         return out
 
@@ -299,35 +378,12 @@ def find_stages(model: nn.Module) -> list[tuple[str, nn.Module]]:
     stages = [(n, getattr(model, n)) for n in names]
     if not stages:
         raise TypeError(
-            f"{type(model).__name__} has no ResNet stages (layer1, layer2, ...); attention "
-            "placement works on visattn, torchvision and timm ResNets"
+            f"{type(model).__name__} has no ResNet stages (layer1, layer2, ...); 'stages' and "
+            "'blocks' work on visattn, torchvision and timm ResNets. For any other CNN, name the "
+            "targets with 'after', 'before' or 'replace' (a class name or a module-path glob, "
+            "e.g. {'name': 'se', 'after': 'features.*'})"
         )
     return stages
-
-
-@dataclass
-class _Slot:
-    """One slot a placement fills: the module that receives the block (``host``, an adapted
-    block or the stage container) and the attribute (``attr``) it goes into."""
-
-    index: int  # of the placement in the normalised list
-    placement: Placement
-    stage: int  # 0-based
-    stage_name: str
-    block: int | None  # 0-based within the stage; None for the stage slot
-    attr: str  # attn_<position>, the conv's attribute name, or attn_stage
-    host: nn.Module | None  # the SlottedBlock to fill; None for a stage slot (set at install)
-    channels: int
-    options: dict[str, Any] = field(default_factory=dict)  # out_channels and stride for 'conv'
-
-    @property
-    def path(self) -> str:
-        parts = [self.stage_name] + ([] if self.block is None else [str(self.block)])
-        return ".".join([*parts, self.attr])
-
-    @property
-    def key(self) -> tuple[int, int | None, str]:
-        return (self.stage, self.block, self.attr)
 
 
 def _select_blocks(spec: Any, n: int, where: str, stage_name: str) -> list[int]:
@@ -349,20 +405,6 @@ def _select_blocks(spec: Any, n: int, where: str, stage_name: str) -> list[int]:
     return sorted(out)
 
 
-def _slotted(block: nn.Module, path: str, adapters: Mapping[type, Adapter]) -> SlottedBlock:
-    if isinstance(block, SlottedBlock):
-        return block
-    adapter = adapters.get(type(block))
-    if adapter is None:
-        supported = ", ".join(sorted(f"{t.__module__}.{t.__qualname__}" for t in adapters))
-        raise TypeError(
-            f"{path} is a {type(block).__module__}.{type(block).__qualname__}, not a residual "
-            f"block attention can be placed in; supported: visattn blocks"
-            + (f", {supported}" if supported else "")
-        )
-    return adapter(block)
-
-
 def _stage_blocks(stage: nn.Module) -> list[nn.Module]:
     return list(stage) if isinstance(stage, ResNetStage) else list(stage.children())
 
@@ -382,25 +424,33 @@ def _conv_slot(host: SlottedBlock, where: str, path: str) -> tuple[str, int, dic
     return attr, conv.in_channels, {"out_channels": conv.out_channels, "stride": conv.stride[0]}
 
 
-def plan_placements(
+def slot_site(index: int, placement: Placement, path: str, host: SlottedBlock) -> Site:
+    """The site of ``placement``'s position in the slotted residual block ``host`` (at
+    ``path``): an ``attn_<position>`` slot, or the middle conv for position ``conv``. The one
+    definition of a ResNet block's positions, whether ``stages``/``blocks`` or a pattern
+    selected the block."""
+    where = f"attention placement #{index} ({placement.name!r})"
+    if placement.position == "conv":
+        attr, channels, options = _conv_slot(host, where, path)
+    else:
+        attr, options = f"attn_{placement.position}", {}
+        channels = host.slot_channels(placement.position)
+    path_ = f"{path}.{attr}"
+    return Site(index, placement, "slot", path_, path, host, attr, channels, None, options)
+
+
+def _resnet_sites(
     model: nn.Module,
-    attention: Any,
-    *,
-    adapters: Mapping[type, Adapter] | None = None,
-    model_name: str | None = None,
-) -> tuple[list[_Slot], dict[tuple[int, int], SlottedBlock]]:
-    """Resolve placements against ``model`` without changing it: the slots to fill (with the
-    channels each block needs) and the adapted blocks to install, keyed by ``(stage, block)``
-    (0-based). Raises ``ValueError`` for a placement the model cannot take."""
-    placements = normalize_placements(attention)
-    if not placements:
-        return [], {}
-    adapters = adapters or {}
-    label = model_name or type(model).__name__
+    placements: Sequence[tuple[int, Placement]],
+    adapters: Mapping[type, Adapter],
+    adapted: dict[str, nn.Module],
+    label: str,
+) -> list[Site]:
+    """The sites of the ``stages``/``blocks`` placements ``(index, placement)``: stage by stage,
+    block by block. Foreign blocks that receive a block are adapted once (into ``adapted``)."""
     stages = find_stages(model)
-    adapted: dict[tuple[int, int], SlottedBlock] = {}
-    slots: list[_Slot] = []
-    for k, p in enumerate(placements):
+    sites: list[Site] = []
+    for k, p in placements:
         where = f"attention placement #{k} ({p.name!r})"
         wanted = range(1, len(stages) + 1) if p.stages == "all" else p.stages
         for s in wanted:
@@ -412,43 +462,121 @@ def plan_placements(
             blocks = _stage_blocks(stage)
             if p.position == "stage":
                 # the channel count only: a stage block does not need the last block adapted
-                last = _slotted(blocks[-1], f"{stage_name}.{len(blocks) - 1}", adapters)
-                slots.append(
-                    _Slot(k, p, s - 1, stage_name, None, "attn_stage", None, last.out_channels)
+                last = slotted(blocks[-1], f"{stage_name}.{len(blocks) - 1}", adapters)
+                path = f"{stage_name}.attn_stage"
+                sites.append(
+                    Site(k, p, "stage", path, stage_name, stage, "attn_stage", last.out_channels)
                 )
                 continue
             for j in _select_blocks(p.blocks, len(blocks), where, stage_name):
-                if (s - 1, j) not in adapted:
-                    adapted[(s - 1, j)] = _slotted(blocks[j], f"{stage_name}.{j}", adapters)
-                host = adapted[(s - 1, j)]
-                if p.position == "conv":
-                    attr, channels, options = _conv_slot(host, where, f"{stage_name}.{j}")
-                else:
-                    attr, options = f"attn_{p.position}", {}
-                    channels = host.slot_channels(p.position)
-                slots.append(_Slot(k, p, s - 1, stage_name, j, attr, host, channels, options))
-    seen: dict[tuple[int, int | None, str], _Slot] = {}
-    for t in slots:
-        if t.key in seen:
-            other = seen[t.key]
+                path = f"{stage_name}.{j}"
+                if path not in adapted:
+                    host = slotted(blocks[j], path, adapters)
+                    if host is not blocks[j]:
+                        adapted[path] = host
+                sites.append(slot_site(k, p, path, adapted.get(path, blocks[j])))
+    return sites
+
+
+def _check_free(sites: list[Site]) -> None:
+    """One block per site, and no site that already holds one."""
+    seen: dict[str, Site] = {}
+    for t in sites:
+        if t.path in seen:
+            other = seen[t.path]
+            keys = "'position', 'stages' or 'blocks'"
+            keys = "'after', 'before' or 'position'" if t.placement.is_pattern else keys
             raise ValueError(
                 f"attention placements #{other.index} ({other.placement.name!r}) and #{t.index} "
                 f"({t.placement.name!r}) both target {t.path}; a slot holds one block: change "
-                "'position', 'stages' or 'blocks' of one of them"
+                f"{keys} of one of them"
             )
-        seen[t.key] = t
-        owner = stages[t.stage][1] if t.host is None else t.host
-        current = getattr(owner, t.attr, None)
-        if current is not None and not isinstance(current, (nn.Identity, nn.Conv2d)):
+        seen[t.path] = t
+        if t.kind == "replace":
+            continue
+        current = getattr(t.host, t.attr, None)
+        free = (
+            current is None
+            if t.kind in ("after", "before")
+            else (current is None or isinstance(current, (nn.Identity, nn.Conv2d)))
+        )
+        if not free:
             raise ValueError(
                 f"attention placement #{t.index} ({t.placement.name!r}): slot {t.path} already "
                 f"holds a {type(current).__name__}; a slot holds one block"
             )
-    return slots, adapted
 
 
-def _reference_param(module: nn.Module) -> Any:
-    return next(iter(module.parameters()), None)
+def plan_placements(
+    model: nn.Module,
+    attention: Any,
+    *,
+    adapters: Mapping[type, Adapter] | None = None,
+    model_name: str | None = None,
+    input_size: Sequence[int] | None = None,
+) -> tuple[list[Site], dict[str, nn.Module], InjectionPlan]:
+    """Resolve placements against ``model`` without changing it: the sites to fill (with the
+    channels each block needs, in placement order), the adapted residual blocks to install
+    (keyed by path) and the plan (with the modules that patterns matched but skipped).
+
+    Raises ``ValueError`` for a placement the model cannot take, ``TypeError`` for ResNet
+    placements on a model without ResNet stages."""
+    placements = list(enumerate(normalize_placements(attention)))
+    adapters = adapters or {}
+    adapted: dict[str, nn.Module] = {}
+    resnet = [(k, p) for k, p in placements if not p.is_pattern]
+    pattern = [(k, p) for k, p in placements if p.is_pattern]
+    label = model_name or type(model).__name__
+    sites = _resnet_sites(model, resnet, adapters, adapted, label) if resnet else []
+    skipped: list[tuple[str, str]] = []
+    size = None
+    if pattern:
+        more, skipped, size = plan_pattern_sites(
+            model, pattern, adapters=adapters, adapted=adapted, input_size=input_size
+        )
+        sites = sorted([*sites, *more], key=lambda t: t.index)  # stable: order within each
+    _check_free(sites)
+    return sites, adapted, plan_of(sites, skipped, size)
+
+
+def _reference_param(module: nn.Module) -> torch.Tensor | None:
+    ref = next(iter(module.parameters()), None)
+    return next(iter(module.buffers()), None) if ref is None else ref
+
+
+def _build(site: Site, model: nn.Module) -> nn.Module:
+    """The block of ``site``, on the device and dtype of the module it joins, in its mode;
+    blocks at hook and replace sites are run once on a tensor of the site's shape (eval mode,
+    no gradients) so that one that cannot take it is refused before the model changes."""
+    near = site.host if site.kind != "replace" else model.get_submodule(site.target)
+    ref = _reference_param(near)
+    ref = _reference_param(model) if ref is None else ref
+    factory = {} if ref is None else {"device": ref.device, "dtype": ref.dtype}
+    p = site.placement
+    at = f"attention placement #{site.index} at {site.path} ({site.channels} channels)"
+    try:
+        blk = create_block(p.name, site.channels, init=p.init, **site.options, **p.args, **factory)
+    except (ValueError, TypeError) as e:
+        raise type(e)(f"{at}: {e}") from e
+    if site.spatial is not None:
+        x = torch.randn(2, site.channels, *site.spatial, **factory)
+        blk.eval()
+        try:
+            with torch.no_grad():
+                y = blk(x)
+        except Exception as e:
+            raise ValueError(
+                f"{at}: block {p.name!r} cannot take the {tuple(x.shape[1:])} tensor there "
+                f"({type(e).__name__}: {e})"
+            ) from e
+        if not isinstance(y, torch.Tensor) or y.shape != x.shape:
+            got = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
+            raise ValueError(
+                f"{at}: block {p.name!r} maps {tuple(x.shape)} to {got}; a block placed by "
+                "pattern must keep its input's shape"
+            )
+    blk.train(near.training)
+    return blk
 
 
 def apply_placements(
@@ -457,40 +585,20 @@ def apply_placements(
     *,
     adapters: Mapping[type, Adapter] | None = None,
     model_name: str | None = None,
-) -> list[str]:
-    """Fill the attention slots of ``model`` in place; returns the module paths filled, in
-    placement order. Foreign residual blocks are first replaced by slotted equivalents via
-    ``adapters`` (see :mod:`visattn.models.inject`); stages that receive a ``stage`` block are
-    turned into :class:`ResNetStage` (same child names, so parameter names do not change)."""
-    slots, adapted = plan_placements(model, attention, adapters=adapters, model_name=model_name)
-    if not slots:
-        return []
-    stages = find_stages(model)
-    built: list[nn.Module] = []
-    for t in slots:  # build everything first: a bad option leaves the model untouched
-        near = stages[t.stage][1] if t.host is None else t.host
-        ref = _reference_param(near)
-        factory = {} if ref is None else {"device": ref.device, "dtype": ref.dtype}
-        p = t.placement
-        try:
-            blk = create_block(p.name, t.channels, init=p.init, **t.options, **p.args, **factory)
-        except (ValueError, TypeError) as e:
-            raise type(e)(
-                f"attention placement #{t.index} at {t.path} ({t.channels} channels): {e}"
-            ) from e
-        blk.train(near.training)
-        built.append(blk)
-    # install the adapted blocks, then the stage containers, then fill the slots
-    for (s, j), blk in adapted.items():
-        stages[s][1][j] = blk
-    for t in slots:
-        if t.block is None:
-            stage_name, stage = stages[t.stage]
-            if not isinstance(stage, ResNetStage):
-                new_stage = ResNetStage(stage.children())
-                new_stage.train(stage.training)
-                setattr(model, stage_name, new_stage)
-                stages[t.stage] = (stage_name, new_stage)
-    for t, blk in zip(slots, built):
-        setattr(stages[t.stage][1] if t.host is None else t.host, t.attr, blk)
-    return [t.path for t in slots]
+    input_size: Sequence[int] | None = None,
+    dry_run: bool = False,
+) -> list[str] | InjectionPlan:
+    """Fill the attention sites of ``model`` in place; returns the module paths filled, in
+    placement order (``dry_run``: the :class:`~visattn.models.sites.InjectionPlan`, with the
+    model unchanged). Every block is built and checked before the model changes, so any error
+    leaves it untouched. Foreign residual blocks are replaced by slotted equivalents via
+    ``adapters`` (see :mod:`visattn.models.inject`); ``input_size`` is the probe's ``(C, H, W)``
+    for pattern placements (see :mod:`visattn.models.patterns`)."""
+    sites, adapted, plan = plan_placements(
+        model, attention, adapters=adapters, model_name=model_name, input_size=input_size
+    )
+    built = [_build(t, model) for t in sites]  # everything first: a bad option changes nothing
+    if dry_run:
+        return plan
+    install(model, sites, built, adapted)
+    return [t.path for t in sites]
