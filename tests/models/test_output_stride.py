@@ -65,3 +65,18 @@ def test_output_strides_timm_does_not_have_are_refused(bad) -> None:
 def test_cifar_resnets_have_no_output_stride_option() -> None:
     with pytest.raises(TypeError, match="unknown option 'output_stride'"):
         visattn.create_model("resnet56_cifar", output_stride=16)
+
+
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [
+        ("resnet50", {"attention": {"name": "sk", "position": "conv"}}),
+        ("sk_resnet18", {}),
+    ],
+)
+def test_conv_replacing_blocks_refuse_a_dilated_conv(name, options) -> None:
+    """SK and the other conv-replacing blocks have no dilation: they would silently shrink the
+    receptive field of a dilated stage."""
+    with pytest.raises(ValueError, match=r"layer4\.1\.conv[12] is dilated \(2, 2\)"):
+        visattn.create_model(name, output_stride=16, **options)
+    visattn.create_model(name, output_stride=32, **options)  # the undilated network builds
