@@ -98,7 +98,7 @@ def test_insert_attention_points_every_reference_at_the_same_layer_or_its_block(
     assert cfg == _bundled("yolov8n.yaml")  # the input dict is left as it was
 
 
-@pytest.mark.parametrize("after", [[23], [3, 3], [-1], ["4"], [1.0]])
+@pytest.mark.parametrize("after", [[23], [3, 3], [-1], ["4"], [1.0], [3, "4"], 22])
 def test_insert_attention_refuses_indices_that_are_not_inner_layers(after) -> None:
     with pytest.raises(ValueError, match=r"distinct layer indices in 0\.\.21"):
         yolo.insert_attention(_bundled("yolov8n.yaml"), after, "se")
@@ -117,7 +117,7 @@ def test_insert_attention_refuses_an_unknown_block_with_close_matches() -> None:
 def test_visattn_rows_take_the_previous_layers_channels_at_every_scale(file, scale) -> None:
     model = _build(yolo.insert_attention(_bundled(file), HEAD_INPUTS[file], "cbam"), scale)
     blocks = [m for m in model.model if isinstance(m, yolo.VisAttn)]
-    assert [m.i for m in blocks] == [5, 8, 12] if file == "yolov8n.yaml" else [5, 8, 13]
+    assert [m.i for m in blocks] == ([5, 8, 12] if file == "yolov8n.yaml" else [5, 8, 13])
     seen: dict[int, tuple[int, ...]] = {}
     hooks = [
         model.model[m.i - 1].register_forward_hook(

@@ -92,7 +92,6 @@ class VisAttn(nn.Module):
         super().__init__()
         if isinstance(c1, bool) or not isinstance(c1, int) or c1 < 1:
             raise ValueError(f"VisAttn({block!r}): channels must be a positive int, got {c1!r}")
-        block_info(block)  # an unknown name raises, with close matches
         self.block_name = block
         self.options = _options(block, options)
         self.block = create_block(block, c1, **self.options)
@@ -130,7 +129,7 @@ def _check_row(i: int, row: Sequence[Any]) -> tuple[str, dict[str, Any]]:
     return args[0], _options(args[0], args[1] if len(args) == 2 else None)
 
 
-def with_channel_args(d: Mapping[str, Any]) -> dict[str, Any]:
+def _with_channel_args(d: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of the model dict ``d`` whose ``VisAttn`` rows ask ``parse_model`` for their
     input channels: arguments ``["c2", "'<block>'", {options}]``. ``parse_model`` replaces a
     string argument by its local variable of that name (``c2``: the previous row's output
@@ -165,7 +164,7 @@ def register() -> None:
 
     @functools.wraps(original)
     def parse_model(d: dict[str, Any], ch: int, verbose: bool = True) -> Any:
-        return original(with_channel_args(d), ch, verbose)
+        return original(_with_channel_args(d), ch, verbose)
 
     setattr(parse_model, _WRAPPED, True)
     tasks.parse_model = parse_model
@@ -201,18 +200,21 @@ def insert_attention(
         ValueError: an index that is not a layer before the last, or repeated.
         UnknownBlockError: ``block`` is not registered.
     """
-    _check_row(-1, [-1, 1, MODULE_NAME, [block, options or {}]])
+    if not isinstance(block, str):
+        raise TypeError(f"insert_attention: block must be a registered block name, got {block!r}")
+    block_info(block)  # an unknown name raises, with close matches
+    options = _options(block, options)
     backbone, head = list(cfg["backbone"]), list(cfg["head"])
     rows = backbone + head
-    points = sorted({after} if isinstance(after, int) else set(after))
-    n_after = 1 if isinstance(after, int) else len(after)
-    if len(points) != n_after or any(
-        isinstance(a, bool) or not isinstance(a, int) or not 0 <= a < len(rows) - 1 for a in points
+    wanted = [after] if isinstance(after, int) else list(after)
+    if len(set(wanted)) != len(wanted) or any(
+        isinstance(a, bool) or not isinstance(a, int) or not 0 <= a < len(rows) - 1 for a in wanted
     ):
         raise ValueError(
             f"insert_attention: 'after' must be distinct layer indices in 0..{len(rows) - 2} "
             f"(the model has {len(rows)} layers, the last one its head), got {after!r}"
         )
+    points = sorted(wanted)
 
     def new_pos(k: int) -> int:
         return k + sum(a < k for a in points)
