@@ -9,6 +9,8 @@ __all__ = ["EXTRAS", "missing_extra"]
 EXTRAS: dict[str, tuple[str, ...]] = {
     "train": ("lightning", "albumentations", "torchmetrics"),
     "ablate": ("matplotlib", "scipy"),
+    "yolo": ("ultralytics",),  # AGPL-3.0: imported only by visattn.integrations.yolo
+    "smp": ("segmentation_models_pytorch",),
 }
 
 

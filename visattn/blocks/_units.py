@@ -30,8 +30,9 @@ def add_slots(block: nn.Module) -> None:
         setattr(block, f"attn_{position}", nn.Identity())
 
 
-def conv3x3(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
-    return nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+def conv3x3(cin: int, cout: int, stride: int = 1, dilation: int = 1) -> nn.Conv2d:
+    """A bias-free 3x3 convolution padded to keep the size (at stride 1) at any dilation."""
+    return nn.Conv2d(cin, cout, 3, stride, dilation, dilation=dilation, bias=False)
 
 
 def conv1x1(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:

@@ -143,10 +143,13 @@ def resnet_imagenet(
     drop_path_rate: float = 0.0,
     zero_init_residual: bool = False,
     last_stride: int = 2,
+    output_stride: int = 32,
     width: float = 1.0,
 ) -> ResNet:
     """ImageNet ResNet-18/34/50/101/152 with torchvision's parameter names and counts;
-    ``last_stride=1`` keeps layer4 at layer3's resolution (14x14 at 224x224 input)."""
+    ``last_stride=1`` keeps layer4 at layer3's resolution (14x14 at 224x224 input);
+    ``output_stride`` 16 or 8 dilates the later stages instead, as timm's ResNets do (see
+    :class:`~visattn.models.resnet.ResNet`)."""
     if depth not in IMAGENET_LAYOUTS:
         raise ValueError(
             f"ImageNet ResNet depth must be one of {sorted(IMAGENET_LAYOUTS)}, got {depth}"
@@ -165,6 +168,7 @@ def resnet_imagenet(
         drop_path_rate=drop_path_rate,
         zero_init_residual=zero_init_residual,
         strides=(1, 2, 2, last_stride),
+        output_stride=output_stride,
     )
 
 

@@ -46,7 +46,7 @@ def _final_reduction(spec: ModelSpec, options: dict[str, Any]) -> int:
     if spec.dataset == "cifar":
         return 4  # 32x32 -> 8x8: three stages with strides 1, 2, 2
     last_stride = options.get("last_stride", spec.defaults.get("last_stride", 2))
-    return 32 // 2 if last_stride == 1 else 32
+    return min(32 // 2 if last_stride == 1 else 32, options.get("output_stride", 32))
 
 
 def pretrained_cfg_for(

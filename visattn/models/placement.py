@@ -433,6 +433,12 @@ def _conv_slot(host: SlottedBlock, where: str, path: str) -> tuple[str, int, dic
         )
     if conv.stride[0] != conv.stride[1]:
         raise ValueError(f"{where}: {path}.{attr} has a non-square stride {conv.stride}")
+    if conv.dilation != (1, 1):  # a dilated stage (output_stride < 32)
+        raise ValueError(
+            f"{where}: {path}.{attr} is dilated {conv.dilation} (output_stride below 32); a block "
+            "at position 'conv' would replace it undilated, changing what the network sees; "
+            "build with output_stride=32 or place the block at another position"
+        )
     return attr, conv.in_channels, {"out_channels": conv.out_channels, "stride": conv.stride[0]}
 
 

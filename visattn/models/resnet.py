@@ -94,7 +94,10 @@ class SlottedBlock(nn.Module):
 class BasicBlock(SlottedBlock):
     """Two 3x3 convolutions (He et al., CVPR 2016, Fig. 2 left); torchvision's parameter names.
 
-    ``inner`` is after ``relu(bn1(conv1(x)))``; position ``conv`` replaces ``conv1``. Shapes:
+    ``inner`` is after ``relu(bn1(conv1(x)))``; position ``conv`` replaces ``conv1``.
+    ``dilation`` dilates both convolutions, except that ``conv1`` takes ``first_dilation`` where
+    given (timm's ``BasicBlock``: the first block of a dilated stage keeps the previous stage's
+    dilation on its first conv). Shapes:
     ``(N, in_channels, H, W) -> (N, planes, ceil(H / stride), ceil(W / stride))``.
     """
 
@@ -109,14 +112,16 @@ class BasicBlock(SlottedBlock):
         *,
         shortcut: str = "B",
         drop_path: float = 0.0,
+        dilation: int = 1,
+        first_dilation: int | None = None,
     ) -> None:
         super().__init__()
         self.in_channels, self.mid_channels, self.out_channels = in_channels, planes, planes
-        self.stride = stride
-        self.conv1 = _conv3x3(in_channels, planes, stride)
+        self.stride, self.dilation = stride, dilation
+        self.conv1 = _conv3x3(in_channels, planes, stride, first_dilation or dilation)
         self.bn1 = nn.BatchNorm2d(planes)
         self.relu = nn.ReLU(inplace=True)
-        self.conv2 = _conv3x3(planes, planes)
+        self.conv2 = _conv3x3(planes, planes, 1, dilation)
         self.bn2 = nn.BatchNorm2d(planes)
         self.downsample = _shortcut(in_channels, planes, stride, shortcut)
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
@@ -142,7 +147,8 @@ class Bottleneck(SlottedBlock):
     torchvision ("ResNet v1.5"); torchvision's parameter names.
 
     ``inner`` is after ``relu(bn2(conv2(.)))``, on ``planes`` channels; position ``conv``
-    replaces ``conv2`` (the 3x3, which carries the stride). Shapes:
+    replaces ``conv2`` (the 3x3, which carries the stride). ``conv2`` is dilated by
+    ``first_dilation`` where given, else ``dilation`` (timm's ``Bottleneck``). Shapes:
     ``(N, in_channels, H, W) -> (N, 4 * planes, ceil(H / stride), ceil(W / stride))``.
     """
 
@@ -156,14 +162,16 @@ class Bottleneck(SlottedBlock):
         *,
         shortcut: str = "B",
         drop_path: float = 0.0,
+        dilation: int = 1,
+        first_dilation: int | None = None,
     ) -> None:
         super().__init__()
         out = planes * self.expansion
         self.in_channels, self.mid_channels, self.out_channels = in_channels, planes, out
-        self.stride = stride
+        self.stride, self.dilation = stride, dilation
         self.conv1 = _conv1x1(in_channels, planes)
         self.bn1 = nn.BatchNorm2d(planes)
-        self.conv2 = _conv3x3(planes, planes, stride)
+        self.conv2 = _conv3x3(planes, planes, stride, first_dilation or dilation)
         self.bn2 = nn.BatchNorm2d(planes)
         self.conv3 = _conv1x1(planes, out)
         self.bn3 = nn.BatchNorm2d(out)
@@ -283,6 +291,24 @@ def _check_layout(
         raise ValueError(f"a ResNet has 1 to 4 stages (layer1..layer4), got {len(layers)}")
 
 
+#: timm's output strides for dense prediction (``timm.create_model(..., output_stride=)``)
+OUTPUT_STRIDES = (8, 16, 32)
+
+
+def _check_output_stride(output_stride: int, block: type, stem: str) -> None:
+    if output_stride == 32:
+        return
+    if output_stride not in OUTPUT_STRIDES:
+        raise ValueError(
+            f"output_stride must be one of {list(OUTPUT_STRIDES)}, got {output_stride!r}"
+        )
+    if stem != "imagenet" or block not in (BasicBlock, Bottleneck):
+        raise ValueError(
+            "output_stride (dilated stages) needs an ImageNet-stem ResNet of basic or bottleneck "
+            f"blocks; this one has a {stem!r} stem and {block.__name__} blocks"
+        )
+
+
 class ResNet(TimmModelMixin, nn.Module):
     """A ResNet with attention slots.
 
@@ -305,6 +331,12 @@ class ResNet(TimmModelMixin, nn.Module):
         zero_init_residual: zero the last norm (conv for pre-activation) of each residual branch.
         strides: stride of the first block of each stage (default ``1, 2, 2, ...``); e.g.
             ``(1, 2, 2, 1)`` keeps a 14x14 final map at 224x224 input (GSoP-Net1's layout).
+        output_stride: the largest total stride, 8, 16 or 32 (timm's option, for dense
+            prediction such as DeepLab): a stage whose stride would take the total past it
+            keeps stride 1 and dilates its 3x3 convolutions by the stride it gave up, as timm's
+            ``resnet.py`` does (the first block's strided conv keeps the previous dilation).
+            Parameters are unchanged; only ImageNet-stem networks of basic or bottleneck
+            blocks have it (a CIFAR network never exceeds stride 4).
 
     Shapes: ``(N, in_chans, H, W) -> (N, num_classes)``; any ``H, W`` the strides allow.
 
@@ -331,11 +363,13 @@ class ResNet(TimmModelMixin, nn.Module):
         drop_path_rate: float = 0.0,
         zero_init_residual: bool = False,
         strides: Sequence[int] | None = None,
+        output_stride: int = 32,
     ) -> None:
         super().__init__()
         if strides is None:
             strides = (1,) + (2,) * (len(layers) - 1)
         _check_layout(layers, planes, strides, stem, shortcut)
+        _check_output_stride(output_stride, block, stem)
         if not 0.0 <= drop_rate < 1.0 or not 0.0 <= drop_path_rate < 1.0:
             raise ValueError("drop_rate and drop_path_rate must be in [0, 1)")
         preact = block is PreActBottleneck
@@ -366,16 +400,22 @@ class ResNet(TimmModelMixin, nn.Module):
         if stem == "imagenet":
             reduction *= 2  # the max-pool
         self.stage_names: tuple[str, ...] = tuple(f"layer{i + 1}" for i in range(len(layers)))
+        dilation = 1
         for i, (n, width) in enumerate(zip(layers, planes)):
+            first_dilation, stage_stride = dilation, strides[i]
+            if reduction * stage_stride > output_stride:  # dilate instead of striding
+                dilation, stage_stride = dilation * stage_stride, 1
+            kw = {"dilation": dilation, "first_dilation": first_dilation} if dilation > 1 else {}
             blocks = []
             for j in range(n):
                 dp = drop_path_rate * index / max(total - 1, 1)
-                stride = strides[i] if j == 0 else 1
-                blocks.append(block(cin, width, stride, shortcut=shortcut, drop_path=dp))
+                stride = stage_stride if j == 0 else 1
+                blocks.append(block(cin, width, stride, shortcut=shortcut, drop_path=dp, **kw))
+                kw = {"dilation": dilation} if dilation > 1 else {}
                 cin = width * block.expansion
                 index += 1
             setattr(self, self.stage_names[i], ResNetStage(blocks))
-            reduction *= strides[i]
+            reduction *= stage_stride
             name = "relu_final" if (preact and i == len(layers) - 1) else self.stage_names[i]
             self.feature_info.append({"num_chs": cin, "reduction": reduction, "module": name})
         self.num_features = cin

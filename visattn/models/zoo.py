@@ -275,6 +275,20 @@ _PAPER_MODELS: list[tuple[str, str, tuple[dict[str, Any], ...], dict[str, Any], 
         },
     ),
     (
+        # a name of its own: encoder libraries (segmentation-models-pytorch) check a model's
+        # feature strides on its default build, which a caller's last_stride=2 does not reach
+        "gsop_resnet50_s32",
+        "resnet50",
+        ({"name": "gsop", "blocks": "last"},),
+        {},
+        {
+            "paper": "Gao et al., CVPR 2019",
+            "follows": "GSoP-Net1's placements (GSoP after the last block of each stage)",
+            "differs": "layer4 at stride 2 (total stride 32, the usual layout of detection and "
+            "segmentation encoders); the official network keeps layer4 at stride 1",
+        },
+    ),
+    (
         "gc_resnet50",
         "resnet50",
         ({"name": "gc", "args": {"reduction": 16}, "stages": [2, 3, 4]},),
