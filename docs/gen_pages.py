@@ -76,6 +76,16 @@ def block_page(name: str, params: int, macs: int) -> str:
         f"**{info.paper}** · family: {info.family}"
         + (" · replaces a residual branch's middle conv (`position: conv`)" * info.replaces_conv),
         "",
+        *(
+            [
+                f"**float16 limit:** {info.fp16_limit}. Under float16 a non-finite result raises "
+                "`FloatingPointError` naming the block; bfloat16 autocast and float32 are finite "
+                "([transforms](../guides/transforms.md)).",
+                "",
+            ]
+            if info.fp16_limit
+            else []
+        ),
         "```python",
         f'blk = visattn.create_block("{name}", 256)',
         "```",

@@ -20,6 +20,7 @@ from helpers.reference import randomized
 
 import visattn
 from visattn.blocks._attention import softmax_attention
+from visattn.blocks.scsa import window_pool
 
 # ------------------------------------------------------------------------ the frozen old maths
 
@@ -181,10 +182,24 @@ def _old_lambda(b, x):
     return y
 
 
+def _old_scsa(b, x):
+    n, c, h, w = x.shape
+    a_h = b.sa_gate(b.norm_h(b._multi_scale(x.mean(dim=3)))).view(n, c, h, 1)
+    a_w = b.sa_gate(b.norm_w(b._multi_scale(x.mean(dim=2)))).view(n, c, 1, w)
+    xs = x * a_h * a_w
+    y = b.norm(window_pool(xs, b.window))
+    d, tokens = c // b.heads, y.shape[2] * y.shape[3]
+    q = b.q(y).reshape(n, b.heads, d, tokens)
+    k = b.k(y).reshape(n, b.heads, d, tokens)
+    v = b.v(y).reshape(n, b.heads, d, tokens)
+    attn = torch.softmax(q @ k.transpose(-2, -1) * d**-0.5, dim=-1)
+    return xs * b.ca_gate((attn @ v).mean(-1).reshape(n, c, 1, 1))
+
+
 # ---------------------------------------------------------------------------------- the cases
 
 MAPPED = {"mhsa": _old_mhsa, "halo": _old_halo, "danet": _old_danet}
-PLAIN = {"cc": _old_cc, "external": _old_external, "lambda": _old_lambda}
+PLAIN = {"cc": _old_cc, "external": _old_external, "lambda": _old_lambda, "scsa": _old_scsa}
 CASES = [
     ("mhsa", {}, (9, 11)),
     ("mhsa", {"scale_pos": False, "feat_size": 5}, (9, 11)),
@@ -205,6 +220,9 @@ CASES = [
     ("external", {"form": "official", "memory_units": 8}, (5, 6)),
     ("lambda", {"r": 5}, (7, 9)),
     ("lambda", {"r": 3, "stride": 2, "pos_bias": True, "heads": 2, "dim_k": 8}, (6, 7)),
+    ("scsa", {}, (15, 16)),
+    ("scsa", {"heads": 2, "window": 3}, (9, 11)),
+    ("scsa", {"heads": 4, "window": 0}, (7, 5)),
 ]
 NONLOCAL = [
     {},
@@ -214,7 +232,7 @@ NONLOCAL = [
     {"subsample": 2, "subsample_order": "before", "window": 5, "heads": 4},
     {"record": "full", "heads": 2},
 ]
-IMPLS = {"mhsa", "halo", "danet"}  # the blocks with an attn_impl option
+IMPLS = {"mhsa", "halo", "danet", "bra", "agent_attn", "area_attn"}  # with an attn_impl option
 
 
 def _ids(case) -> str:
@@ -288,6 +306,23 @@ def test_nonlocal_soft_attention_equals_the_old_explicit_softmax(options) -> Non
     torch.testing.assert_close(y, ref, rtol=0, atol=1e-10)
     if options.get("record") == "full":
         torch.testing.assert_close(got, a, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize(
+    "name, size", [("bra", (14, 14)), ("agent_attn", (9, 11)), ("area_attn", (8, 12))]
+)
+def test_fused_and_math_paths_are_one_function(name: str, size: tuple[int, int]) -> None:
+    """bra, agent_attn and area_attn (compared with their authors' code in
+    test_routing_agent_area.py): ``attn_impl="math"`` writes out what the fused path computes."""
+    torch.manual_seed(1)
+    fused = randomized(name, 32)
+    math = visattn.create_block(name, 32, attn_impl="math").double().eval()
+    math.load_state_dict(fused.state_dict())
+    x = torch.randn(2, 32, *size, dtype=torch.float64)
+    with torch.no_grad():
+        ref = math(x)
+        torch.testing.assert_close(fused(x), ref, rtol=0, atol=1e-10)
+        torch.testing.assert_close(_capture(fused, x)[0], ref, rtol=0, atol=1e-10)
 
 
 # ------------------------------------------------------------------------------- the primitive
@@ -368,7 +403,7 @@ def test_primitive_stays_finite_under_fp16_autocast_where_the_logits_overflow_fp
 
 SCRIPTED = [
     (n, impl)
-    for n in ("mhsa", "halo", "danet", "nonlocal", "cc", "external", "lambda")
+    for n in ("mhsa", "halo", "danet", "nonlocal", "cc", "external", "lambda", "scsa")
     for impl in _impls(n)
 ]
 

@@ -1,42 +1,34 @@
 """Every registered block under CPU autocast, float16 and bfloat16, at activation scales 1, 100 and
 1e4, in train and eval mode, with its default and its identity initialisation: the output is
-finite.
+finite, or (float16 only) the block refuses by name.
 
-The attention blocks keep their logits and normalisations in float32 (the softmax-attention
-primitive, cc's criss-cross softmax, external's double normalisation, lambda's lambdas), so they
-pass everywhere. The blocks in ``FP16_OVERFLOW`` do not: there the overflow is in convolutions or
-MLPs on pooled descriptors (values past float16's 65,504 at scale 1e4 in eval mode, where batch
-norm does not rescale), not in an attention normalisation. The test pins that list exactly, so a
-block that is fixed, or one that starts to overflow, fails it until the list says so.
+Reductions and normalisations run in float32 (the softmax-attention primitive, cc's criss-cross
+softmax, external's double normalisation, lambda's lambdas, GSoP's covariance and excitation,
+pooled sums), so most blocks are finite everywhere. A block whose own feature map passes float16's
+65,504 at scale 1e4 (as a plain convolution's output would) declares it in its registry entry,
+``block_info(name).fp16_limit``, and raises ``FloatingPointError`` naming itself instead of
+returning a non-finite result. Nothing here is a list of names: which blocks may refuse comes from
+the registry, and a declaration that no case needs fails as stale.
 """
 
 from __future__ import annotations
 
 import itertools
+import warnings
 
 import pytest
 import torch
+import torch.nn as nn
 
 import visattn
 from visattn.blocks.identity import make_identity
+from visattn.blocks.registry import registered_block
 
 SCALES = (1.0, 100.0, 1e4)
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
-# (scale, mode) cases whose float16 output is not finite, and where the overflow happens
-FP16_OVERFLOW = {
-    "cot": ({(1e4, "eval")}, "the key conv's float16 output, past 65,504 at its eval-mode BN"),
-    "mlca": (
-        {(1e4, "train"), (1e4, "eval")},
-        "the 1-D conv over the pooled local descriptors (float16)",
-    ),
-    "gsop": ({(1e4, "eval")}, "the float32 covariance (~1e8) entering the float16 row conv/fc"),
-    "residual_attention": ({(1e4, "eval")}, "the trunk's residual units in eval mode"),
-    "sk": ({(1e4, "eval")}, "the sum of the branches before the pooled MLP"),
-    "splat": ({(1e4, "eval")}, "the sum of the radix splits before the pooled MLP"),
-}
 
 
-def _block(name: str, init: str, train: bool) -> torch.nn.Module:
+def _block(name: str, init: str, train: bool) -> torch.nn.Module | None:
     torch.manual_seed(0)
     blk = visattn.create_block(name, 32)
     if init == "identity":
@@ -49,23 +41,31 @@ def _block(name: str, init: str, train: bool) -> torch.nn.Module:
 
 @pytest.mark.parametrize("dtype", sorted(DTYPES))
 @pytest.mark.parametrize("name", visattn.list_blocks())
-def test_autocast_output_is_finite_at_every_scale_mode_and_init(name: str, dtype: str) -> None:
+def test_autocast_output_is_finite_or_refused_by_name(name: str, dtype: str) -> None:
+    limit = visattn.block_info(name).fp16_limit
     x0 = torch.randn(2, 32, 9, 9, generator=torch.Generator().manual_seed(0))
-    failing = set()
+    refused = []
     for scale, mode, init in itertools.product(SCALES, ("train", "eval"), ("default", "identity")):
+        case = (scale, mode, init)
         blk = _block(name, init, mode == "train")
         if blk is None:
             continue
-        with torch.no_grad(), torch.autocast("cpu", dtype=DTYPES[dtype]):
-            y = blk(x0 * scale)
+        try:
+            with torch.no_grad(), torch.autocast("cpu", dtype=DTYPES[dtype]):
+                y = blk(x0 * scale)
+        except FloatingPointError as e:
+            assert dtype == "fp16" and limit is not None, f"{name} refused {case}: {e}"
+            assert scale == max(SCALES), f"{name} refused float16 at an ordinary scale: {case}"
+            msg = str(e)
+            assert msg.startswith(f"block '{name}': non-finite output in float16"), msg
+            assert limit in msg and "bfloat16" in msg, msg
+            refused.append(case)
+            continue
         assert y.shape == x0.shape
         assert y.dtype in (torch.float32, DTYPES[dtype])
-        if not torch.isfinite(y.float()).all():
-            failing.add((scale, mode, init))
-    expected = FP16_OVERFLOW.get(name, (set(), ""))[0] if dtype == "fp16" else set()
-    # a case that fails fails with both initialisations, except that an identity-initialised
-    # block may add a zero-scaled branch (0 * inf = nan): compare the (scale, mode) pairs
-    assert {(s, m) for s, m, _ in failing} == expected, sorted(failing)
+        assert torch.isfinite(y.float()).all(), f"{name} {dtype} {case}: non-finite output"
+    if dtype == "fp16" and limit is not None:
+        assert refused, f"{name} declares fp16_limit but is finite in every case: a stale entry"
 
 
 @pytest.mark.parametrize("name", ["mhsa", "halo", "danet", "nonlocal", "cc", "external", "lambda"])
@@ -82,5 +82,71 @@ def test_attention_blocks_have_finite_gradients_under_fp16_autocast_at_scale_100
         assert p.grad is None or torch.isfinite(p.grad).all(), pname
 
 
-def test_the_overflow_list_names_registered_blocks() -> None:
-    assert set(FP16_OVERFLOW) <= set(visattn.list_blocks())
+# ------------------------------------------------------------- the refusal, on a block of its own
+
+REASON = "its gain of 1e3 sends activations of 100 past 65,504"
+
+
+class _Gain(nn.Module):
+    """``1e3 * conv_1x1(x)`` with an identity weight: overflows float16 from inputs of ~66."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.proj = nn.Conv2d(channels, channels, 1, bias=False)
+        nn.init.dirac_(self.proj.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x) * 1e3
+
+
+@pytest.fixture()
+def gain():
+    with registered_block("fp16_gain", _Gain, family="spatial", paper="-", fp16_limit=REASON):
+        yield visattn.create_block("fp16_gain", 4)
+
+
+def test_registry_says_which_blocks_limit_fp16(gain) -> None:
+    assert visattn.block_info("fp16_gain").fp16_limit == REASON
+    assert visattn.block_info("se").fp16_limit is None
+
+
+def test_fp16_overflow_raises_naming_block_scale_reason_and_remedy(gain) -> None:
+    x = torch.full((1, 4, 3, 3), 100.0)
+    with torch.autocast("cpu", dtype=torch.float16), pytest.raises(FloatingPointError) as e:
+        gain(x)
+    msg = str(e.value)
+    assert msg.startswith("block 'fp16_gain': non-finite output in float16 from a finite input")
+    assert "largest |input| 100" in msg and REASON in msg
+    assert "bfloat16" in msg and "float32" in msg
+    with pytest.raises(FloatingPointError, match="block 'fp16_gain'"):  # a half model too
+        gain.half()(x.half())
+
+
+def test_fp16_refusal_passes_finite_results_other_dtypes_and_non_finite_inputs(gain) -> None:
+    small = torch.full((1, 4, 3, 3), 10.0)
+    with torch.autocast("cpu", dtype=torch.float16):
+        assert torch.isfinite(gain(small)).all()  # 1e4: ordinary fp16 use is untouched
+        nan_in = small.clone()
+        nan_in[0, 0, 0, 0] = float("nan")
+        assert not torch.isfinite(gain(nan_in)).all()  # NaN in, NaN out: not the block's
+    big = torch.full((1, 4, 3, 3), 1e36)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        gain(torch.full((1, 4, 3, 3), 100.0))
+    assert not torch.isfinite(gain(big)).all()  # float32 overflow is not float16's limit
+
+
+def test_fp16_refusal_leaves_fx_torchscript_and_export_graphs_alone(gain) -> None:
+    x = torch.randn(1, 4, 3, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.jit.script is deprecated
+        scripted = torch.jit.script(gain)
+    traced = torch.fx.symbolic_trace(gain)
+    exported = torch.export.export(gain, (x,)).module()
+    for m in (scripted, traced, exported):
+        torch.testing.assert_close(m(x), gain(x))
+
+
+def test_fp16_limit_must_be_a_reason() -> None:
+    reason = pytest.raises(ValueError, match="fp16_limit must be a non-empty reason")
+    with reason, registered_block("fp16_gain", _Gain, family="spatial", paper="-", fp16_limit=" "):
+        pass

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from helpers.weights import randomize
 
 import visattn
-from visattn.blocks.gsop import _covariance, _covariance_fp32, _pointwise_conv
+from visattn.blocks.gsop import _covariance, _covariance_fp32, _pointwise_conv, _row_conv
 
 
 def _z(n: int = 2, c: int = 5, h: int = 3, w: int = 4, **kw) -> torch.Tensor:
@@ -132,7 +132,8 @@ def _grads(blk: torch.nn.Module, fn, x: torch.Tensor) -> list[torch.Tensor]:
 def test_row_conv_einsum_is_the_grouped_convolution() -> None:
     blk = _randomized_block()
     cov = torch.randn(3, 8, 8)
-    torch.testing.assert_close(blk._row_conv(cov), blk.row_conv(cov.unsqueeze(-1)))
+    got = _row_conv(cov, blk.row_conv.weight, blk.row_conv.bias)
+    torch.testing.assert_close(got, blk.row_conv(cov.unsqueeze(-1)))
 
 
 def test_fx_trace_keeps_the_covariance_as_one_call_and_the_same_gradients() -> None:

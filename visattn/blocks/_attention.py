@@ -1,7 +1,8 @@
 """The one softmax-attention primitive of the blocks: ``softmax(q k^T s + bias) v``.
 
-Every block whose maths is a row softmax of dot-product logits (mhsa, halo, danet, nonlocal)
-calls :func:`softmax_attention`. It has two paths with the same value:
+Every block whose maths is a row softmax of dot-product logits (mhsa, halo, danet, nonlocal, bra,
+agent_attn, area_attn, and scsa over its channels) calls :func:`softmax_attention`. It has two
+paths with the same value:
 
 * **fused** (the default): ``F.scaled_dot_product_attention`` (Vaswani et al., NeurIPS 2017,
   Eq. 1). PyTorch's flash and memory-efficient kernels never build the ``(Lq, Lk)`` logits, so
@@ -27,7 +28,11 @@ import torch
 import torch.nn.functional as F
 from timm.layers import register_notrace_function
 
-__all__ = ["float32_region", "softmax_attention", "widen"]
+__all__ = ["ATTN_IMPLS", "float32_region", "softmax_attention", "widen"]
+
+#: the blocks' ``attn_impl`` option: the primitive's ``fused`` path, or its ``math`` path (the
+#: full logits written out, as the blocks computed them before the primitive)
+ATTN_IMPLS = ("fused", "math")
 
 
 def widen(t: torch.Tensor) -> torch.Tensor:
@@ -138,6 +143,9 @@ def softmax_attention(
         q, k, v = _pad_last(q, width), _pad_last(k, width), _pad_last(v, width)
         lead = q.shape[:-2]
         lq, lk = q.shape[-2], k.shape[-2]
+        if bias is not None and bias.dtype != torch.bool:
+            # one dtype with q: CPU SDPA reads a float32 mask beside float64 queries wrongly
+            bias = bias.to(dtype)
         flat = q.dim() != 4  # as (B, 1, L, E): the only form the ONNX exporter takes
         if flat:
             q, k, v = (t.reshape(-1, 1, t.shape[-2], t.shape[-1]) for t in (q, k, v))

@@ -9,6 +9,8 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from ._attention import float32_region, widen
+
 _ACTIVATIONS: dict[str, type[nn.Module]] = {
     "relu": nn.ReLU,
     "relu6": nn.ReLU6,
@@ -169,8 +171,14 @@ def spatial_mean(x: torch.Tensor, keepdim: bool = True) -> torch.Tensor:
     gate: the gradient of a sum is a broadcast view that the gate's other gradient absorbs in
     one pass, while the gradient of ``mean`` is first written out as a dense ``(N, C, H, W)``
     tensor (in NCHW order even for a channels-last input).
+
+    The sum accumulates and is divided in float32 (float64 stays float64) and the mean is given
+    back in ``x``'s dtype: a float16 sum of ``H W`` activations passes 65,504 long before the
+    mean does (CPU autocast keeps ``sum`` in float16). Unchanged for float32 and float64 input.
     """
-    return x.sum((2, 3), keepdim=keepdim) / (x.shape[2] * x.shape[3])
+    wide = torch.promote_types(x.dtype, torch.float32)
+    total = x.sum((2, 3), keepdim=keepdim, dtype=wide)
+    return (total / (x.shape[2] * x.shape[3])).to(x.dtype)
 
 
 class _ChannelMeanMax(torch.autograd.Function):
@@ -229,7 +237,18 @@ def adaptive_bins(n_in: int, n_out: int, like: torch.Tensor) -> tuple[torch.Tens
 def adaptive_avg_pool(x: torch.Tensor, height: int, width: int) -> torch.Tensor:
     """``F.adaptive_avg_pool2d(x, (height, width))`` of ``(N, C, H, W)`` as two bin-matrix
     products (see :func:`adaptive_bins`): exportable with symbolic ``H``, ``W``, ``height`` and
-    ``width``, also when growing the map."""
+    ``width``, also when growing the map.
+
+    The bin sums are taken in float32 (float64 stays float64) with autocast off, and the result
+    is given back in ``x``'s dtype: a bin's float16 sum passes 65,504 where its mean does not.
+    Unchanged for float32 and float64 input outside autocast."""
+    if torch.jit.is_scripting():  # TorchScript's autocast needs a constant device type
+        return _bin_means(x, height, width)
+    with float32_region(x):
+        return _bin_means(widen(x), height, width).to(x.dtype)
+
+
+def _bin_means(x: torch.Tensor, height: int, width: int) -> torch.Tensor:
     bins_h, size_h = adaptive_bins(x.shape[2], height, x)
     bins_w, size_w = adaptive_bins(x.shape[3], width, x)
     return (bins_h @ x @ bins_w.t()) / (size_h @ size_w.t())

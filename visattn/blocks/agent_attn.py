@@ -7,8 +7,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ._attention import softmax_attention
-from ._utils import attention_heads, check_positive_int, same_memory_format
+from ._attention import ATTN_IMPLS, softmax_attention
+from ._utils import attention_heads, check_choice, check_positive_int, same_memory_format
 from .capture import is_capturing, record_attention
 from .mhsa import _pair
 from .registry import register_block
@@ -99,6 +99,9 @@ class AgentAttention(nn.Module):
             paper's Eq. (4) alone).
         feat_size: map size the row and column biases are made for (int or ``(H, W)``).
         dwc_kernel: kernel of the depthwise conv on ``V`` (odd; official 3).
+        attn_impl: the softmax attention's path, ``fused`` (``F.scaled_dot_product_attention``,
+            the default) or ``math`` (the weights written out, as before the shared primitive);
+            the same function.
     """
 
     def __init__(
@@ -110,9 +113,12 @@ class AgentAttention(nn.Module):
         agent_bias: bool = True,
         feat_size: int | tuple[int, int] = 14,
         dwc_kernel: int = 3,
+        attn_impl: str = "fused",
     ) -> None:
         super().__init__()
         heads = attention_heads(channels, heads)
+        check_choice("attn_impl", attn_impl, ATTN_IMPLS)
+        self.attn_impl = attn_impl
         check_positive_int("agent_num", agent_num)
         pool = round(agent_num**0.5)
         if pool * pool != agent_num:
@@ -213,10 +219,13 @@ class AgentAttention(nn.Module):
         need = False
         if not torch.jit.is_scripting():
             need = is_capturing(self)
-        return softmax_attention(q, k, v, self.scale, bias=bias, need_weights=need)
+        return softmax_attention(
+            q, k, v, self.scale, bias=bias, need_weights=need, fused=self.attn_impl == "fused"
+        )
 
     def extra_repr(self) -> str:
         return (
             f"{self.channels}, heads={self.heads}, agent_num={self.agent_num}, "
-            f"agent_bias={self.agent_bias}, feat_size={self.feat_size}"
+            f"agent_bias={self.agent_bias}, feat_size={self.feat_size}, "
+            f"attn_impl={self.attn_impl!r}"
         )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ._attention import softmax_attention
+from ._attention import ATTN_IMPLS, softmax_attention
 from ._utils import attention_heads, check_choice, check_positive_int, same_memory_format
 from .capture import is_capturing, record_attention
 from .registry import register_block
@@ -69,6 +69,9 @@ class AreaAttention(nn.Module):
         direction: ``"horizontal"`` strips of rows (the authors' code) or ``"vertical"`` strips
             of columns.
         pe_kernel: kernel of the depthwise positional conv (odd; paper 5).
+        attn_impl: the softmax attention's path, ``fused`` (``F.scaled_dot_product_attention``,
+            the default) or ``math`` (the weights written out, as before the shared primitive);
+            the same function.
     """
 
     def __init__(
@@ -78,9 +81,12 @@ class AreaAttention(nn.Module):
         area: int = 4,
         direction: str = "horizontal",
         pe_kernel: int = 5,
+        attn_impl: str = "fused",
     ) -> None:
         super().__init__()
         heads = attention_heads(channels, heads)
+        check_choice("attn_impl", attn_impl, ATTN_IMPLS)
+        self.attn_impl = attn_impl
         check_positive_int("area", area)
         check_choice("direction", direction, DIRECTIONS)
         check_positive_int("pe_kernel", pe_kernel, odd=True)
@@ -149,7 +155,12 @@ class AreaAttention(nn.Module):
         need = False
         if not torch.jit.is_scripting():
             need = is_capturing(self)
-        return softmax_attention(q, k, v, self.scale, bias=bias, need_weights=need)
+        return softmax_attention(
+            q, k, v, self.scale, bias=bias, need_weights=need, fused=self.attn_impl == "fused"
+        )
 
     def extra_repr(self) -> str:
-        return f"{self.channels}, heads={self.heads}, area={self.area}, direction={self.direction}"
+        return (
+            f"{self.channels}, heads={self.heads}, area={self.area}, "
+            f"direction={self.direction}, attn_impl={self.attn_impl!r}"
+        )

@@ -8,8 +8,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._attention import softmax_attention
-from ._utils import attention_heads, check_positive_int, same_memory_format
+from ._attention import ATTN_IMPLS, softmax_attention
+from ._utils import attention_heads, check_choice, check_positive_int, same_memory_format
 from .capture import is_capturing, record_attention
 from .registry import register_block
 
@@ -65,6 +65,9 @@ class BiLevelRoutingAttention(nn.Module):
         topk: regions each region attends to (BiFormer-T/S/B: 1, 4, 16 in stages 1-3); at most
             ``S^2``.
         lepe_kernel: kernel of the local context enhancement (odd; BiFormer's models 5).
+        attn_impl: the softmax attention's path, ``fused`` (``F.scaled_dot_product_attention``,
+            the default) or ``math`` (the weights written out, as before the shared primitive);
+            the same function.
     """
 
     def __init__(
@@ -74,9 +77,12 @@ class BiLevelRoutingAttention(nn.Module):
         n_win: int = 7,
         topk: int = 4,
         lepe_kernel: int = 5,
+        attn_impl: str = "fused",
     ) -> None:
         super().__init__()
         heads = attention_heads(channels, heads)
+        check_choice("attn_impl", attn_impl, ATTN_IMPLS)
+        self.attn_impl = attn_impl
         check_positive_int("n_win", n_win)
         check_positive_int("topk", topk)
         if topk > n_win * n_win:
@@ -146,7 +152,9 @@ class BiLevelRoutingAttention(nn.Module):
         need = False
         if not torch.jit.is_scripting():
             need = is_capturing(self)
-        return softmax_attention(q, k, v, self.scale, bias=None, need_weights=need)
+        return softmax_attention(
+            q, k, v, self.scale, bias=None, need_weights=need, fused=self.attn_impl == "fused"
+        )
 
     def _received(
         self, a: torch.Tensor, idx: torch.Tensor, h: int, w: int, rh: int, rw: int
@@ -166,4 +174,7 @@ class BiLevelRoutingAttention(nn.Module):
         return out[..., :h, :w] / (self.heads * h * w)
 
     def extra_repr(self) -> str:
-        return f"{self.channels}, heads={self.heads}, n_win={self.n_win}, topk={self.topk}"
+        return (
+            f"{self.channels}, heads={self.heads}, n_win={self.n_win}, topk={self.topk}, "
+            f"attn_impl={self.attn_impl!r}"
+        )

@@ -44,7 +44,17 @@ def local_aggregation(v: torch.Tensor, w: torch.Tensor, kernel: int) -> torch.Te
     return out
 
 
-@register_block("cot", family="spatial", paper="Li et al., TPAMI 2022 (CoTNet)", replaces_conv=True)
+@register_block(
+    "cot",
+    family="spatial",
+    paper="Li et al., TPAMI 2022 (CoTNet)",
+    replaces_conv=True,
+    fp16_limit=(
+        "its dynamic context A (*) V, a k x k aggregation with predicted weights (a convolution "
+        "of its own), passes 65,504 when V is of order 1e4, as in eval mode, where BN does not "
+        "rescale V"
+    ),
+)
 class ContextualTransformer(nn.Module):
     """CoT block: a conv-replacing local self-attention with a static and a dynamic context.
 
@@ -72,6 +82,13 @@ class ContextualTransformer(nn.Module):
 
     Shapes: ``(N, C, H, W) -> (N, C', H / s, W / s)``. Attention map ``(N, C', 1, 1)``: the
     fusion weight ``a_2`` of the dynamic context (``a_1 = 1 - a_2``).
+
+    float16: the aggregation ``A (*) V`` is the block's own feature map, like a convolution's
+    output: with values of order 1e4 (eval mode at activation scale 1e4, BN not rescaling) it
+    passes float16's 65,504, and no float32 region can keep the block's output in range. Under
+    float16 (autocast or a half model) a non-finite output from a finite input raises
+    ``FloatingPointError`` naming the block (``block_info("cot").fp16_limit``); bfloat16
+    autocast and float32 are finite. At activation scales 1 and 100 float16 is finite.
 
     Parameters (kernel ``k``, fusion width ``r = max(C'/2, 32)``, ``g = k^2 C'/8``):
     ``k^2 C C'/4 + 2 C' + (C + C') C'/2 + C' + (C'/2) g + 3 g + C C' + 2 C' + 2 C'

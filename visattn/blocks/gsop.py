@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from timm.layers import register_notrace_function
 from torch.autograd.function import once_differentiable
 
+from ._attention import float32_region
 from ._utils import check_positive_int, get_layer, is_channels_last
 from .capture import record_attention
 from .identity import ScaledSigmoid
@@ -140,7 +141,50 @@ def _covariance(z: torch.Tensor) -> torch.Tensor:
     return torch.bmm(z, z.transpose(1, 2)).div_(z.shape[2])
 
 
+@register_notrace_function  # timm's FX feature path: a leaf call, traced as one node
+def _excitation_fp32(
+    cov: torch.Tensor,
+    row_weight: torch.Tensor,
+    row_bias: torch.Tensor | None,
+    fc_weight: torch.Tensor,
+    fc_bias: torch.Tensor | None,
+) -> torch.Tensor:
+    """The row-wise convolution and the excitation conv on the normalised covariance, autocast
+    off: ``(N, C', C') -> (N, C, 1, 1)`` gate logits in the covariance's dtype (float32 under
+    autocast). The covariance of activations of size ``a`` is of size ``a^2`` and BN's eval mode
+    does not rescale it, so at activations of 1e4 these products pass float16's 65,504 although
+    the gate they feed lies in ``(0, 1)``; they are ``O(N C'^3)``, small beside the covariance.
+
+    The row-wise convolution (``self.row_conv``, groups ``C'``, kernel ``(C', 1)``) is one einsum
+    ``r[n, i, k] = sum_j W[i, k, j] Sigma_n[i, j] + b[i, k]``: the same function without the
+    grouped convolution's per-group overhead (about 3x faster on CPU). Neither module is called,
+    so forward hooks registered on ``row_conv`` or ``fc`` do not run.
+    """
+    if torch.jit.is_scripting():  # TorchScript's autocast needs a constant device type
+        return _excitation(cov, row_weight, row_bias, fc_weight, fc_bias)
+    with float32_region(cov):
+        return _excitation(cov, row_weight, row_bias, fc_weight, fc_bias)
+
+
+def _excitation(
+    cov: torch.Tensor,
+    row_weight: torch.Tensor,
+    row_bias: torch.Tensor | None,
+    fc_weight: torch.Tensor,
+    fc_bias: torch.Tensor | None,
+) -> torch.Tensor:
+    return F.conv2d(_row_conv(cov, row_weight, row_bias), fc_weight, fc_bias)
+
+
+def _row_conv(cov: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """The row-wise convolution ``(N, C', C') -> (N, 4C', 1, 1)`` as one einsum."""
+    n, rd = cov.shape[0], cov.shape[1]
+    r = torch.einsum("nij,ikj->nik", cov, weight.view(rd, 4, rd)).reshape(n, 4 * rd, 1, 1)
+    return r if bias is None else r + bias.view(1, 4 * rd, 1, 1)
+
+
 torch.fx.wrap("_covariance_fp32")  # plain torch.fx.symbolic_trace and torchvision's tracer
+torch.fx.wrap("_excitation_fp32")
 torch.fx.wrap("_pointwise_conv")
 
 
@@ -164,7 +208,9 @@ class GlobalSecondOrderPooling(nn.Module):
       (``self.row_conv``'s weights, applied as one batched product ``r[n, i, k] =
       sum_j W[i, k, j] Sigma_n[i, j] + b[i, k]``: the same function, without the grouped
       convolution's per-group overhead, about 3x faster on CPU);
-    * excitation: a 1x1 convolution ``4C' -> C`` and a sigmoid; scale ``Y = s * X``.
+    * excitation: a 1x1 convolution ``4C' -> C`` and a sigmoid; scale ``Y = s * X``. The row-wise
+      and the excitation convolutions run with autocast off (the covariance's size is the square
+      of the activations', past float16's range at activations of 1e4).
 
     Differences from the official code (``ZilinGao/Global-Second-order-Pooling-Convolutional-
     Networks``), deliberate: it applies a ReLU to the block input (its block sits on the non-ReLU'd
@@ -172,8 +218,8 @@ class GlobalSecondOrderPooling(nn.Module):
     to the caller here. Its reduction conv has a bias that the following BN makes redundant; here it
     has none.
 
-    ``reduce`` and ``row_conv`` hold the weights but are not called as modules: forward hooks
-    registered on them do not run.
+    ``reduce``, ``row_conv`` and ``fc`` hold the weights but are not called as modules: forward
+    hooks registered on them do not run.
 
     Shapes: ``(N, C, H, W) -> (N, C, H, W)``; attention map ``(N, C, 1, 1)``.
 
@@ -216,21 +262,17 @@ class GlobalSecondOrderPooling(nn.Module):
         z = self.act(self.bn(_pointwise_conv(x, self.reduce.weight)))
         cov = _covariance_fp32(z)  # (N, C', C'), float32 under autocast
         cov = cov.to(self.row_norm.weight.dtype).unsqueeze(-1)  # a bfloat16 model gets bfloat16
-        r = self._row_conv(self.row_norm(cov).squeeze(-1))  # (N, 4C', 1, 1)
-        s = self.gate(self.fc(r)).to(x.dtype)
+        logits = _excitation_fp32(  # (N, C, 1, 1)
+            self.row_norm(cov).squeeze(-1),
+            self.row_conv.weight,
+            self.row_conv.bias,
+            self.fc.weight,
+            self.fc.bias,
+        )
+        s = self.gate(logits).to(x.dtype)
         if not torch.jit.is_scripting():
             record_attention(self, s)
         return x * s
-
-    def _row_conv(self, cov: torch.Tensor) -> torch.Tensor:
-        """``self.row_conv`` on ``(N, C', C')``: row ``i`` of ``Sigma_n`` against the 4 kernels of
-        group ``i``, ``(N, C', C') -> (N, 4C', 1, 1)``, as an einsum. The module itself is not
-        called, so forward hooks registered on ``row_conv`` do not run."""
-        rd = self.rd_channels
-        r = torch.einsum("nij,ikj->nik", cov, self.row_conv.weight.view(rd, 4, rd))
-        r = r.reshape(cov.shape[0], 4 * rd, 1, 1)
-        bias = self.row_conv.bias
-        return r if bias is None else r + bias.view(1, 4 * rd, 1, 1)
 
     def extra_repr(self) -> str:
         return f"rd_channels={self.rd_channels}"

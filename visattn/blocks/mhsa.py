@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._attention import softmax_attention
+from ._attention import ATTN_IMPLS, softmax_attention
 from ._utils import check_choice, check_positive_int, init_conv_io, same_memory_format
 from .capture import is_capturing, record_attention
 from .registry import register_block
@@ -19,8 +19,6 @@ torch.fx.wrap("same_memory_format")
 torch.fx.wrap("softmax_attention")
 
 __all__ = ["ATTN_IMPLS", "BottleneckMHSA", "relative_factors", "relative_index"]
-
-ATTN_IMPLS = ("fused", "math")
 
 
 def relative_index(

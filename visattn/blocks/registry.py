@@ -18,7 +18,10 @@ The decorator also gives every block two behaviours users of ``torch.nn`` and ti
   ``ValueError`` raised by the constructor is re-raised prefixed with the block's name;
 * one input check for all blocks (a forward pre-hook, kept by ``torch.jit.script``,
   ``torch.export`` and ``torch.compile``): an input that is not 4-D raises ``ValueError``
-  naming the block and the expected ``(N, C, H, W)``. An empty batch (``N = 0``) is valid input.
+  naming the block and the expected ``(N, C, H, W)``. An empty batch (``N = 0``) is valid input;
+* for a block registered with ``fp16_limit`` (its own activations pass float16's range at large
+  inputs, as any convolution's can), a forward hook that refuses to return a non-finite float16
+  result: see :func:`check_fp16_output`.
 """
 
 from __future__ import annotations
@@ -80,6 +83,11 @@ class BlockInfo:
     alias_of: str | None = None
     alias_args: dict[str, Any] = field(default_factory=dict)
     alias_notes: str = ""
+    #: why the block's own activations can pass float16's maximum (65,504) at large inputs,
+    #: where no float32 region can help (``None``: finite under float16 autocast at activation
+    #: scales 1, 100 and 1e4). Such a block raises ``FloatingPointError`` instead of returning a
+    #: non-finite float16 result (:func:`check_fp16_output`).
+    fp16_limit: str | None = None
 
     @property
     def identity_form(self) -> str:
@@ -126,7 +134,56 @@ def check_block_input(module: nn.Module, inputs: tuple[torch.Tensor]) -> None:
         )
 
 
-def _wrap_init(cls: type[nn.Module], name: str, defaults: dict[str, Any]) -> None:
+def _runs_in_float16(output: torch.Tensor) -> bool:
+    """``output`` is float16, or was computed under float16 autocast on its device."""
+    if output.dtype == torch.float16:
+        return True
+    device = output.device.type
+    return torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) == torch.float16
+
+
+def check_fp16_output(module: nn.Module, inputs: tuple[torch.Tensor], output: torch.Tensor) -> None:
+    """Forward hook of the blocks registered with ``fp16_limit``: a non-finite result computed
+    in float16 (autocast or a half model) from a finite input raises ``FloatingPointError`` naming
+    the block, the input's largest magnitude, the reason (:attr:`BlockInfo.fp16_limit`) and the
+    remedies (bfloat16 autocast, float32, smaller activations), instead of returning NaN.
+
+    Finite float16 results pass unchanged, so fp16 training at ordinary activations is unaffected;
+    a non-finite input is passed on (its NaN are not this block's). Cost: one ``isfinite`` pass
+    over the output and one host synchronisation per call, under float16 only; nothing otherwise.
+    Skipped while tracing, scripting, compiling or exporting (``torch.jit``, ``torch.fx``,
+    ``torch.compile``, ``torch.export``, ONNX): those graphs hold no check.
+    """
+    if torch.jit.is_scripting():
+        pass
+    elif isinstance(output, torch.Tensor) and not (
+        torch.jit.is_tracing() or torch.compiler.is_compiling()
+    ):
+        _refuse_non_finite_fp16(module, inputs, output)
+
+
+def _refuse_non_finite_fp16(
+    module: nn.Module, inputs: tuple[torch.Tensor], output: torch.Tensor
+) -> None:
+    if not _runs_in_float16(output) or bool(torch.isfinite(output).all()):
+        return
+    x = inputs[0] if inputs else None
+    if not isinstance(x, torch.Tensor) or not bool(torch.isfinite(x).all()):
+        return
+    name = getattr(module, "block_name", type(module).__name__)
+    reason = getattr(module, "block_fp16_limit", None)
+    largest = float(x.abs().amax()) if x.numel() else 0.0
+    raise FloatingPointError(
+        f"block '{name}': non-finite output in float16 from a finite input (largest |input| "
+        f"{largest:.3g}): {reason}. Run it under bfloat16 autocast "
+        "(torch.autocast(..., dtype=torch.bfloat16)) or in float32, or keep its input "
+        "activations smaller"
+    )
+
+
+def _wrap_init(
+    cls: type[nn.Module], name: str, defaults: dict[str, Any], fp16_limit: str | None
+) -> None:
     original = cls.__init__
     params = inspect.signature(original).parameters
     takes_factory = all(k in params for k in _FACTORY_KWARGS)
@@ -164,13 +221,20 @@ def _wrap_init(cls: type[nn.Module], name: str, defaults: dict[str, Any]) -> Non
         if any(v is not None for v in factory.values()):
             self.to(**{k: v for k, v in factory.items() if v is not None})
         self.register_forward_pre_hook(check_block_input)
+        if fp16_limit is not None:
+            self.register_forward_hook(check_fp16_output)
 
     __init__.own_init = cls.__dict__.get("__init__")  # None: inherited (unregister_block)
     cls.__init__ = __init__
 
 
 def register_block(
-    name: str, *, family: str, paper: str, replaces_conv: bool = False
+    name: str,
+    *,
+    family: str,
+    paper: str,
+    replaces_conv: bool = False,
+    fp16_limit: str | None = None,
 ) -> Callable[[M], M]:
     """Class decorator that registers an attention block under ``name``.
 
@@ -183,14 +247,21 @@ def register_block(
             the input's) and ``stride`` (default 1) after ``channels``, and it maps
             ``(N, C, H, W)`` to ``(N, out_channels, H / stride, W / stride)``; it stores
             ``in_channels``, ``out_channels`` and ``stride`` as attributes.
+        fp16_limit: why the block's own activations (not a reduction or a normalisation, which
+            belong in float32) can pass float16's 65,504 at large inputs; the block then raises
+            ``FloatingPointError`` rather than return a non-finite float16 result
+            (:func:`check_fp16_output`). ``None`` for blocks finite under float16 autocast.
 
     Raises:
-        ValueError: the name is taken, malformed, or the family is unknown.
+        ValueError: the name is taken, malformed, the family is unknown, or ``fp16_limit`` is
+            given but empty.
     """
     if not name or not name.replace("_", "").isalnum() or name.lower() != name:
         raise ValueError(f"block name must be lower-case letters, digits and '_', got {name!r}")
     if family not in FAMILIES:
         raise ValueError(f"block '{name}': family must be one of {FAMILIES}, got {family!r}")
+    if fp16_limit is not None and (not isinstance(fp16_limit, str) or not fp16_limit.strip()):
+        raise ValueError(f"block '{name}': fp16_limit must be a non-empty reason or None")
 
     def decorator(cls: M) -> M:
         if name in _REGISTRY:
@@ -204,9 +275,10 @@ def register_block(
             raise TypeError(
                 f"block '{name}': a block that replaces a conv takes 'out_channels' and 'stride'"
             )
-        _wrap_init(cls, name, defaults)
+        _wrap_init(cls, name, defaults, fp16_limit)
         cls.block_name = name
         cls.block_family = family
+        cls.block_fp16_limit = fp16_limit
         _REGISTRY[name] = BlockInfo(
             name=name,
             family=family,
@@ -214,6 +286,7 @@ def register_block(
             cls=cls,
             defaults=defaults,
             replaces_conv=replaces_conv,
+            fp16_limit=fp16_limit,
         )
         _SUBSCRIBERS.notify(added=[name])
         return cls
@@ -232,18 +305,26 @@ def unregister_block(name: str) -> BlockInfo:
         del cls.__init__
     else:
         cls.__init__ = own
-    del cls.block_name, cls.block_family
+    del cls.block_name, cls.block_family, cls.block_fp16_limit
     _SUBSCRIBERS.notify(removed=[name])
     return info
 
 
 @contextlib.contextmanager
 def registered_block(
-    name: str, cls: type[nn.Module], *, family: str, paper: str, replaces_conv: bool = False
+    name: str,
+    cls: type[nn.Module],
+    *,
+    family: str,
+    paper: str,
+    replaces_conv: bool = False,
+    fp16_limit: str | None = None,
 ) -> Iterator[BlockInfo]:
     """Register ``cls`` as :func:`register_block` does for the duration of a ``with`` block
     (yielding its :class:`BlockInfo`), then unregister it, e.g. for a test's own block."""
-    register_block(name, family=family, paper=paper, replaces_conv=replaces_conv)(cls)
+    register_block(
+        name, family=family, paper=paper, replaces_conv=replaces_conv, fp16_limit=fp16_limit
+    )(cls)
     try:
         yield _REGISTRY[name]
     finally:

@@ -32,7 +32,16 @@ def _upsample(t: torch.Tensor, size: tuple[int, int], align_corners: bool) -> to
     return F.interpolate(t, size=size, mode="bilinear", align_corners=align_corners)
 
 
-@register_block("residual_attention", family="residual", paper="Wang et al., CVPR 2017")
+@register_block(
+    "residual_attention",
+    family="residual",
+    paper="Wang et al., CVPR 2017",
+    fp16_limit=(
+        "its modulated trunk (1 + M) T, the block's own feature map, passes 65,504 at "
+        "activations of order 1e4 (up to twice the trunk's) and feeds the next residual unit's "
+        "convolution, as in eval mode, where BN does not rescale it"
+    ),
+)
 class ResidualAttention(nn.Module):
     """Attention module of the Residual Attention Network.
 
@@ -74,6 +83,13 @@ class ResidualAttention(nn.Module):
     Records ``M`` of shape ``(N, C, H, W)``.
 
     Shapes: ``(N, C, H, W) -> (N, C, H, W)``.
+
+    float16: ``(1 + M) T`` is up to twice the trunk's features; with activations of order 1e4
+    (eval mode at activation scale 1e4, BN not rescaling) it passes float16's 65,504 before the
+    post-processing unit's convolution, as any conv network's features would. Under float16
+    (autocast or a half model) a non-finite output from a finite input raises
+    ``FloatingPointError`` naming the block (``block_info("residual_attention").fp16_limit``);
+    bfloat16 autocast and float32 are finite. At activation scales 1 and 100 float16 is finite.
 
     Parameters: ``(2p + t + 2 * r * depth + depth - 1) * U + 2 * C * C + 4 * C`` (plus ``C``
     with ``mask_bias=True``), with ``U`` the parameters of one pre-activation unit ``C -> C``

@@ -7,12 +7,15 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ._attention import softmax_attention
 from ._utils import check_positive_int
 from .capture import is_capturing, record_attention
 from .identity import ScaledSigmoid
 from .registry import register_block
 
 KERNELS = (3, 5, 7, 9)  # one per sub-feature group, as in the paper
+
+torch.fx.wrap("softmax_attention")
 
 
 @torch.fx.wrap
@@ -41,13 +44,19 @@ class SpatialChannelSynergisticAttention(nn.Module):
     * PCSA: ``Y = GN_1(P_{7x7}(X_s))`` (average pooling with window and stride 7, GroupNorm with
       one group), ``Q, K, V`` = depthwise 1x1 convs of ``Y`` (no bias), split into ``heads``;
       over the channels of each head ``Attn = softmax(Q K^T / sqrt(C / heads)) V``
-      (``(C/h) x (C/h)`` weights); ``a_c = sigmoid(mean_{positions} Attn)`` ``(N, C, 1, 1)``;
+      (``(C/h) x (C/h)`` weights: the channels are the tokens and the pooled positions their
+      features); ``a_c = sigmoid(mean_{positions} Attn)`` ``(N, C, 1, 1)``;
     * ``Y_out = X_s * a_c``.
 
     Defaults are the authors' ResNet-50 setting (``heads=1``, ``window=7``, average pooling).
     Difference from their code: a map side shorter than the window is pooled whole (their
     ``AvgPool2d(7, 7)`` leaves no position and fails below 7x7). ``window=0`` is their
     ``window_size=-1`` (global pooling).
+
+    ``Attn`` is the blocks' softmax-attention primitive
+    (:func:`visattn.blocks._attention.softmax_attention`: fused scaled-dot-product attention,
+    logits and normaliser in float32 under autocast), with the channels as tokens. Its weights are
+    never recorded, so the fused path always runs.
 
     Shapes: ``(N, C, H, W) -> (N, C, H, W)``, ``C`` divisible by 4 and by ``heads``. The recorded
     map is the applied weights ``Attn_H * Attn_W * a_c`` ``(N, C, H, W)`` (only computed while
@@ -110,8 +119,9 @@ class SpatialChannelSynergisticAttention(nn.Module):
         q = self.q(y).reshape(n, self.heads, d, tokens)
         k = self.k(y).reshape(n, self.heads, d, tokens)
         v = self.v(y).reshape(n, self.heads, d, tokens)
-        attn = torch.softmax(q @ k.transpose(-2, -1) * d**-0.5, dim=-1)  # (N, heads, d, d)
-        a_c = self.ca_gate((attn @ v).mean(-1).reshape(n, c, 1, 1))
+        # softmax(q k^T / sqrt(d)) v with the d channels as tokens: (N, heads, d, tokens)
+        attn, _ = softmax_attention(q, k, v, d**-0.5)
+        a_c = self.ca_gate(attn.mean(-1).reshape(n, c, 1, 1))
         if not torch.jit.is_scripting():  # noqa: SIM102 (TorchScript needs it alone)
             if is_capturing(self):
                 record_attention(self, a_h * a_w * a_c)

@@ -154,7 +154,9 @@ class SelectiveKernel(nn.Module):
             for path in self.paths:
                 us.append(path(x))
         u = torch.stack(us, dim=1)  # (N, M, C', H, W)
-        s = spatial_mean(u.sum(1))  # (N, C', 1, 1)
+        # the branches' sum in float32 (it may pass float16's range where no branch does)
+        wide = torch.promote_types(u.dtype, torch.float32)
+        s = spatial_mean(u.sum(1, dtype=wide)).to(u.dtype)
         z = self.act(self.bn(self.fc_reduce(s)))
         n = x.shape[0]
         a = self.fc_select(z).view(n, m, self.out_channels, 1, 1).softmax(dim=1)

@@ -128,7 +128,9 @@ class SplitAttention(nn.Module):
         u = self.act0(self.bn0(self.conv(x)))  # (N, R C', H, W), split-major
         n, r, c = u.shape[0], self.radix, self.out_channels
         splits = u.view(n, r, c, u.shape[2], u.shape[3])
-        s = spatial_mean(splits.sum(1))
+        # the splits' sum in float32 (it may pass float16's range where no split does)
+        wide = torch.promote_types(u.dtype, torch.float32)
+        s = spatial_mean(splits.sum(1, dtype=wide)).to(u.dtype)
         logits = self.fc2(self.act1(self.bn1(self.fc1(s))))  # (N, R C', 1, 1), group-major
         if r > 1:
             # within cardinal group g the logits are ordered (split, channel): softmax over splits
