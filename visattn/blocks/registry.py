@@ -16,6 +16,9 @@ The decorator also gives every block two behaviours users of ``torch.nn`` and ti
   construction when the class does not take them itself;
 * errors that name the block: an unknown option raises ``TypeError`` listing the valid ones, and a
   ``ValueError`` raised by the constructor is re-raised prefixed with the block's name;
+* timm's constructor conventions (``rd_ratio``, ``rd_channels``, ``rd_divisor``, ``rd_round_fn``)
+  for every block with a reduced width, translated to the block's own options in one place
+  (:mod:`visattn.blocks.conventions`; ``act_layer``/``gate_layer`` are the blocks' own options);
 * one input check for all blocks (a forward pre-hook, kept by ``torch.jit.script``,
   ``torch.export`` and ``torch.compile``): an input that is not 4-D raises ``ValueError``
   naming the block and the expected ``(N, C, H, W)``. An empty batch (``N = 0``) is valid input.
@@ -24,12 +27,14 @@ The decorator also gives every block two behaviours users of ``torch.nn`` and ti
 from __future__ import annotations
 
 import contextlib
+import copyreg
 import dataclasses
 import difflib
 import functools
 import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 import torch
@@ -37,6 +42,7 @@ import torch.nn as nn
 
 from .._subscribers import Listener, Subscribers
 from .aliases import TIMM_ALIASES
+from .conventions import TIMM_WIDTH_KEYWORDS, Reduced, infer_reduced, merge_options, translate
 from .identity import INITS, identity_form, make_identity
 
 __all__ = [
@@ -49,6 +55,7 @@ __all__ = [
     "register_block",
     "registered_block",
     "subscribe",
+    "timm_attn",
     "unregister_block",
 ]
 
@@ -80,6 +87,9 @@ class BlockInfo:
     alias_of: str | None = None
     alias_args: dict[str, Any] = field(default_factory=dict)
     alias_notes: str = ""
+    #: how the block spells its reduced width, for timm's ``rd_*`` keywords (``None``: it has
+    #: none, and they are refused); see :mod:`visattn.blocks.conventions`
+    reduced: Reduced | None = None
 
     @property
     def identity_form(self) -> str:
@@ -126,7 +136,9 @@ def check_block_input(module: nn.Module, inputs: tuple[torch.Tensor]) -> None:
         )
 
 
-def _wrap_init(cls: type[nn.Module], name: str, defaults: dict[str, Any]) -> None:
+def _wrap_init(
+    cls: type[nn.Module], name: str, defaults: dict[str, Any], reduced: Reduced | None
+) -> None:
     original = cls.__init__
     params = inspect.signature(original).parameters
     takes_factory = all(k in params for k in _FACTORY_KWARGS)
@@ -134,14 +146,17 @@ def _wrap_init(cls: type[nn.Module], name: str, defaults: dict[str, Any]) -> Non
 
     @functools.wraps(original)
     def __init__(self, channels: int, *args: Any, **kwargs: Any) -> None:
-        if type(self) is not cls:  # a subclass calling super().__init__: no second wrapping
+        bound = getattr(type(self), "bound_options", None)  # a timm_attn class: options bound
+        if type(self) is not cls and bound is None:  # a subclass's super().__init__: no rewrap
             original(self, channels, *args, **kwargs)
             return
+        if bound is not None:
+            kwargs = merge_options(bound, kwargs, reduced)
         factory = (
             {} if takes_factory else {k: kwargs.pop(k) for k in _FACTORY_KWARGS if k in kwargs}
         )
         if not takes_var_kw:
-            unknown = [k for k in kwargs if k not in params]
+            unknown = [k for k in kwargs if k not in params and k not in TIMM_WIDTH_KEYWORDS]
             if unknown:
                 hints = {k: difflib.get_close_matches(k, list(defaults), n=1) for k in unknown}
                 said = ", ".join(
@@ -154,6 +169,7 @@ def _wrap_init(cls: type[nn.Module], name: str, defaults: dict[str, Any]) -> Non
                 )
         if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
             raise ValueError(f"block '{name}': channels must be a positive int, got {channels!r}")
+        kwargs = translate(name, reduced, channels, kwargs, defaults)
         try:
             original(self, channels, *args, **kwargs)
         except ValueError as e:
@@ -170,7 +186,12 @@ def _wrap_init(cls: type[nn.Module], name: str, defaults: dict[str, Any]) -> Non
 
 
 def register_block(
-    name: str, *, family: str, paper: str, replaces_conv: bool = False
+    name: str,
+    *,
+    family: str,
+    paper: str,
+    replaces_conv: bool = False,
+    reduced: Reduced | None = None,
 ) -> Callable[[M], M]:
     """Class decorator that registers an attention block under ``name``.
 
@@ -183,6 +204,11 @@ def register_block(
             the input's) and ``stride`` (default 1) after ``channels``, and it maps
             ``(N, C, H, W)`` to ``(N, out_channels, H / stride, W / stride)``; it stores
             ``in_channels``, ``out_channels`` and ``stride`` as attributes.
+        reduced: how the block spells its reduced width, for timm's ``rd_ratio``,
+            ``rd_channels``, ``rd_divisor`` and ``rd_round_fn``
+            (:class:`~visattn.blocks.conventions.Reduced`); ``None`` infers it: an option
+            ``reduction`` (width ``C // reduction``) and/or ``rd_channels`` (the width). A
+            block with neither refuses those keywords.
 
     Raises:
         ValueError: the name is taken, malformed, or the family is unknown.
@@ -204,7 +230,11 @@ def register_block(
             raise TypeError(
                 f"block '{name}': a block that replaces a conv takes 'out_channels' and 'stride'"
             )
-        _wrap_init(cls, name, defaults)
+        spec = reduced if reduced is not None else infer_reduced(defaults)
+        for option in (spec.reduction, spec.width, spec.floor, spec.divisor) if spec else ():
+            if option is not None and option not in defaults:
+                raise TypeError(f"block '{name}': reduced names no option '{option}'")
+        _wrap_init(cls, name, defaults, spec)
         cls.block_name = name
         cls.block_family = family
         _REGISTRY[name] = BlockInfo(
@@ -214,6 +244,7 @@ def register_block(
             cls=cls,
             defaults=defaults,
             replaces_conv=replaces_conv,
+            reduced=spec,
         )
         _SUBSCRIBERS.notify(added=[name])
         return cls
@@ -239,11 +270,19 @@ def unregister_block(name: str) -> BlockInfo:
 
 @contextlib.contextmanager
 def registered_block(
-    name: str, cls: type[nn.Module], *, family: str, paper: str, replaces_conv: bool = False
+    name: str,
+    cls: type[nn.Module],
+    *,
+    family: str,
+    paper: str,
+    replaces_conv: bool = False,
+    reduced: Reduced | None = None,
 ) -> Iterator[BlockInfo]:
     """Register ``cls`` as :func:`register_block` does for the duration of a ``with`` block
     (yielding its :class:`BlockInfo`), then unregister it, e.g. for a test's own block."""
-    register_block(name, family=family, paper=paper, replaces_conv=replaces_conv)(cls)
+    register_block(name, family=family, paper=paper, replaces_conv=replaces_conv, reduced=reduced)(
+        cls
+    )
     try:
         yield _REGISTRY[name]
     finally:
@@ -318,11 +357,107 @@ def create_block(name: str, channels: int, *, init: str = "default", **kwargs: A
         raise ValueError(
             f"block '{name}': option 'init' must be one of {list(INITS)}, got {init!r}"
         )
-    block = info.cls(channels, **{**info.alias_args, **kwargs})  # an alias's options, overridable
+    block = info.cls(channels, **merge_options(info.alias_args, kwargs, info.reduced))
     return make_identity(block, info.alias_of or name) if init == "identity" else block
 
 
 def is_block(module: nn.Module) -> bool:
     """True for instances of registered block classes."""
     name = getattr(type(module), "block_name", None)
-    return name is not None and name in _REGISTRY and _REGISTRY[name].cls is type(module)
+    if name is None or name not in _REGISTRY:
+        return False
+    cls = type(module)
+    return _REGISTRY[name].cls in (cls, getattr(cls, "bound_to", None))
+
+
+_TIMM_ATTN: dict[tuple[str, str], type[nn.Module]] = {}
+
+
+def _timm_rounding(name: str, info: BlockInfo) -> dict[str, Any]:
+    """``rd_divisor`` of timm's own module named ``name`` (``{}`` where timm has none, the
+    block has no reduced width, or the block rounds with its own divisor option)."""
+    if info.reduced is None or info.reduced.divisor is not None:
+        return {}
+    from timm.layers import get_attn
+
+    try:
+        timm_cls = get_attn(name)
+    except AssertionError:  # timm's answer to a name it does not know
+        return {}
+    if timm_cls is None or not callable(timm_cls):
+        return {}
+    param = inspect.signature(timm_cls).parameters.get("rd_divisor")
+    if param is None or not isinstance(param.default, int) or param.default <= 1:
+        return {}
+    return {"rd_divisor": param.default}
+
+
+class _TimmAttnType(type):
+    """The metaclass of :func:`timm_attn`'s classes: pickled as the call that makes them (timm
+    keeps ``attn_layer`` in a model's ``_model_args``, so ``torch.save(model)`` pickles it)."""
+
+
+def _timm_attn_class(name: str, options: tuple[tuple[str, Any], ...]) -> type[nn.Module]:
+    return timm_attn(name, **dict(options))
+
+
+copyreg.pickle(_TimmAttnType, lambda c: (_timm_attn_class, (c.timm_attn_name, c.timm_attn_options)))
+
+
+def timm_attn(name: str, **options: Any) -> type[nn.Module]:
+    """A class for timm's ``attn_layer=`` / ``se_layer=``: the block ``name`` (or one of timm's
+    attention strings, see :func:`block_info`) with ``options`` bound as its defaults.
+
+    ``timm.create_model("resnet50", block_args=dict(attn_layer=visattn.timm_attn("gsop")))``.
+    The class is a subclass of the block's (``isinstance`` and :func:`is_block` hold), called as
+    ``cls(channels, **kwargs)``; ``kwargs`` override the bound options, and a width or rounding
+    that timm passes (``rd_ratio=`` from EfficientNet's builder or a ByobNet's ``attn_kwargs``)
+    replaces a bound one. Where timm has a module of the same name with an ``rd_divisor``
+    (``se``, ``sk``, ``splat``, ``coord``, ``nl``...), that divisor is bound too, so
+    ``attn_layer=timm_attn("se")`` gives every model the widths ``attn_layer="se"`` gives it
+    (the bare class rounds ``rd_ratio`` to the nearest integer, as EfficientNet's SE does).
+
+    The same ``(name, options)`` give the same class; it and its instances pickle and deep-copy
+    (the class is pickled as this call, so it unpickles in a fresh process).
+
+    Why not register ``name`` as a timm string: timm's ``get_attn`` is a fixed ``if``/``elif``
+    over its own names with no registry, and its models import ``get_attn``/``create_attn`` by
+    name, so a registration would have to patch timm's function in every module that imported
+    it. A class is what all of timm's ``attn_layer``/``se_layer`` arguments accept.
+
+    Raises:
+        UnknownBlockError: unknown ``name`` (the message names the closest ones).
+        TypeError: an option the block does not take.
+    """
+    info = _lookup(name)
+    valid = [*info.defaults, *(TIMM_WIDTH_KEYWORDS if info.reduced else ()), *_FACTORY_KWARGS]
+    unknown = [k for k in options if k not in valid]
+    if unknown:
+        hints = {k: difflib.get_close_matches(k, valid, n=1) for k in unknown}
+        said = ", ".join(
+            f"'{k}'" + (f" (did you mean '{hints[k][0]}'?)" if hints[k] else "") for k in unknown
+        )
+        raise TypeError(f"block '{name}': unknown option {said}; valid options: {', '.join(valid)}")
+    key = (info.name, repr(sorted(options.items())))
+    cls = _TIMM_ATTN.get(key)
+    if cls is not None and cls.bound_to is _REGISTRY[info.alias_of or info.name].cls:
+        return cls
+    base = _REGISTRY[info.alias_of or info.name]
+    timm_defaults = merge_options(_timm_rounding(info.name, info), info.alias_args, info.reduced)
+    bound = merge_options(timm_defaults, options, info.reduced)
+    cls = _TimmAttnType(
+        base.cls.__name__,
+        (base.cls,),
+        {
+            "__module__": base.cls.__module__,
+            "__qualname__": f"timm_attn({info.name!r})",
+            "__doc__": f"timm_attn({info.name!r}): {base.cls.__name__} with {bound or 'no options'}"
+            " bound.",
+            "bound_options": MappingProxyType(bound),
+            "bound_to": base.cls,
+            "timm_attn_name": info.name,
+            "timm_attn_options": tuple(options.items()),
+        },
+    )
+    _TIMM_ATTN[key] = cls
+    return cls
