@@ -58,6 +58,7 @@ from .registry import (
     is_block,
     list_blocks,
     register_block,
+    timm_attn,
 )
 
 __all__ = [
@@ -71,4 +72,5 @@ __all__ = [
     "list_blocks",
     "record_attention",
     "register_block",
+    "timm_attn",
 ]
