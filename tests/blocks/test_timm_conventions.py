@@ -324,6 +324,10 @@ def test_timm_attn_takes_the_divisor_of_timms_module_of_that_name():
     for c in (72, 144, 200):
         ours = visattn.timm_attn("se")(c)
         assert ours.fc1.out_channels == SEModule(c).fc1.out_channels == make_divisible(c / 16, 8)
+    from timm.layers.coord_attn import CoordAttn
+
+    for c in (72, 200):  # coord rounds with its own option 'divisor'
+        assert visattn.timm_attn("coord")(c).conv1.out_channels == CoordAttn(c).conv1.out_channels
     assert visattn.timm_attn("gsop").bound_options == {}  # timm has no 'gsop'
 
 

@@ -374,9 +374,10 @@ _TIMM_ATTN: dict[tuple[str, str], type[nn.Module]] = {}
 
 
 def _timm_rounding(name: str, info: BlockInfo) -> dict[str, Any]:
-    """``rd_divisor`` of timm's own module named ``name`` (``{}`` where timm has none, the
-    block has no reduced width, or the block rounds with its own divisor option)."""
-    if info.reduced is None or info.reduced.divisor is not None:
+    """The ``rd_divisor`` of timm's own module named ``name``, as the block's rounding option
+    (its own divisor option where it has one, else ``rd_divisor``); ``{}`` where timm has no
+    such module, the block has no reduced width, or the divisor is 1."""
+    if info.reduced is None:
         return {}
     from timm.layers import get_attn
 
@@ -389,7 +390,7 @@ def _timm_rounding(name: str, info: BlockInfo) -> dict[str, Any]:
     param = inspect.signature(timm_cls).parameters.get("rd_divisor")
     if param is None or not isinstance(param.default, int) or param.default <= 1:
         return {}
-    return {"rd_divisor": param.default}
+    return {info.reduced.divisor or "rd_divisor": param.default}
 
 
 class _TimmAttnType(type):
@@ -413,7 +414,7 @@ def timm_attn(name: str, **options: Any) -> type[nn.Module]:
     ``cls(channels, **kwargs)``; ``kwargs`` override the bound options, and a width or rounding
     that timm passes (``rd_ratio=`` from EfficientNet's builder or a ByobNet's ``attn_kwargs``)
     replaces a bound one. Where timm has a module of the same name with an ``rd_divisor``
-    (``se``, ``sk``, ``splat``, ``coord``, ``nl``...), that divisor is bound too, so
+    (``se``, ``sk``, ``splat``, ``coord``, ``nl``, ``bat``), that divisor is bound too, so
     ``attn_layer=timm_attn("se")`` gives every model the widths ``attn_layer="se"`` gives it
     (the bare class rounds ``rd_ratio`` to the nearest integer, as EfficientNet's SE does).
 
