@@ -155,7 +155,7 @@ def gallery() -> None:
 
 
 REFERENCE = {
-    "blocks": ["visattn.blocks.registry", "visattn.blocks.capture"],
+    "blocks": ["visattn.blocks.registry", "visattn.blocks.conventions", "visattn.blocks.capture"],
     "models": [
         "visattn.models.factory",
         "visattn.models.registry",
