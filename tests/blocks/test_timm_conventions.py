@@ -115,6 +115,8 @@ def test_se_widths_by_hand():
     assert create_block("se", 144).fc1.out_channels == 9  # its own reduction 16, unchanged
     assert create_block("se", 144, rd_divisor=8).fc1.out_channels == 8
     assert create_block("se", 144, rd_ratio=0.25, rd_channels=36).fc1.out_channels == 36  # agree
+    assert create_block("se", 144, rd_ratio=0.25, rd_round_fn=None).fc1.out_channels == 36
+    assert create_block("sk", 64, reduction=4, rd_channels=None).rd_channels == 32  # None: unset
 
 
 # --- refusals ---------------------------------------------------------------------------------

@@ -212,6 +212,9 @@ def translate(
             f"valid options: {', '.join(defaults) or 'none'}"
         )
     rest = {k: v for k, v in kwargs.items() if k not in given}
+    given = {k: v for k, v in given.items() if v is not None}  # None: unset, as in timm
+    if not given:
+        return rest
     _check_given(block, reduced, given, rest)
     base = reduced.base_channels(channels, {**defaults, **rest})
     width = _width(block, reduced, base, given, rest, defaults)
