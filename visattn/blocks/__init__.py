@@ -58,8 +58,8 @@ from .registry import (
     is_block,
     list_blocks,
     register_block,
-    timm_attn,
 )
+from .timm_classes import timm_attn
 
 __all__ = [
     "FAMILIES",

@@ -27,14 +27,12 @@ The decorator also gives every block two behaviours users of ``torch.nn`` and ti
 from __future__ import annotations
 
 import contextlib
-import copyreg
 import dataclasses
 import difflib
 import functools
 import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any, TypeVar
 
 import torch
@@ -55,7 +53,6 @@ __all__ = [
     "register_block",
     "registered_block",
     "subscribe",
-    "timm_attn",
     "unregister_block",
 ]
 
@@ -368,97 +365,3 @@ def is_block(module: nn.Module) -> bool:
         return False
     cls = type(module)
     return _REGISTRY[name].cls in (cls, getattr(cls, "bound_to", None))
-
-
-_TIMM_ATTN: dict[tuple[str, str], type[nn.Module]] = {}
-
-
-def _timm_rounding(name: str, info: BlockInfo) -> dict[str, Any]:
-    """The ``rd_divisor`` of timm's own module named ``name``, as the block's rounding option
-    (its own divisor option where it has one, else ``rd_divisor``); ``{}`` where timm has no
-    such module, the block has no reduced width, or the divisor is 1."""
-    if info.reduced is None:
-        return {}
-    from timm.layers import get_attn
-
-    try:
-        timm_cls = get_attn(name)
-    except AssertionError:  # timm's answer to a name it does not know
-        return {}
-    if timm_cls is None or not callable(timm_cls):
-        return {}
-    param = inspect.signature(timm_cls).parameters.get("rd_divisor")
-    if param is None or not isinstance(param.default, int) or param.default <= 1:
-        return {}
-    return {info.reduced.divisor or "rd_divisor": param.default}
-
-
-class _TimmAttnType(type):
-    """The metaclass of :func:`timm_attn`'s classes: pickled as the call that makes them (timm
-    keeps ``attn_layer`` in a model's ``_model_args``, so ``torch.save(model)`` pickles it)."""
-
-
-def _timm_attn_class(name: str, options: tuple[tuple[str, Any], ...]) -> type[nn.Module]:
-    return timm_attn(name, **dict(options))
-
-
-copyreg.pickle(_TimmAttnType, lambda c: (_timm_attn_class, (c.timm_attn_name, c.timm_attn_options)))
-
-
-def timm_attn(name: str, **options: Any) -> type[nn.Module]:
-    """A class for timm's ``attn_layer=`` / ``se_layer=``: the block ``name`` (or one of timm's
-    attention strings, see :func:`block_info`) with ``options`` bound as its defaults.
-
-    ``timm.create_model("resnet50", block_args=dict(attn_layer=visattn.timm_attn("gsop")))``.
-    The class is a subclass of the block's (``isinstance`` and :func:`is_block` hold), called as
-    ``cls(channels, **kwargs)``; ``kwargs`` override the bound options, and a width or rounding
-    that timm passes (``rd_ratio=`` from EfficientNet's builder or a ByobNet's ``attn_kwargs``)
-    replaces a bound one. Where timm has a module of the same name with an ``rd_divisor``
-    (``se``, ``sk``, ``splat``, ``coord``, ``nl``, ``bat``), that divisor is bound too, so
-    ``attn_layer=timm_attn("se")`` gives every model the widths ``attn_layer="se"`` gives it
-    (the bare class rounds ``rd_ratio`` to the nearest integer, as EfficientNet's SE does).
-
-    The same ``(name, options)`` give the same class; it and its instances pickle and deep-copy
-    (the class is pickled as this call, so it unpickles in a fresh process).
-
-    Why not register ``name`` as a timm string: timm's ``get_attn`` is a fixed ``if``/``elif``
-    over its own names with no registry, and its models import ``get_attn``/``create_attn`` by
-    name, so a registration would have to patch timm's function in every module that imported
-    it. A class is what all of timm's ``attn_layer``/``se_layer`` arguments accept.
-
-    Raises:
-        UnknownBlockError: unknown ``name`` (the message names the closest ones).
-        TypeError: an option the block does not take.
-    """
-    info = _lookup(name)
-    valid = [*info.defaults, *(TIMM_WIDTH_KEYWORDS if info.reduced else ()), *_FACTORY_KWARGS]
-    unknown = [k for k in options if k not in valid]
-    if unknown:
-        hints = {k: difflib.get_close_matches(k, valid, n=1) for k in unknown}
-        said = ", ".join(
-            f"'{k}'" + (f" (did you mean '{hints[k][0]}'?)" if hints[k] else "") for k in unknown
-        )
-        raise TypeError(f"block '{name}': unknown option {said}; valid options: {', '.join(valid)}")
-    key = (info.name, repr(sorted(options.items())))
-    cls = _TIMM_ATTN.get(key)
-    if cls is not None and cls.bound_to is _REGISTRY[info.alias_of or info.name].cls:
-        return cls
-    base = _REGISTRY[info.alias_of or info.name]
-    timm_defaults = merge_options(_timm_rounding(info.name, info), info.alias_args, info.reduced)
-    bound = merge_options(timm_defaults, options, info.reduced)
-    cls = _TimmAttnType(
-        base.cls.__name__,
-        (base.cls,),
-        {
-            "__module__": base.cls.__module__,
-            "__qualname__": f"timm_attn({info.name!r})",
-            "__doc__": f"timm_attn({info.name!r}): {base.cls.__name__} with {bound or 'no options'}"
-            " bound.",
-            "bound_options": MappingProxyType(bound),
-            "bound_to": base.cls,
-            "timm_attn_name": info.name,
-            "timm_attn_options": tuple(options.items()),
-        },
-    )
-    _TIMM_ATTN[key] = cls
-    return cls
