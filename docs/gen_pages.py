@@ -165,7 +165,12 @@ def gallery() -> None:
 
 
 REFERENCE = {
-    "blocks": ["visattn.blocks.registry", "visattn.blocks.capture"],
+    "blocks": [
+        "visattn.blocks.registry",
+        "visattn.blocks.conventions",
+        "visattn.blocks.timm_classes",
+        "visattn.blocks.capture",
+    ],
     "models": [
         "visattn.models.factory",
         "visattn.models.registry",

@@ -1,9 +1,9 @@
 """visattn: a zoo of visual attention blocks for CNNs.
 
 The public API (see README): blocks (``register_block``, ``list_blocks``, ``block_info``,
-``create_block``), attention maps (``capture_attention``) and models (``create_model``,
-``list_models``, ``inject``), released weights (``list_pretrained``, ``load_pretrained``) and
-deployment (``export_onnx``).
+``create_block``, and ``timm_attn`` for timm's ``attn_layer``/``se_layer``), attention maps
+(``capture_attention``) and models (``create_model``, ``list_models``, ``inject``), released
+weights (``list_pretrained``, ``load_pretrained``) and deployment (``export_onnx``).
 """
 
 from .blocks import (
@@ -12,6 +12,7 @@ from .blocks import (
     create_block,
     list_blocks,
     register_block,
+    timm_attn,
 )
 from .export import export_onnx
 from .models import create_model, inject, list_models
@@ -32,4 +33,5 @@ __all__ = [
     "list_pretrained",
     "load_pretrained",
     "register_block",
+    "timm_attn",
 ]

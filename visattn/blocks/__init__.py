@@ -59,6 +59,7 @@ from .registry import (
     list_blocks,
     register_block,
 )
+from .timm_classes import timm_attn
 
 __all__ = [
     "FAMILIES",
@@ -71,4 +72,5 @@ __all__ = [
     "list_blocks",
     "record_attention",
     "register_block",
+    "timm_attn",
 ]

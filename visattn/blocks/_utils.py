@@ -3,11 +3,14 @@ channels and stride of conv-replacing blocks."""
 
 from __future__ import annotations
 
+import difflib
 import math
+import numbers
 from typing import Any
 
 import torch
 import torch.nn as nn
+from timm.layers import get_act_layer
 
 from ._attention import float32_region, widen
 
@@ -27,14 +30,19 @@ _ACTIVATIONS: dict[str, type[nn.Module]] = {
 
 
 def get_layer(layer: str | type[nn.Module] | Any, option: str) -> type[nn.Module]:
-    """Resolve an activation/gate option given as a class, a callable or a name."""
+    """Resolve an activation/gate option given as a class, a callable or a name (visattn's
+    names first, then timm's ``get_act_layer``: ``"mish"``, ``"gelu_tanh"``, ...)."""
     if isinstance(layer, str):
-        try:
+        if layer.lower() in _ACTIVATIONS:
             return _ACTIVATIONS[layer.lower()]
+        try:
+            return get_act_layer(layer)
         except KeyError:
+            close = difflib.get_close_matches(layer.lower(), sorted(_ACTIVATIONS), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ValueError(
-                f"option '{option}': unknown layer {layer!r}; choose from {sorted(_ACTIVATIONS)} "
-                "or pass an nn.Module class"
+                f"option '{option}': unknown layer {layer!r}{hint}; choose from "
+                f"{sorted(_ACTIVATIONS)}, a name timm's get_act_layer knows, or an nn.Module class"
             ) from None
     if callable(layer):
         return layer
@@ -95,8 +103,10 @@ def attention_heads(channels: int, heads: int | None, dim_head: int = 32) -> int
 def reduced_channels(
     channels: int, reduction: float, *, min_channels: int = 0, option: str = "reduction"
 ) -> int:
-    """``channels // reduction`` (raised to ``min_channels``); a result of 0 is refused."""
-    if isinstance(reduction, bool) or not isinstance(reduction, (int, float)) or reduction <= 0:
+    """``channels // reduction`` (raised to ``min_channels``); a result of 0 is refused.
+    ``reduction`` may be any real number, e.g. the exact ``Fraction(C, width)`` that timm's
+    keywords become (:mod:`visattn.blocks.conventions`)."""
+    if isinstance(reduction, bool) or not isinstance(reduction, numbers.Real) or reduction <= 0:
         raise ValueError(f"option '{option}' must be a positive number, got {reduction!r}")
     rd = int(channels // reduction)
     rd = max(rd, min_channels)

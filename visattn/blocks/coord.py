@@ -9,11 +9,17 @@ from timm.layers import make_divisible
 
 from ._utils import check_positive_int, get_layer, reduced_channels
 from .capture import is_capturing, record_attention
+from .conventions import Reduced
 from .identity import ScaledSigmoid
 from .registry import register_block
 
 
-@register_block("coord", family="hybrid", paper="Hou et al., CVPR 2021")
+@register_block(
+    "coord",
+    family="hybrid",
+    paper="Hou et al., CVPR 2021",
+    reduced=Reduced(floor="min_channels", divisor="divisor"),
+)
 class CoordinateAttention(nn.Module):
     """Coordinate attention: channel attention factorised along the two spatial directions.
 

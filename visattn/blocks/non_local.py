@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from ._attention import softmax_attention
 from ._utils import check_choice, check_positive_int, reduced_channels
 from .capture import is_capturing, record_attention
+from .conventions import Reduced
 from .registry import register_block
 
 torch.fx.wrap("softmax_attention")
@@ -64,7 +65,12 @@ def _keys_kept(k: int, keys: int) -> int:
 torch.fx.wrap("_keys_kept")
 
 
-@register_block("nonlocal", family="spatial", paper="Wang et al., CVPR 2018")
+@register_block(
+    "nonlocal",
+    family="spatial",
+    paper="Wang et al., CVPR 2018",
+    reduced=Reduced(width="inner_channels"),
+)
 class NonLocal(nn.Module):
     """Non-local block with configurable attention.
 

@@ -16,6 +16,9 @@ The decorator also gives every block two behaviours users of ``torch.nn`` and ti
   construction when the class does not take them itself;
 * errors that name the block: an unknown option raises ``TypeError`` listing the valid ones, and a
   ``ValueError`` raised by the constructor is re-raised prefixed with the block's name;
+* timm's constructor conventions (``rd_ratio``, ``rd_channels``, ``rd_divisor``, ``rd_round_fn``)
+  for every block with a reduced width, translated to the block's own options in one place
+  (:mod:`visattn.blocks.conventions`; ``act_layer``/``gate_layer`` are the blocks' own options);
 * one input check for all blocks (a forward pre-hook, kept by ``torch.jit.script``,
   ``torch.export`` and ``torch.compile``): an input that is not 4-D raises ``ValueError``
   naming the block and the expected ``(N, C, H, W)``. An empty batch (``N = 0``) is valid input;
@@ -40,6 +43,7 @@ import torch.nn as nn
 
 from .._subscribers import Listener, Subscribers
 from .aliases import TIMM_ALIASES
+from .conventions import TIMM_WIDTH_KEYWORDS, Reduced, infer_reduced, merge_options, translate
 from .identity import INITS, identity_form, make_identity
 
 __all__ = [
@@ -88,6 +92,9 @@ class BlockInfo:
     #: scales 1, 100 and 1e4). Such a block raises ``FloatingPointError`` instead of returning a
     #: non-finite float16 result (:func:`check_fp16_output`).
     fp16_limit: str | None = None
+    #: how the block spells its reduced width, for timm's ``rd_*`` keywords (``None``: it has
+    #: none, and they are refused); see :mod:`visattn.blocks.conventions`
+    reduced: Reduced | None = None
 
     @property
     def identity_form(self) -> str:
@@ -182,7 +189,11 @@ def _refuse_non_finite_fp16(
 
 
 def _wrap_init(
-    cls: type[nn.Module], name: str, defaults: dict[str, Any], fp16_limit: str | None
+    cls: type[nn.Module],
+    name: str,
+    defaults: dict[str, Any],
+    reduced: Reduced | None,
+    fp16_limit: str | None,
 ) -> None:
     original = cls.__init__
     params = inspect.signature(original).parameters
@@ -191,14 +202,17 @@ def _wrap_init(
 
     @functools.wraps(original)
     def __init__(self, channels: int, *args: Any, **kwargs: Any) -> None:
-        if type(self) is not cls:  # a subclass calling super().__init__: no second wrapping
+        bound = getattr(type(self), "bound_options", None)  # a timm_attn class: options bound
+        if type(self) is not cls and bound is None:  # a subclass's super().__init__: no rewrap
             original(self, channels, *args, **kwargs)
             return
+        if bound is not None:
+            kwargs = merge_options(bound, kwargs, reduced)
         factory = (
             {} if takes_factory else {k: kwargs.pop(k) for k in _FACTORY_KWARGS if k in kwargs}
         )
         if not takes_var_kw:
-            unknown = [k for k in kwargs if k not in params]
+            unknown = [k for k in kwargs if k not in params and k not in TIMM_WIDTH_KEYWORDS]
             if unknown:
                 hints = {k: difflib.get_close_matches(k, list(defaults), n=1) for k in unknown}
                 said = ", ".join(
@@ -211,6 +225,7 @@ def _wrap_init(
                 )
         if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
             raise ValueError(f"block '{name}': channels must be a positive int, got {channels!r}")
+        kwargs = translate(name, reduced, channels, kwargs, defaults)
         try:
             original(self, channels, *args, **kwargs)
         except ValueError as e:
@@ -235,6 +250,7 @@ def register_block(
     paper: str,
     replaces_conv: bool = False,
     fp16_limit: str | None = None,
+    reduced: Reduced | None = None,
 ) -> Callable[[M], M]:
     """Class decorator that registers an attention block under ``name``.
 
@@ -251,6 +267,11 @@ def register_block(
             belong in float32) can pass float16's 65,504 at large inputs; the block then raises
             ``FloatingPointError`` rather than return a non-finite float16 result
             (:func:`check_fp16_output`). ``None`` for blocks finite under float16 autocast.
+        reduced: how the block spells its reduced width, for timm's ``rd_ratio``,
+            ``rd_channels``, ``rd_divisor`` and ``rd_round_fn``
+            (:class:`~visattn.blocks.conventions.Reduced`); ``None`` infers it: an option
+            ``reduction`` (width ``C // reduction``) and/or ``rd_channels`` (the width). A
+            block with neither refuses those keywords.
 
     Raises:
         ValueError: the name is taken, malformed, the family is unknown, or ``fp16_limit`` is
@@ -275,7 +296,11 @@ def register_block(
             raise TypeError(
                 f"block '{name}': a block that replaces a conv takes 'out_channels' and 'stride'"
             )
-        _wrap_init(cls, name, defaults, fp16_limit)
+        spec = reduced if reduced is not None else infer_reduced(defaults)
+        for option in (spec.reduction, spec.width, spec.floor, spec.divisor) if spec else ():
+            if option is not None and option not in defaults:
+                raise TypeError(f"block '{name}': reduced names no option '{option}'")
+        _wrap_init(cls, name, defaults, spec, fp16_limit)
         cls.block_name = name
         cls.block_family = family
         cls.block_fp16_limit = fp16_limit
@@ -287,6 +312,7 @@ def register_block(
             defaults=defaults,
             replaces_conv=replaces_conv,
             fp16_limit=fp16_limit,
+            reduced=spec,
         )
         _SUBSCRIBERS.notify(added=[name])
         return cls
@@ -319,11 +345,17 @@ def registered_block(
     paper: str,
     replaces_conv: bool = False,
     fp16_limit: str | None = None,
+    reduced: Reduced | None = None,
 ) -> Iterator[BlockInfo]:
     """Register ``cls`` as :func:`register_block` does for the duration of a ``with`` block
     (yielding its :class:`BlockInfo`), then unregister it, e.g. for a test's own block."""
     register_block(
-        name, family=family, paper=paper, replaces_conv=replaces_conv, fp16_limit=fp16_limit
+        name,
+        family=family,
+        paper=paper,
+        replaces_conv=replaces_conv,
+        fp16_limit=fp16_limit,
+        reduced=reduced,
     )(cls)
     try:
         yield _REGISTRY[name]
@@ -399,11 +431,14 @@ def create_block(name: str, channels: int, *, init: str = "default", **kwargs: A
         raise ValueError(
             f"block '{name}': option 'init' must be one of {list(INITS)}, got {init!r}"
         )
-    block = info.cls(channels, **{**info.alias_args, **kwargs})  # an alias's options, overridable
+    block = info.cls(channels, **merge_options(info.alias_args, kwargs, info.reduced))
     return make_identity(block, info.alias_of or name) if init == "identity" else block
 
 
 def is_block(module: nn.Module) -> bool:
     """True for instances of registered block classes."""
     name = getattr(type(module), "block_name", None)
-    return name is not None and name in _REGISTRY and _REGISTRY[name].cls is type(module)
+    if name is None or name not in _REGISTRY:
+        return False
+    cls = type(module)
+    return _REGISTRY[name].cls in (cls, getattr(cls, "bound_to", None))

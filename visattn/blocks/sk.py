@@ -15,6 +15,7 @@ from ._utils import (
     spatial_mean,
 )
 from .capture import record_attention
+from .conventions import Reduced
 from .registry import register_block
 
 # format bookkeeping outside the traced graph (torch.fx cannot branch on a proxy)
@@ -35,7 +36,13 @@ def _check_kernels(kernel_sizes: Sequence[int]) -> tuple[int, ...]:
     return tuple(kernel_sizes)
 
 
-@register_block("sk", family="channel", paper="Li et al., CVPR 2019", replaces_conv=True)
+@register_block(
+    "sk",
+    family="channel",
+    paper="Li et al., CVPR 2019",
+    replaces_conv=True,
+    reduced=Reduced(width="rd_channels", base=lambda c, options: options["out_channels"] or c),
+)
 class SelectiveKernel(nn.Module):
     """Selective Kernel convolution: ``M`` conv paths mixed by a channel-wise softmax.
 

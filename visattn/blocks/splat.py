@@ -14,6 +14,7 @@ from ._utils import (
     spatial_mean,
 )
 from .capture import record_attention
+from .conventions import Reduced
 from .registry import register_block
 
 # format bookkeeping outside the traced graph (torch.fx cannot branch on a proxy)
@@ -22,7 +23,13 @@ torch.fx.wrap("same_memory_format")
 __all__ = ["SplitAttention"]
 
 
-@register_block("splat", family="channel", paper="Zhang et al., ResNeSt 2020", replaces_conv=True)
+@register_block(
+    "splat",
+    family="channel",
+    paper="Zhang et al., ResNeSt 2020",
+    replaces_conv=True,
+    reduced=Reduced(width="rd_channels", base=lambda c, options: c * options["radix"]),
+)
 class SplitAttention(nn.Module):
     """Split-attention conv: ``R`` splits per cardinal group, mixed by an r-softmax.
 
