@@ -47,8 +47,11 @@ from .localization import last_stage
 __all__ = [
     "MAX_COLS",
     "PANEL_PX",
+    "attention_figures",
     "attention_panels",
+    "figure_to_array",
     "plot_attention",
+    "validation_pictures",
     "visualize",
     "visualize_model",
 ]
@@ -193,6 +196,12 @@ def plot_attention(
     return fig
 
 
+def figure_to_array(fig: plt.Figure) -> np.ndarray:
+    """The rendered figure as an ``(H, W, 3)`` ``uint8`` RGB array."""
+    fig.canvas.draw()
+    return np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
+
+
 def _run_and_capture(
     net: nn.Module, images: torch.Tensor, gradcam: bool
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -219,6 +228,59 @@ def _run_and_capture(
 
 
 @torch.no_grad()
+def attention_figures(
+    net: nn.Module,
+    images: torch.Tensor,
+    *,
+    display: torch.Tensor | None = None,
+    boxes: torch.Tensor | None = None,
+    titles: Sequence[str] | None = None,
+    class_names: Sequence[str] | None = None,
+    labels: Sequence[int] | None = None,
+    gradcam: bool = True,
+) -> list[plt.Figure]:
+    """One panel grid (:func:`plot_attention`) per image, for a network in memory: what
+    :func:`visualize_model` saves and ``visattn.training.callbacks.AttentionPictures`` logs.
+
+    Arguments as :func:`visualize_model`'s. The caller closes the figures
+    (``plt.close(fig)``). The network's mode is left as it was.
+    """
+    logits, captured = _run_and_capture(net, images, gradcam)
+    if display is None:
+        lo = images.amin((1, 2, 3), keepdim=True)
+        hi = images.amax((1, 2, 3), keepdim=True)
+        display = (images - lo) / (hi - lo).clamp(min=1e-12)
+    preds = logits.argmax(1).cpu() if logits.dim() == 2 else None
+    cams = None
+    if gradcam:
+        layer_name, layer = last_stage(net)
+        cam_targets = labels if labels is not None else (None if preds is None else preds.tolist())
+        with torch.enable_grad():
+            cams = _gradcam(net, images, cam_targets, layer)
+    figures = []
+    for i in range(images.shape[0]):
+        per_image = {p: m[i] for p, m in captured.items() if m.shape[0] == images.shape[0]}
+        title = titles[i] if titles is not None else f"image {i}"
+        if preds is not None:
+            p = int(preds[i])
+            title += f", pred {class_names[p] if class_names is not None else p}"
+        cam_title = ""
+        if cams is not None:
+            target = "label" if labels is not None else "prediction"
+            cam_title = f"Grad-CAM {layer_name} ({target})"
+        figures.append(
+            plot_attention(
+                display[i].cpu(),
+                per_image,
+                box=None if boxes is None else boxes[i],
+                title=title,
+                cam=None if cams is None else cams[i],
+                cam_title=cam_title,
+            )
+        )
+    return figures
+
+
 def visualize_model(
     net: nn.Module,
     images: torch.Tensor,
@@ -255,42 +317,54 @@ def visualize_model(
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    logits, captured = _run_and_capture(net, images, gradcam)
-    if display is None:
-        lo = images.amin((1, 2, 3), keepdim=True)
-        hi = images.amax((1, 2, 3), keepdim=True)
-        display = (images - lo) / (hi - lo).clamp(min=1e-12)
-    preds = logits.argmax(1).cpu() if logits.dim() == 2 else None
-    cams = None
-    if gradcam:
-        layer_name, layer = last_stage(net)
-        cam_targets = labels if labels is not None else (None if preds is None else preds.tolist())
-        with torch.enable_grad():
-            cams = _gradcam(net, images, cam_targets, layer)
+    figures = attention_figures(
+        net,
+        images,
+        display=display,
+        boxes=boxes,
+        titles=titles,
+        class_names=class_names,
+        labels=labels,
+        gradcam=gradcam,
+    )
     paths = []
-    for i in range(images.shape[0]):
-        per_image = {p: m[i] for p, m in captured.items() if m.shape[0] == images.shape[0]}
-        title = titles[i] if titles is not None else f"image {i}"
-        if preds is not None:
-            p = int(preds[i])
-            title += f", pred {class_names[p] if class_names is not None else p}"
-        cam_title = ""
-        if cams is not None:
-            target = "label" if labels is not None else "prediction"
-            cam_title = f"Grad-CAM {layer_name} ({target})"
-        fig = plot_attention(
-            display[i].cpu(),
-            per_image,
-            box=None if boxes is None else boxes[i],
-            title=title,
-            cam=None if cams is None else cams[i],
-            cam_title=cam_title,
-        )
+    for i, fig in enumerate(figures):
         path = out / f"{names[i] if names is not None else f'attention_{i}'}.png"
         fig.savefig(path, dpi=_DPI)
         plt.close(fig)
         paths.append(path)
     return paths
+
+
+def validation_pictures(dm: Any, indices: Sequence[int]) -> dict[str, Any]:
+    """The keyword arguments of :func:`attention_figures` / :func:`visualize_model` for the
+    validation images ``indices`` of a set-up data module (``dm.val_dataset``,
+    ``dm.denormalize``): ``images`` ``(N, C, H, W)``, ``display`` (denormalised, in ``[0, 1]``),
+    ``labels``, ``boxes`` (when the data set has them), ``titles`` and ``class_names``.
+
+    Raises:
+        ValueError: an index outside the validation set.
+    """
+    val = dm.val_dataset
+    bad = [i for i in indices if not 0 <= i < len(val)]
+    if bad:
+        raise ValueError(f"indices {bad} are outside the validation set (0..{len(val) - 1})")
+    items = [val[i] for i in indices]
+    images = torch.stack([torch.as_tensor(x) for x, _ in items])
+    labels = [int(y) for _, y in items]
+    all_boxes = getattr(val, "boxes", None)
+    classes = getattr(val, "classes", None)
+    return {
+        "images": images,
+        "display": dm.denormalize(images).clamp(0, 1),
+        "labels": labels,
+        "boxes": None if all_boxes is None else torch.as_tensor(all_boxes)[list(indices)],
+        "titles": [
+            f"val {i}: label {classes[y] if classes is not None else y}"
+            for i, y in zip(indices, labels)
+        ],
+        "class_names": classes,
+    }
 
 
 def visualize(
@@ -323,34 +397,17 @@ def visualize(
     if dm is None:
         raise ValueError(f"{ckpt_path} holds no data-module options to draw validation images from")
     dm.setup("validate")
-    val = dm.val_dataset
     if indices is None:
         if num_images < 1:
             raise ValueError(f"num_images must be >= 1, got {num_images}")
-        indices = list(range(min(num_images, len(val))))
-    bad = [i for i in indices if not 0 <= i < len(val)]
-    if bad:
-        raise ValueError(f"indices {bad} are outside the validation set (0..{len(val) - 1})")
-    items = [val[i] for i in indices]
-    images = torch.stack([torch.as_tensor(x) for x, _ in items])
-    labels = [int(y) for _, y in items]
-    all_boxes = getattr(val, "boxes", None)
-    boxes = None if all_boxes is None else torch.as_tensor(all_boxes)[list(indices)]
-    classes = getattr(val, "classes", None)
-    titles = [
-        f"val {i}: label {classes[y] if classes is not None else y}"
-        for i, y in zip(indices, labels)
-    ]
+        indices = list(range(min(num_images, len(dm.val_dataset))))
+    pictures = validation_pictures(dm, indices)
     return visualize_model(
         net,
-        images,
+        pictures.pop("images"),
         out_dir,
-        display=dm.denormalize(images).clamp(0, 1),
-        boxes=boxes,
-        titles=titles,
         names=[f"attention_val{i:05d}" for i in indices],
-        class_names=classes,
-        labels=labels,
+        **pictures,
     )
 
 
