@@ -49,7 +49,7 @@ __all__ = [
     "PANEL_PX",
     "attention_figures",
     "attention_panels",
-    "figure_to_array",
+    "logger_pictures",
     "plot_attention",
     "validation_pictures",
     "visualize",
@@ -196,12 +196,6 @@ def plot_attention(
     return fig
 
 
-def figure_to_array(fig: plt.Figure) -> np.ndarray:
-    """The rendered figure as an ``(H, W, 3)`` ``uint8`` RGB array."""
-    fig.canvas.draw()
-    return np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
-
-
 def _run_and_capture(
     net: nn.Module, images: torch.Tensor, gradcam: bool
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -334,6 +328,99 @@ def visualize_model(
         plt.close(fig)
         paths.append(path)
     return paths
+
+
+def _colour(values: torch.Tensor, cmap: str) -> torch.Tensor:
+    """``(..., h, w)`` values, min-max scaled (as ``imshow`` scales a panel), as ``(..., 3, h,
+    w)`` colours of the matplotlib colour map ``cmap``."""
+    lo = values.amin((-2, -1), keepdim=True)
+    hi = values.amax((-2, -1), keepdim=True)
+    scaled = ((values - lo) / (hi - lo).clamp(min=1e-12)).nan_to_num(0.0)
+    rgba = matplotlib.colormaps[cmap](scaled.numpy())
+    return torch.from_numpy(rgba[..., :3]).float().movedim(-1, -3)
+
+
+def _overlay(display: torch.Tensor, maps: torch.Tensor) -> torch.Tensor:
+    """``(N, h, w)`` maps, upsampled (bilinear) to the ``(N, C, H, W)`` pictures and drawn over
+    them at half opacity in the ``jet`` colours of :func:`plot_attention`'s panels."""
+    up = F.interpolate(maps[:, None].float(), size=display.shape[-2:], mode="bilinear")
+    base = display.expand(-1, 3, -1, -1) if display.shape[1] == 1 else display
+    return 0.5 * base + 0.5 * _colour(up[:, 0], "jet")
+
+
+def _channel_grid(weights: Mapping[str, torch.Tensor], cell: int) -> torch.Tensor:
+    """One stage's ``{path: (N, C)}`` channel weights as ``(N, 3, blocks * 4cell, C * cell)``
+    pictures: a row per block, a column per channel, in :func:`plot_attention`'s ``viridis``."""
+    rows = list(weights.values())
+    width = max(w.shape[1] for w in rows)
+    grid = torch.full((rows[0].shape[0], len(rows), width), float("nan"))
+    for r, w in enumerate(rows):
+        grid[:, r, : w.shape[1]] = w.float()
+    fill = grid.nan_to_num(float(grid.nan_to_num(0.0).amin()))
+    pictures = _colour(fill, "viridis")
+    return pictures.repeat_interleave(4 * cell, -2).repeat_interleave(cell, -1)
+
+
+@torch.no_grad()
+def logger_pictures(
+    net: nn.Module,
+    images: torch.Tensor,
+    display: torch.Tensor,
+    *,
+    labels: Sequence[int] | None = None,
+    gradcam: bool = True,
+    min_size: int = 96,
+) -> dict[str, torch.Tensor]:
+    """The maps of :func:`plot_attention`'s panels, one picture per map kind and images side by
+    side, as pixels (no matplotlib figure: cheap enough to log during training).
+
+    Args:
+        net: the network (run in eval mode; its mode is left as it was).
+        images: ``(N, C, H, W)`` network input.
+        display: ``(N, C, H, W)`` pictures of them in ``[0, 1]``.
+        labels: the true class per image (Grad-CAM explains it; default: the prediction).
+        gradcam: add the Grad-CAM overlay of the last stage (the ``grad-cam`` package).
+        min_size: pictures smaller than this are enlarged (nearest neighbour) by a whole factor.
+
+    Returns:
+        ``{tag: (3, H', W') picture in [0, 1]}``, the ``N`` images in a row: ``gradcam/<stage>``
+        (the overlay), ``attention/<block path>`` (each spatial or mixed map, channel mean,
+        overlaid) and ``channels/<stage>`` (the channel weights of the stage's blocks, a row
+        per block).
+    """
+    from torchvision.utils import make_grid
+
+    logits, captured = _run_and_capture(net, images, gradcam)
+    n, size = images.shape[0], tuple(images.shape[-2:])
+    scale = max(1, -(-min_size // max(size)))
+    display = display.detach().float().cpu().clamp(0, 1)
+    if scale > 1:
+        display = F.interpolate(display, scale_factor=scale, mode="nearest")
+    batches: dict[str, torch.Tensor] = {}
+    if gradcam:
+        layer_name, layer = last_stage(net)
+        targets = labels if labels is not None else logits.argmax(1).tolist()
+        with torch.enable_grad():
+            batches[f"gradcam/{layer_name}"] = _overlay(
+                display, _gradcam(net, images, targets, layer)
+            )
+    per_image = [
+        attention_panels({p: m[i] for p, m in captured.items() if m.shape[0] == n}, size)
+        for i in range(n)
+    ]
+    for path in per_image[0][0] if per_image else ():
+        batches[f"attention/{path}"] = _overlay(
+            display, torch.stack([s[path] for s, _ in per_image])
+        )
+    for stage in per_image[0][1] if per_image else ():
+        weights = {
+            p: torch.stack([c[stage][p] for _, c in per_image]) for p in per_image[0][1][stage]
+        }
+        batches[f"channels/{stage}"] = _channel_grid(weights, cell=max(1, scale))
+    return {
+        tag: make_grid(b.clamp(0, 1), nrow=n, padding=2, pad_value=1.0)
+        for tag, b in batches.items()
+    }
 
 
 def validation_pictures(dm: Any, indices: Sequence[int]) -> dict[str, Any]:

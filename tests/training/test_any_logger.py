@@ -99,12 +99,18 @@ def test_attention_pictures_reach_tensorboard_and_leave_training_unchanged(
     events = EventAccumulator(summary["log_dir"], size_guidance={"images": 0})
     events.Reload()
     tags = events.Tags()["images"]
-    assert sorted(tags) == ["attention/val00000", "attention/val00001"]
+    # SE applies channel weights: one picture of them per stage, and Grad-CAM of the last stage
+    assert sorted(tags) == [
+        "channels/layer1",
+        "channels/layer2",
+        "channels/layer3",
+        "gradcam/layer3",
+    ]
     steps = [int(r.split(",")[1]) for r in reference.splitlines()[1:]]
     for tag in tags:
         images = events.Images(tag)
         assert [im.step for im in images] == steps  # after every epoch
-        assert all(im.width > im.height > 0 for im in images)  # image, Grad-CAM, maps in a row
+        assert all(im.width > im.height > 0 for im in images)  # the two images side by side
 
 
 @pytest.mark.slow

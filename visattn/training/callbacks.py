@@ -391,14 +391,18 @@ class AttentionPictures(Callback):
     fixed batch of validation images and their Grad-CAM, as pictures in the run's loggers.
 
     The images are the first ``num_images`` of the validation set (the same ones every time,
-    so the pictures show how the maps change as the network trains). Each picture is
-    :func:`visattn.visualize.plot_attention`'s panel grid: the image, the Grad-CAM overlay of
-    the last stage for the true label (Selvaraju et al., ICCV 2017; via
-    :func:`visattn.localization.gradcam`), one overlay per spatial map and one heat map of
-    channel weights per stage, all captured with :func:`visattn.capture_attention`. It goes to
-    every logger that takes images (TensorBoard, MLflow, W&B; see
-    :func:`visattn.training.loggers.log_image`) under ``attention/val<index>``, at the epoch's
-    last optimizer step; for the others one info message says that none are sent.
+    so the pictures show how the maps change as the network trains), side by side in one
+    picture per map (:func:`visattn.visualize.logger_pictures`, the maps of
+    ``python -m visattn.visualize``'s panels, captured with :func:`visattn.capture_attention`):
+
+    * ``gradcam/<stage>``: the Grad-CAM overlay of the last stage for the true label
+      (Selvaraju et al., ICCV 2017; :func:`visattn.localization.gradcam`), for every network;
+    * ``attention/<block path>``: each spatial or mixed map, overlaid on the images;
+    * ``channels/<stage>``: the channel weights of the stage's blocks, a row per block.
+
+    They go to every logger that takes images (TensorBoard, MLflow, W&B; see
+    :func:`visattn.training.loggers.log_image`) at the epoch's last optimizer step; for the
+    others one info message says that none are sent.
 
     The network runs in eval mode (its mode is restored), draws no random numbers and updates
     no statistic, so a run with pictures trains exactly as one without. Grad-CAM needs the
@@ -409,7 +413,7 @@ class AttentionPictures(Callback):
         every_n_epochs: log after epochs ``every_n_epochs - 1``, ``2 * every_n_epochs - 1``,
             ... and after the last epoch of the fit.
         num_images: how many validation images.
-        gradcam: add the Grad-CAM panel.
+        gradcam: add the Grad-CAM overlay.
     """
 
     def __init__(self, every_n_epochs: int = 2, num_images: int = 4, gradcam: bool = True) -> None:
@@ -482,17 +486,15 @@ class AttentionPictures(Callback):
     def _log(
         self, trainer: pl.Trainer, loggers: list, dm: Any, net: torch.nn.Module, gradcam: bool
     ) -> None:
-        import matplotlib.pyplot as plt
-
-        from ..visualize import attention_figures, figure_to_array, validation_pictures
+        from ..visualize import logger_pictures, validation_pictures
         from .loggers import log_image
 
         indices = list(range(min(self.num_images, len(dm.val_dataset))))
-        pictures = validation_pictures(dm, indices)
-        images = pictures.pop("images")
-        figures = attention_figures(net, images, gradcam=gradcam, **pictures)
-        for i, fig in zip(indices, figures):
-            array = figure_to_array(fig)
-            plt.close(fig)
+        batch = validation_pictures(dm, indices)
+        pictures = logger_pictures(
+            net, batch["images"], batch["display"], labels=batch["labels"], gradcam=gradcam
+        )
+        for tag, picture in pictures.items():
+            array = picture.permute(1, 2, 0).numpy()
             for lg in loggers:
-                log_image(lg, f"attention/val{i:05d}", array, trainer.global_step)
+                log_image(lg, tag, array, trainer.global_step)
