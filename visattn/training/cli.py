@@ -197,9 +197,9 @@ class VisattnCLI(LightningCLI):
     """LightningCLI for visattn (see the module docstring)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._logger_spec: Any = None
-        self._run_dir: Path | None = None
-        self._version = 0
+        self._logger_spec: Any = None  # --trainer.logger, built in _instantiate_trainer
+        self._root: Path | None = None  # --trainer.default_root_dir
+        self._version = 0  # the run's N: lightning_logs/version_N
         kwargs.setdefault("save_config_callback", SaveConfigInRun)
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
         kwargs.setdefault("seed_everything_default", 0)
@@ -258,8 +258,8 @@ class VisattnCLI(LightningCLI):
                 class_path=TENSORBOARD,
                 init_args=Namespace(save_dir=str(save_dir), name=RUNS, version=version),
             )
+        self._root = save_dir
         self._version = next_version(save_dir) if version is None else version
-        self._run_dir = save_dir / RUNS / f"version_{self._version}"
         # built in _instantiate_trainer (visattn.training.loggers), where its own errors show;
         # config.yaml keeps the option as given
         self._logger_spec, trainer.logger = trainer.logger, False
@@ -285,17 +285,20 @@ class VisattnCLI(LightningCLI):
             check_training_checkpoint(path, self.model)
 
     def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Callback]) -> Trainer:
-        if self._run_dir is not None:
+        if self._root is not None:
             cfg = self.config[self.subcommand] if self.subcommand else self.config
             cfg.trainer.logger = self._logger_spec  # what config.yaml records
-            save_dir = self._run_dir.parent.parent
-            config["logger"] = build_loggers(self._logger_spec, save_dir, self._version) or False
+            config["logger"] = build_loggers(self._logger_spec, self._root, self._version) or False
         if config.get("fast_dev_run"):
             # a smoke test writes nothing (Lightning would still save last.ckpt into the cwd)
             callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
             callbacks = [*callbacks, RunSummary()]
         else:
-            run_dir = [RunDirectory(self._run_dir)] if self._run_dir is not None else []
+            run_dir = (
+                [RunDirectory(self._root / RUNS / f"version_{self._version}")]
+                if self._root is not None
+                else []
+            )
             callbacks = [*run_dir, *callbacks, EpochMetricsCSV(), RunSummary()]
         callbacks += _default_progress_bar(config, callbacks)
         return super()._instantiate_trainer(config, callbacks)
