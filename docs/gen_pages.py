@@ -181,6 +181,8 @@ REFERENCE = {
     ],
     "training": [
         "visattn.training.module",
+        "visattn.training.callbacks",
+        "visattn.training.loggers",
         "visattn.training.load",
         "visattn.data.datamodule",
         "visattn.data.sources",

@@ -47,8 +47,11 @@ from .localization import last_stage
 __all__ = [
     "MAX_COLS",
     "PANEL_PX",
+    "attention_figures",
     "attention_panels",
+    "logger_pictures",
     "plot_attention",
+    "validation_pictures",
     "visualize",
     "visualize_model",
 ]
@@ -219,6 +222,59 @@ def _run_and_capture(
 
 
 @torch.no_grad()
+def attention_figures(
+    net: nn.Module,
+    images: torch.Tensor,
+    *,
+    display: torch.Tensor | None = None,
+    boxes: torch.Tensor | None = None,
+    titles: Sequence[str] | None = None,
+    class_names: Sequence[str] | None = None,
+    labels: Sequence[int] | None = None,
+    gradcam: bool = True,
+) -> list[plt.Figure]:
+    """One panel grid (:func:`plot_attention`) per image, for a network in memory: what
+    :func:`visualize_model` saves and ``visattn.training.callbacks.AttentionPictures`` logs.
+
+    Arguments as :func:`visualize_model`'s. The caller closes the figures
+    (``plt.close(fig)``). The network's mode is left as it was.
+    """
+    logits, captured = _run_and_capture(net, images, gradcam)
+    if display is None:
+        lo = images.amin((1, 2, 3), keepdim=True)
+        hi = images.amax((1, 2, 3), keepdim=True)
+        display = (images - lo) / (hi - lo).clamp(min=1e-12)
+    preds = logits.argmax(1).cpu() if logits.dim() == 2 else None
+    cams = None
+    if gradcam:
+        layer_name, layer = last_stage(net)
+        cam_targets = labels if labels is not None else (None if preds is None else preds.tolist())
+        with torch.enable_grad():
+            cams = _gradcam(net, images, cam_targets, layer)
+    figures = []
+    for i in range(images.shape[0]):
+        per_image = {p: m[i] for p, m in captured.items() if m.shape[0] == images.shape[0]}
+        title = titles[i] if titles is not None else f"image {i}"
+        if preds is not None:
+            p = int(preds[i])
+            title += f", pred {class_names[p] if class_names is not None else p}"
+        cam_title = ""
+        if cams is not None:
+            target = "label" if labels is not None else "prediction"
+            cam_title = f"Grad-CAM {layer_name} ({target})"
+        figures.append(
+            plot_attention(
+                display[i].cpu(),
+                per_image,
+                box=None if boxes is None else boxes[i],
+                title=title,
+                cam=None if cams is None else cams[i],
+                cam_title=cam_title,
+            )
+        )
+    return figures
+
+
 def visualize_model(
     net: nn.Module,
     images: torch.Tensor,
@@ -255,42 +311,147 @@ def visualize_model(
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    logits, captured = _run_and_capture(net, images, gradcam)
-    if display is None:
-        lo = images.amin((1, 2, 3), keepdim=True)
-        hi = images.amax((1, 2, 3), keepdim=True)
-        display = (images - lo) / (hi - lo).clamp(min=1e-12)
-    preds = logits.argmax(1).cpu() if logits.dim() == 2 else None
-    cams = None
-    if gradcam:
-        layer_name, layer = last_stage(net)
-        cam_targets = labels if labels is not None else (None if preds is None else preds.tolist())
-        with torch.enable_grad():
-            cams = _gradcam(net, images, cam_targets, layer)
+    figures = attention_figures(
+        net,
+        images,
+        display=display,
+        boxes=boxes,
+        titles=titles,
+        class_names=class_names,
+        labels=labels,
+        gradcam=gradcam,
+    )
     paths = []
-    for i in range(images.shape[0]):
-        per_image = {p: m[i] for p, m in captured.items() if m.shape[0] == images.shape[0]}
-        title = titles[i] if titles is not None else f"image {i}"
-        if preds is not None:
-            p = int(preds[i])
-            title += f", pred {class_names[p] if class_names is not None else p}"
-        cam_title = ""
-        if cams is not None:
-            target = "label" if labels is not None else "prediction"
-            cam_title = f"Grad-CAM {layer_name} ({target})"
-        fig = plot_attention(
-            display[i].cpu(),
-            per_image,
-            box=None if boxes is None else boxes[i],
-            title=title,
-            cam=None if cams is None else cams[i],
-            cam_title=cam_title,
-        )
+    for i, fig in enumerate(figures):
         path = out / f"{names[i] if names is not None else f'attention_{i}'}.png"
         fig.savefig(path, dpi=_DPI)
         plt.close(fig)
         paths.append(path)
     return paths
+
+
+def _colour(values: torch.Tensor, cmap: str) -> torch.Tensor:
+    """``(..., h, w)`` values, min-max scaled (as ``imshow`` scales a panel), as ``(..., 3, h,
+    w)`` colours of the matplotlib colour map ``cmap``."""
+    lo = values.amin((-2, -1), keepdim=True)
+    hi = values.amax((-2, -1), keepdim=True)
+    scaled = ((values - lo) / (hi - lo).clamp(min=1e-12)).nan_to_num(0.0)
+    rgba = matplotlib.colormaps[cmap](scaled.numpy())
+    return torch.from_numpy(rgba[..., :3]).float().movedim(-1, -3)
+
+
+def _overlay(display: torch.Tensor, maps: torch.Tensor) -> torch.Tensor:
+    """``(N, h, w)`` maps, upsampled (bilinear) to the ``(N, C, H, W)`` pictures and drawn over
+    them at half opacity in the ``jet`` colours of :func:`plot_attention`'s panels."""
+    up = F.interpolate(maps[:, None].float(), size=display.shape[-2:], mode="bilinear")
+    base = display.expand(-1, 3, -1, -1) if display.shape[1] == 1 else display
+    return 0.5 * base + 0.5 * _colour(up[:, 0], "jet")
+
+
+def _channel_grid(weights: Mapping[str, torch.Tensor], cell: int) -> torch.Tensor:
+    """One stage's ``{path: (N, C)}`` channel weights as ``(N, 3, blocks * 4cell, C * cell)``
+    pictures: a row per block, a column per channel, in :func:`plot_attention`'s ``viridis``."""
+    rows = list(weights.values())
+    width = max(w.shape[1] for w in rows)
+    grid = torch.full((rows[0].shape[0], len(rows), width), float("nan"))
+    for r, w in enumerate(rows):
+        grid[:, r, : w.shape[1]] = w.float()
+    fill = grid.nan_to_num(float(grid.nan_to_num(0.0).amin()))
+    pictures = _colour(fill, "viridis")
+    return pictures.repeat_interleave(4 * cell, -2).repeat_interleave(cell, -1)
+
+
+@torch.no_grad()
+def logger_pictures(
+    net: nn.Module,
+    images: torch.Tensor,
+    display: torch.Tensor,
+    *,
+    labels: Sequence[int] | None = None,
+    gradcam: bool = True,
+    min_size: int = 96,
+) -> dict[str, torch.Tensor]:
+    """The maps of :func:`plot_attention`'s panels, one picture per map kind and images side by
+    side, as pixels (no matplotlib figure: cheap enough to log during training).
+
+    Args:
+        net: the network (run in eval mode; its mode is left as it was).
+        images: ``(N, C, H, W)`` network input.
+        display: ``(N, C, H, W)`` pictures of them in ``[0, 1]``.
+        labels: the true class per image (Grad-CAM explains it; default: the prediction).
+        gradcam: add the Grad-CAM overlay of the last stage (the ``grad-cam`` package).
+        min_size: pictures smaller than this are enlarged (nearest neighbour) by a whole factor.
+
+    Returns:
+        ``{tag: (3, H', W') picture in [0, 1]}``, the ``N`` images in a row: ``gradcam/<stage>``
+        (the overlay), ``attention/<block path>`` (each spatial or mixed map, channel mean,
+        overlaid) and ``channels/<stage>`` (the channel weights of the stage's blocks, a row
+        per block).
+    """
+    from torchvision.utils import make_grid
+
+    logits, captured = _run_and_capture(net, images, gradcam)
+    n, size = images.shape[0], tuple(images.shape[-2:])
+    scale = max(1, -(-min_size // max(size)))
+    display = display.detach().float().cpu().clamp(0, 1)
+    if scale > 1:
+        display = F.interpolate(display, scale_factor=scale, mode="nearest")
+    batches: dict[str, torch.Tensor] = {}
+    if gradcam:
+        layer_name, layer = last_stage(net)
+        targets = labels if labels is not None else logits.argmax(1).tolist()
+        with torch.enable_grad():
+            batches[f"gradcam/{layer_name}"] = _overlay(
+                display, _gradcam(net, images, targets, layer)
+            )
+    per_image = [
+        attention_panels({p: m[i] for p, m in captured.items() if m.shape[0] == n}, size)
+        for i in range(n)
+    ]
+    for path in per_image[0][0] if per_image else ():
+        batches[f"attention/{path}"] = _overlay(
+            display, torch.stack([s[path] for s, _ in per_image])
+        )
+    for stage in per_image[0][1] if per_image else ():
+        weights = {
+            p: torch.stack([c[stage][p] for _, c in per_image]) for p in per_image[0][1][stage]
+        }
+        batches[f"channels/{stage}"] = _channel_grid(weights, cell=max(1, scale))
+    return {
+        tag: make_grid(b.clamp(0, 1), nrow=n, padding=2, pad_value=1.0)
+        for tag, b in batches.items()
+    }
+
+
+def validation_pictures(dm: Any, indices: Sequence[int]) -> dict[str, Any]:
+    """The keyword arguments of :func:`attention_figures` / :func:`visualize_model` for the
+    validation images ``indices`` of a set-up data module (``dm.val_dataset``,
+    ``dm.denormalize``): ``images`` ``(N, C, H, W)``, ``display`` (denormalised, in ``[0, 1]``),
+    ``labels``, ``boxes`` (when the data set has them), ``titles`` and ``class_names``.
+
+    Raises:
+        ValueError: an index outside the validation set.
+    """
+    val = dm.val_dataset
+    bad = [i for i in indices if not 0 <= i < len(val)]
+    if bad:
+        raise ValueError(f"indices {bad} are outside the validation set (0..{len(val) - 1})")
+    items = [val[i] for i in indices]
+    images = torch.stack([torch.as_tensor(x) for x, _ in items])
+    labels = [int(y) for _, y in items]
+    all_boxes = getattr(val, "boxes", None)
+    classes = getattr(val, "classes", None)
+    return {
+        "images": images,
+        "display": dm.denormalize(images).clamp(0, 1),
+        "labels": labels,
+        "boxes": None if all_boxes is None else torch.as_tensor(all_boxes)[list(indices)],
+        "titles": [
+            f"val {i}: label {classes[y] if classes is not None else y}"
+            for i, y in zip(indices, labels)
+        ],
+        "class_names": classes,
+    }
 
 
 def visualize(
@@ -323,34 +484,17 @@ def visualize(
     if dm is None:
         raise ValueError(f"{ckpt_path} holds no data-module options to draw validation images from")
     dm.setup("validate")
-    val = dm.val_dataset
     if indices is None:
         if num_images < 1:
             raise ValueError(f"num_images must be >= 1, got {num_images}")
-        indices = list(range(min(num_images, len(val))))
-    bad = [i for i in indices if not 0 <= i < len(val)]
-    if bad:
-        raise ValueError(f"indices {bad} are outside the validation set (0..{len(val) - 1})")
-    items = [val[i] for i in indices]
-    images = torch.stack([torch.as_tensor(x) for x, _ in items])
-    labels = [int(y) for _, y in items]
-    all_boxes = getattr(val, "boxes", None)
-    boxes = None if all_boxes is None else torch.as_tensor(all_boxes)[list(indices)]
-    classes = getattr(val, "classes", None)
-    titles = [
-        f"val {i}: label {classes[y] if classes is not None else y}"
-        for i, y in zip(indices, labels)
-    ]
+        indices = list(range(min(num_images, len(dm.val_dataset))))
+    pictures = validation_pictures(dm, indices)
     return visualize_model(
         net,
-        images,
+        pictures.pop("images"),
         out_dir,
-        display=dm.denormalize(images).clamp(0, 1),
-        boxes=boxes,
-        titles=titles,
         names=[f"attention_val{i:05d}" for i in indices],
-        class_names=classes,
-        labels=labels,
+        **pictures,
     )
 
 

@@ -1,6 +1,6 @@
-"""Callbacks of every visattn run: the epoch-level ``metrics.csv``, the closing summary, the
-checkpoint that keeps ``last.ckpt`` current, exact resume of the random states, and the
-backbone freeze of fine-tuning."""
+"""Callbacks of every visattn run: the run's own directory, the epoch-level ``metrics.csv``, the
+closing summary, the checkpoint that keeps ``last.ckpt`` current, exact resume of the random
+states, the backbone freeze of fine-tuning, and attention pictures sent to the logger."""
 
 from __future__ import annotations
 
@@ -16,26 +16,68 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
-from lightning.pytorch.utilities import rank_zero_only
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 
 from ..files import atomic_write_text, read_metrics_csv
 from ..profile import count_macs, count_params
 from .parameters import attention_modules, split_parameters
 
 __all__ = [
+    "AttentionPictures",
     "BackboneFreeze",
     "BestAndLastCheckpoint",
     "EpochMetricsCSV",
     "ExactResumeRNG",
+    "RunDirectory",
     "RunSummary",
+    "run_directory",
 ]
+
+
+class RunDirectory(Callback):
+    """Where the run's own files go: ``metrics.csv``, ``config.yaml``, ``checkpoints/`` and the
+    summary's ``log_dir``, whatever logger the run writes to (a logger's files may live
+    elsewhere: an MLflow store, a W&B folder).
+
+    ``path`` is the directory the command line chose (``<default_root_dir>/lightning_logs/
+    version_N``). Processes of one run may choose differently (each scans the folder when it
+    starts), so the first :meth:`resolve` of a run, made by every process at ``setup``, takes
+    rank 0's and creates it there, claiming the version for this run.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._resolved = False
+
+    def resolve(self, trainer: pl.Trainer) -> Path:
+        if not self._resolved:
+            self.path = Path(trainer.strategy.broadcast(str(self.path)))
+            if trainer.is_global_zero:
+                self.path.mkdir(parents=True, exist_ok=True)
+            self._resolved = True
+        return self.path
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self.resolve(trainer)
+
+
+def run_directory(trainer: pl.Trainer) -> Path:
+    """The run's own directory: the :class:`RunDirectory` callback's when the trainer has one
+    (every ``train_cls.py`` run), else ``trainer.log_dir`` (or ``default_root_dir``), as for a
+    Trainer built by hand. Call it on every process (the first call broadcasts)."""
+    cb = next((c for c in trainer.callbacks if isinstance(c, RunDirectory)), None)
+    if cb is not None:
+        return cb.resolve(trainer)
+    return Path(trainer.log_dir or trainer.default_root_dir)
+
 
 #: columns always present in metrics.csv, in this order (others are appended sorted).
 COLUMNS = ("epoch", "step", "lr", "train/loss", "train/acc", "val/loss", "val/acc", "val/acc5")
 
 
 class EpochMetricsCSV(Callback):
-    """One row per training epoch in ``<log_dir>/metrics.csv``.
+    """One row per training epoch in ``metrics.csv`` in the run's directory
+    (:func:`run_directory`).
 
     Columns: ``epoch``, ``step`` (optimizer steps so far), ``lr`` (at the epoch's start), the
     epoch means of ``train/*`` and the ``val/*`` metrics of that epoch (empty if validation did
@@ -62,11 +104,10 @@ class EpochMetricsCSV(Callback):
         self.rows = list(self._restored)
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self.path = Path(trainer.log_dir or trainer.default_root_dir) / self.filename
+        self.path = run_directory(trainer) / self.filename
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        log_dir = trainer.log_dir or trainer.default_root_dir
-        self.path = Path(log_dir) / self.filename
+        self.path = run_directory(trainer) / self.filename
         start = trainer.current_epoch
         if self._restored is not None:
             self.rows = [r for r in self._restored if r["epoch"] < start]
@@ -120,7 +161,16 @@ class BestAndLastCheckpoint(ModelCheckpoint):
     moved into the new checkpoint folder (Lightning would drop them, then write ``last-v1.ckpt``
     and ``best-epochNNN-v1.ckpt`` beside the old files, and the next ``--ckpt_path last`` would
     restore the stale ``last.ckpt``).
+
+    Without a ``dirpath`` the checkpoints go to ``checkpoints/`` in the run's directory
+    (:func:`run_directory`), not where the logger keeps its files (Lightning's choice, which for
+    MLflow is the tracking store, shared by every run).
     """
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self.dirpath is None:
+            self.dirpath = str(run_directory(trainer) / "checkpoints")
+        super().setup(trainer, pl_module, stage)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         old = state_dict.get("dirpath")
@@ -211,7 +261,7 @@ class RunSummary(Callback):
         test_acc = trainer.callback_metrics.get("test/acc") if stage == "test" else None
         metrics_csv = metrics_cb.path if metrics_cb is not None else None
         self.summary = {
-            "log_dir": str(trainer.log_dir),
+            "log_dir": str(run_directory(trainer)),
             "metrics_csv": str(metrics_csv)
             if metrics_csv is not None and metrics_csv.is_file()
             else None,
@@ -334,3 +384,117 @@ class BackboneFreeze(Callback):
     ) -> None:
         for m in self._norms:
             m.eval()
+
+
+class AttentionPictures(Callback):
+    """Every ``every_n_epochs`` training epochs (and after the last), the attention maps of a
+    fixed batch of validation images and their Grad-CAM, as pictures in the run's loggers.
+
+    The images are the first ``num_images`` of the validation set (the same ones every time,
+    so the pictures show how the maps change as the network trains), side by side in one
+    picture per map (:func:`visattn.visualize.logger_pictures`, the maps of
+    ``python -m visattn.visualize``'s panels, captured with :func:`visattn.capture_attention`):
+
+    * ``gradcam/<stage>``: the Grad-CAM overlay of the last stage for the true label
+      (Selvaraju et al., ICCV 2017; :func:`visattn.localization.gradcam`), for every network;
+    * ``attention/<block path>``: each spatial or mixed map, overlaid on the images;
+    * ``channels/<stage>``: the channel weights of the stage's blocks, a row per block.
+
+    They go to every logger that takes images (TensorBoard, MLflow, W&B; see
+    :func:`visattn.training.loggers.log_image`) at the epoch's last optimizer step; for the
+    others one info message says that none are sent.
+
+    The network runs in eval mode (its mode is restored), draws no random numbers and updates
+    no statistic, so a run with pictures trains exactly as one without. Grad-CAM needs the
+    ``grad-cam`` package (``visattn[ablate]``); without it the maps are drawn alone, after one
+    info message. Rank 0 draws them.
+
+    Args:
+        every_n_epochs: log after epochs ``every_n_epochs - 1``, ``2 * every_n_epochs - 1``,
+            ... and after the last epoch of the fit.
+        num_images: how many validation images.
+        gradcam: add the Grad-CAM overlay.
+    """
+
+    def __init__(self, every_n_epochs: int = 2, num_images: int = 4, gradcam: bool = True) -> None:
+        if int(every_n_epochs) < 1:
+            raise ValueError(
+                f"AttentionPictures: every_n_epochs must be >= 1, got {every_n_epochs}"
+            )
+        if int(num_images) < 1:
+            raise ValueError(f"AttentionPictures: num_images must be >= 1, got {num_images}")
+        self.every_n_epochs = int(every_n_epochs)
+        self.num_images = int(num_images)
+        self.gradcam = bool(gradcam)
+        self._told: set[str] = set()
+
+    def _tell(self, key: str, message: str) -> None:
+        if key not in self._told:
+            self._told.add(key)
+            rank_zero_info(f"AttentionPictures: {message}")
+
+    def _due(self, trainer: pl.Trainer) -> bool:
+        epoch = trainer.current_epoch
+        last = trainer.max_epochs is not None and epoch == trainer.max_epochs - 1
+        return (epoch + 1) % self.every_n_epochs == 0 or last
+
+    def _use_gradcam(self, net: torch.nn.Module) -> bool:
+        if not self.gradcam:
+            return False
+        try:
+            import pytorch_grad_cam  # noqa: F401
+        except ImportError:
+            self._tell("gradcam", "no Grad-CAM (pip install 'visattn[ablate]'); maps only")
+            return False
+        from ..localization import last_stage
+
+        try:
+            last_stage(net)
+        except ValueError as e:
+            self._tell("gradcam", f"no Grad-CAM ({e}); maps only")
+            return False
+        return True
+
+    @rank_zero_only
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking or not self._due(trainer):
+            return
+        from ..blocks import is_block
+        from .loggers import takes_images
+
+        loggers = [lg for lg in trainer.loggers if takes_images(lg)]
+        for lg in trainer.loggers:
+            if lg not in loggers:
+                self._tell(type(lg).__name__, f"{type(lg).__name__} takes no images; none sent")
+        if not trainer.loggers:
+            self._tell("none", "the run has no logger; no pictures are drawn")
+        dm = trainer.datamodule
+        net = getattr(pl_module, "net", pl_module)
+        if not loggers:
+            return
+        if getattr(dm, "val_dataset", None) is None or not hasattr(dm, "denormalize"):
+            self._tell("data", "the data module has no val_dataset / denormalize; none drawn")
+            return
+        gradcam = self._use_gradcam(net)
+        if not gradcam and not any(is_block(m) for m in net.modules()):
+            self._tell(
+                "blocks", "the network has no attention block and no Grad-CAM; nothing to draw"
+            )
+            return
+        self._log(trainer, loggers, dm, net, gradcam)
+
+    def _log(
+        self, trainer: pl.Trainer, loggers: list, dm: Any, net: torch.nn.Module, gradcam: bool
+    ) -> None:
+        from ..visualize import logger_pictures, validation_pictures
+        from .loggers import log_image
+
+        indices = list(range(min(self.num_images, len(dm.val_dataset))))
+        batch = validation_pictures(dm, indices)
+        pictures = logger_pictures(
+            net, batch["images"], batch["display"], labels=batch["labels"], gradcam=gradcam
+        )
+        for tag, picture in pictures.items():
+            array = picture.permute(1, 2, 0).numpy()
+            for lg in loggers:
+                log_image(lg, tag, array, trainer.global_step)

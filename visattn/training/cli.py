@@ -7,11 +7,15 @@ What the CLI adds to plain LightningCLI:
 * ``checkpoint.*``: a ModelCheckpoint keeping the best ``val/acc`` and ``last.ckpt``.
 * Every run writes ``metrics.csv`` (one row per epoch) and prints one summary line
   (``EpochMetricsCSV``, ``RunSummary``); the resolved config goes to ``config.yaml``.
-* The default logger is TensorBoard in ``<default_root_dir>/lightning_logs/version_N``;
-  ``--ckpt_path last`` resumes the newest epoch of the newest ``version_N`` that has a last
-  checkpoint, in the same directory (so its metrics.csv continues), or fails saying where it
-  looked. A resumed fit keeps the run's recorded model and data options, warning about each
-  given value that would not take effect (``visattn.training.resume``).
+* Every run has its own directory, ``<default_root_dir>/lightning_logs/version_N``, whatever
+  the logger: ``metrics.csv``, ``config.yaml``, ``checkpoints/`` and the summary's ``log_dir``
+  are there (``RunDirectory``). The default logger is TensorBoard in that directory; any
+  other (``--trainer.logger``) is built by ``visattn.training.loggers`` (its own error shown,
+  a CSV logger under the same tree moved to the run's ``csv/`` folder).
+* ``--ckpt_path last`` resumes the newest epoch of the newest ``version_N`` that has a last
+  checkpoint, in the same directory (so its metrics.csv continues), with any logger, or fails
+  saying where it looked. A resumed fit keeps the run's recorded model and data options,
+  warning about each given value that would not take effect (``visattn.training.resume``).
 * ``seed_everything`` defaults to 0 (reproducible unless asked otherwise).
 * The progress bar shows the run's version as an integer (``v_num: 0``, not ``0.000``), and
   the model summary counts FLOPs on one image at the data's size.
@@ -37,20 +41,25 @@ from lightning.pytorch.callbacks import (
     RichProgressBar,
     TQDMProgressBar,
 )
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.imports import _RICH_AVAILABLE
 
 from ..data.datamodule import VisattnDataModule
 from ..models.checkpoint import check_training_checkpoint, read_checkpoint, training_checkpoint
 from ..models.pretrained import get_pretrained
-from .callbacks import BestAndLastCheckpoint, EpochMetricsCSV, RunSummary
+from .callbacks import (
+    BestAndLastCheckpoint,
+    EpochMetricsCSV,
+    RunDirectory,
+    RunSummary,
+    run_directory,
+)
+from .loggers import TENSORBOARD, build_loggers
 from .module import ClassificationModule
-from .resume import find_last_checkpoint, keep_recorded_options
+from .resume import RUNS, find_last_checkpoint, keep_recorded_options, next_version
 
-__all__ = ["VisattnCLI", "cli_main", "run"]
-
-_TB = "lightning.pytorch.loggers.TensorBoardLogger"
+__all__ = ["SaveConfigInRun", "VisattnCLI", "cli_main", "run"]
 
 
 def _local_ckpt_path(cfg: Namespace) -> str | None:
@@ -182,10 +191,38 @@ def _resolve_eval_transform(cfg: Namespace) -> None:
     }
 
 
+class SaveConfigInRun(SaveConfigCallback):
+    """LightningCLI's ``config.yaml``, written into the run's directory
+    (:func:`~visattn.training.callbacks.run_directory`) rather than ``trainer.log_dir``, which
+    for loggers other than TensorBoard and CSV is their ``save_dir`` (for MLflow, the tracking
+    store shared by every run)."""
+
+    def setup(self, trainer: Trainer, pl_module: Any, stage: str) -> None:
+        if self.already_saved:
+            return
+        path = run_directory(trainer) / self.config_filename  # every process: it broadcasts
+        if trainer.is_global_zero:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.parser.save(
+                self.config,
+                str(path),
+                skip_none=False,
+                overwrite=self.overwrite,
+                multifile=self.multifile,
+            )
+            self.save_config(trainer, pl_module, stage)
+            self.already_saved = True
+        self.already_saved = trainer.strategy.broadcast(self.already_saved)
+
+
 class VisattnCLI(LightningCLI):
     """LightningCLI for visattn (see the module docstring)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._logger_spec: Any = None  # --trainer.logger, built in _instantiate_trainer
+        self._root: Path | None = None  # --trainer.default_root_dir
+        self._version = 0  # the run's N: lightning_logs/version_N
+        kwargs.setdefault("save_config_callback", SaveConfigInRun)
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
         kwargs.setdefault("seed_everything_default", 0)
         kwargs.setdefault("auto_configure_optimizers", False)  # the module's options own them
@@ -221,16 +258,15 @@ class VisattnCLI(LightningCLI):
         cfg = self.config[self.subcommand] if self.subcommand else self.config
         _resolve_eval_transform(cfg)
         trainer = cfg.trainer
-        tensorboard = trainer.get("logger") in (None, True)  # else a user-chosen logger
         save_dir = Path(trainer.get("default_root_dir") or ".")
         version = None
-        if cfg.get("ckpt_path") == "last" and tensorboard:
+        if cfg.get("ckpt_path") == "last":
             # resolved here for fit and test alike: Lightning's own "last" looks only at this
             # (new) trainer's checkpoints and, finding none, would test an untrained network
             last = find_last_checkpoint(save_dir)
             if last is None:
                 raise FileNotFoundError(
-                    f"--ckpt_path last: no checkpoint found under {save_dir / 'lightning_logs'}"
+                    f"--ckpt_path last: no checkpoint found under {save_dir / RUNS}"
                     "/version_*/checkpoints/last.ckpt; pass the --trainer.default_root_dir of the "
                     "run, or a checkpoint path"
                     + (", or drop --ckpt_path to start afresh" if self.subcommand == "fit" else "")
@@ -240,11 +276,16 @@ class VisattnCLI(LightningCLI):
             cfg.ckpt_path = str(last[1])
         if self.subcommand == "fit" and cfg.get("ckpt_path") and Path(cfg.ckpt_path).is_file():
             self._keep_recorded_options(cfg)
-        if tensorboard:
+        if trainer.get("logger") in (None, True):  # the default: TensorBoard in the run
             trainer.logger = Namespace(
-                class_path=_TB,
-                init_args=Namespace(save_dir=str(save_dir), name="lightning_logs", version=version),
+                class_path=TENSORBOARD,
+                init_args=Namespace(save_dir=str(save_dir), name=RUNS, version=version),
             )
+        self._root = save_dir
+        self._version = next_version(save_dir) if version is None else version
+        # built in _instantiate_trainer (visattn.training.loggers), where its own errors show;
+        # config.yaml keeps the option as given
+        self._logger_spec, trainer.logger = trainer.logger, False
 
     @staticmethod
     def _keep_recorded_options(cfg: Namespace) -> None:
@@ -267,12 +308,21 @@ class VisattnCLI(LightningCLI):
             check_training_checkpoint(path, self.model)
 
     def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Callback]) -> Trainer:
+        if self._root is not None:
+            cfg = self.config[self.subcommand] if self.subcommand else self.config
+            cfg.trainer.logger = self._logger_spec  # what config.yaml records
+            config["logger"] = build_loggers(self._logger_spec, self._root, self._version) or False
         if config.get("fast_dev_run"):
             # a smoke test writes nothing (Lightning would still save last.ckpt into the cwd)
             callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
             callbacks = [*callbacks, RunSummary()]
         else:
-            callbacks = [*callbacks, EpochMetricsCSV(), RunSummary()]
+            run_dir = (
+                [RunDirectory(self._root / RUNS / f"version_{self._version}")]
+                if self._root is not None
+                else []
+            )
+            callbacks = [*run_dir, *callbacks, EpochMetricsCSV(), RunSummary()]
         callbacks += _default_progress_bar(config, callbacks)
         return super()._instantiate_trainer(config, callbacks)
 

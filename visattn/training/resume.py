@@ -29,9 +29,14 @@ from ..models.placement import placements_to_config
 __all__ = [
     "FREE_ON_RESUME",
     "NETWORK_OPTIONS",
+    "RUNS",
     "find_last_checkpoint",
     "keep_recorded_options",
+    "next_version",
 ]
+
+#: the folder under ``default_root_dir`` that holds the runs, one ``version_N`` each
+RUNS = "lightning_logs"
 
 #: model options that define the network: a resumed run must have the recorded ones
 NETWORK_OPTIONS = ("model", "attention", "model_kwargs")
@@ -51,9 +56,18 @@ def _progress(path: Path) -> tuple[int, int]:
     return int(ckpt.get("epoch", -1)), int(ckpt.get("global_step", -1))
 
 
-def find_last_checkpoint(
-    save_dir: str | Path, name: str = "lightning_logs"
-) -> tuple[int, Path] | None:
+def next_version(save_dir: str | Path, name: str = RUNS) -> int:
+    """The first unused ``N`` of ``save_dir/name/version_N`` (one more than the highest)."""
+    root = Path(save_dir) / name
+    taken = [
+        int(m.group(1))
+        for d in (root.iterdir() if root.is_dir() else ())
+        if d.is_dir() and (m := re.fullmatch(r"version_(\d+)", d.name))
+    ]
+    return max(taken, default=-1) + 1
+
+
+def find_last_checkpoint(save_dir: str | Path, name: str = RUNS) -> tuple[int, Path] | None:
     """``(N, path)``: the newest last checkpoint under ``save_dir/name/version_N/checkpoints``
     (highest ``N``; among its ``last.ckpt`` and ``last-vK.ckpt`` the latest epoch and step), or
     None when there is none."""

@@ -1,0 +1,179 @@
+"""A run's own files (``metrics.csv``, ``config.yaml``, ``checkpoints/``, the summary) live in
+``<default_root_dir>/lightning_logs/version_N`` whatever ``--trainer.logger`` is, never collide
+with the logger's files, and ``--ckpt_path last`` resumes bit-exactly with TensorBoard (the
+default), CSV and MLflow; a logger that refuses its options says why in its own words; the
+``AttentionPictures`` callback sends image summaries to TensorBoard without changing training."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("lightning")
+
+from lightning.pytorch.loggers import CSVLogger
+from training_helpers import tiny_fit
+
+from visattn.training.loggers import LoggerConfigError, build_loggers
+
+CSV = "--trainer.logger=lightning.pytorch.loggers.CSVLogger"
+MLFLOW = "--trainer.logger=lightning.pytorch.loggers.MLFlowLogger"
+PICTURES = (
+    '--trainer.callbacks+={"class_path": "visattn.training.callbacks.AttentionPictures", '
+    '"init_args": {"every_n_epochs": 1, "num_images": 2}}'
+)
+
+
+def _logger_args(kind: str, root: Path) -> list[str]:
+    if kind == "tensorboard":
+        return []
+    if kind == "csv":
+        return [CSV, f"--trainer.logger.save_dir={root}"]
+    pytest.importorskip("mlflow")
+    store = root.parent / f"{root.name}_store"
+    store.mkdir(exist_ok=True)
+    return [
+        MLFLOW,
+        f"--trainer.logger.tracking_uri=sqlite:///{store / 'mlflow.db'}",
+        f"--trainer.logger.artifact_location={(store / 'artifacts').as_uri()}",
+    ]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """metrics.csv of an uninterrupted two-epoch run with the default logger."""
+    summary = tiny_fit(tmp_path_factory.mktemp("reference"), "--trainer.max_epochs=2")
+    return Path(summary["metrics_csv"]).read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["tensorboard", "csv", "mlflow"])
+def test_resume_last_is_exact_and_the_run_keeps_its_own_files(
+    tmp_path: Path, kind: str, reference: str
+) -> None:
+    root = tmp_path / "run"
+    args = _logger_args(kind, root)
+    first = tiny_fit(root, "--trainer.max_epochs=1", *args)
+    run_dir = root / "lightning_logs" / "version_0"
+    assert Path(first["log_dir"]) == run_dir
+    assert Path(first["last_ckpt"]) == run_dir / "checkpoints" / "last.ckpt"
+    assert (run_dir / "config.yaml").is_file()
+    resumed = tiny_fit(root, "--trainer.max_epochs=2", "--ckpt_path=last", *args)
+    assert Path(resumed["log_dir"]) == run_dir
+    assert resumed["epochs"] == 2
+    assert Path(resumed["metrics_csv"]).read_text() == reference  # bit-exact, one row per epoch
+    assert sorted(p.name for p in (root / "lightning_logs").iterdir()) == ["version_0"]
+    if kind == "csv":  # Lightning's own step-level table, beside visattn's, not over it
+        assert (run_dir / "csv" / "metrics.csv").is_file()
+    if kind == "mlflow":  # nothing of the run's goes into the tracking store
+        store = root.parent / "run_store"
+        assert not list(store.rglob("metrics.csv")) and not list(store.rglob("config.yaml"))
+        assert not list(store.rglob("*.ckpt"))
+
+
+@pytest.mark.slow
+def test_two_mlflow_runs_sharing_a_store_keep_their_own_files(tmp_path: Path) -> None:
+    root = tmp_path / "run"
+    args = _logger_args("mlflow", root)
+    first = tiny_fit(root, "--trainer.max_epochs=1", *args)
+    text = Path(first["metrics_csv"]).read_text()
+    second = tiny_fit(root, "--trainer.max_epochs=1", "--model.lr=0.01", *args)
+    assert Path(second["log_dir"]) == root / "lightning_logs" / "version_1"
+    assert Path(first["metrics_csv"]).read_text() == text
+    assert Path(second["metrics_csv"]).read_text() != text
+    assert "lr: 0.01" in (root / "lightning_logs/version_1/config.yaml").read_text()
+    assert "lr: 0.01" not in (root / "lightning_logs/version_0/config.yaml").read_text()
+
+
+@pytest.mark.slow
+def test_attention_pictures_reach_tensorboard_and_leave_training_unchanged(
+    tmp_path: Path, reference: str
+) -> None:
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    summary = tiny_fit(tmp_path, "--trainer.max_epochs=2", PICTURES)
+    assert Path(summary["metrics_csv"]).read_text() == reference
+    events = EventAccumulator(summary["log_dir"], size_guidance={"images": 0})
+    events.Reload()
+    tags = events.Tags()["images"]
+    # SE applies channel weights: one picture of them per stage, and Grad-CAM of the last stage
+    assert sorted(tags) == [
+        "channels/layer1",
+        "channels/layer2",
+        "channels/layer3",
+        "gradcam/layer3",
+    ]
+    steps = [int(r.split(",")[1]) for r in reference.splitlines()[1:]]
+    for tag in tags:
+        images = events.Images(tag)
+        assert [im.step for im in images] == steps  # after every epoch
+        assert all(im.width > im.height > 0 for im in images)  # the two images side by side
+
+
+@pytest.mark.slow
+def test_attention_pictures_with_a_logger_without_images_say_so_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO):
+        tiny_fit(tmp_path, "--trainer.max_epochs=2", *_logger_args("csv", tmp_path), PICTURES)
+    told = [r.getMessage() for r in caplog.records if "AttentionPictures" in r.getMessage()]
+    assert told == ["AttentionPictures: CSVLogger takes no images; none sent"]
+
+
+def test_mlflow_refusing_a_file_store_shows_its_own_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("mlflow")
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    with pytest.raises(LoggerConfigError, match="MLFLOW_ALLOW_FILE_STORE") as err:
+        tiny_fit(
+            tmp_path,
+            "--trainer.max_epochs=1",
+            MLFLOW,
+            f"--trainer.logger.save_dir={tmp_path / 'mlruns'}",
+        )
+    assert "MLFlowLogger" in str(err.value)
+    assert "Union" not in str(err.value)
+    assert not (tmp_path / "lightning_logs").exists()  # refused before anything was written
+
+
+class Refusing(CSVLogger):
+    """A logger that refuses its options, as a misconfigured tracking client would."""
+
+    def __init__(self, token: str = "") -> None:
+        raise ValueError(f"token {token!r} is not valid for this server")
+
+
+def test_a_logger_that_refuses_its_options_is_named_with_its_own_message(tmp_path: Path) -> None:
+    spec = {"class_path": f"{__name__}.Refusing", "init_args": {"token": "abc"}}
+    with pytest.raises(LoggerConfigError, match=r"Refusing could not be created: token 'abc'"):
+        build_loggers(spec, tmp_path, 0)
+    with pytest.raises(LoggerConfigError, match="no such class"):
+        build_loggers({"class_path": "lightning.pytorch.loggers.NoSuchLogger"}, tmp_path, 0)
+
+
+def test_loggers_under_the_run_tree_share_the_run_version(tmp_path: Path) -> None:
+    csv = {"class_path": "lightning.pytorch.loggers.CSVLogger", "init_args": {"save_dir": tmp_path}}
+    tb = {
+        "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+        "init_args": {"save_dir": str(tmp_path)},
+    }
+    default, csv_logger, tb_logger = (
+        *build_loggers(None, tmp_path, 3),
+        *build_loggers([csv, tb], tmp_path, 3),
+    )
+    run_dir = tmp_path / "lightning_logs" / "version_3"
+    assert Path(default.log_dir) == run_dir
+    assert Path(tb_logger.log_dir) == run_dir
+    assert Path(csv_logger.log_dir) == run_dir / "csv"
+    elsewhere = {
+        "class_path": "lightning.pytorch.loggers.CSVLogger",
+        "init_args": {"save_dir": str(tmp_path / "csv_logs")},
+    }
+    (other,) = build_loggers(elsewhere, tmp_path, 3)
+    assert Path(other.log_dir) == tmp_path / "csv_logs" / "lightning_logs" / "version_0"
+    assert build_loggers(False, tmp_path, 3) == []

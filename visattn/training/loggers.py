@@ -1,0 +1,149 @@
+"""The Lightning loggers of a ``train_cls.py`` run: built from ``--trainer.logger`` so that their
+own errors are shown, kept out of the run's own files, and sent pictures where they take them.
+
+* :func:`build_loggers`: ``--trainer.logger`` (``None``/``True``: TensorBoard in the run's
+  directory; ``False``: none; one ``class_path`` mapping or a list of them) as logger objects.
+  A logger that refuses its options (MLflow 3 refuses a file store unless
+  ``MLFLOW_ALLOW_FILE_STORE`` is set) raises :class:`LoggerConfigError` with the logger's own
+  message; jsonargparse would report only that the value "does not validate against any of
+  the Union subtypes".
+* A logger that would write into the run's directory (TensorBoard or CSV under
+  ``<default_root_dir>/lightning_logs`` without a version) is given the run's version, so it
+  shares the run's ``version_N`` instead of starting another; a ``CSVLogger`` there writes into
+  the run's ``csv/`` folder, since its own ``metrics.csv`` would replace visattn's per-epoch one.
+* :func:`log_image`: one picture to a logger that takes images (TensorBoard's ``add_image``,
+  MLflow's ``log_image``, W&B's ``log_image``); False for the others.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from jsonargparse import Namespace
+from lightning.pytorch.loggers import (
+    CSVLogger,
+    Logger,
+    MLFlowLogger,
+    TensorBoardLogger,
+    WandbLogger,
+)
+
+from .resume import RUNS
+
+__all__ = ["TENSORBOARD", "LoggerConfigError", "build_loggers", "log_image", "takes_images"]
+
+#: the default logger's class path
+TENSORBOARD = "lightning.pytorch.loggers.TensorBoardLogger"
+
+
+class LoggerConfigError(ValueError):
+    """A ``--trainer.logger`` that could not be built; the message is the logger's own."""
+
+
+def _plain(value: Any) -> Any:
+    return value.as_dict() if isinstance(value, Namespace) else value
+
+
+def _logger_class(class_path: str) -> type:
+    module, _, name = class_path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise LoggerConfigError(f"--trainer.logger {class_path}: no such class ({e})") from e
+    if not (isinstance(cls, type) and issubclass(cls, Logger)):
+        raise LoggerConfigError(f"--trainer.logger {class_path} is not a Lightning Logger")
+    return cls
+
+
+def _into_run(cls: type, args: dict[str, Any], root: Path, version: int) -> dict[str, Any]:
+    """The options of a TensorBoard or CSV logger whose versions would live in the run tree
+    ``root/lightning_logs``, set to write into the run ``version_<version>``: TensorBoard there
+    (no file in common with visattn's), CSV in its ``csv/`` folder (its ``metrics.csv`` would
+    replace visattn's). Other loggers' options are returned as they are."""
+    if not issubclass(cls, (TensorBoardLogger, CSVLogger)) or args.get("save_dir") is None:
+        return args
+    name = args.get("name", RUNS)
+    if Path(args["save_dir"], name or "").resolve() != (root / RUNS).resolve():
+        return args
+    given = args.get("version")
+    if issubclass(cls, TensorBoardLogger):
+        return args if given is not None else {**args, "version": version}
+    if given is None or str(given) in (str(version), f"version_{version}"):
+        return {
+            **args,
+            "save_dir": str(root / RUNS / f"version_{version}"),
+            "name": "",
+            "version": "csv",
+        }
+    return args
+
+
+def _build_one(spec: Any, root: Path, version: int) -> Logger:
+    if isinstance(spec, Logger):
+        return spec
+    spec = _plain(spec)
+    if not isinstance(spec, dict) or "class_path" not in spec:
+        raise LoggerConfigError(f"--trainer.logger: expected a class_path mapping, got {spec!r}")
+    cls = _logger_class(spec["class_path"])
+    args = _into_run(
+        cls, {k: _plain(v) for k, v in (spec.get("init_args") or {}).items()}, root, version
+    )
+    try:
+        return cls(**args)
+    except Exception as e:
+        raise LoggerConfigError(
+            f"--trainer.logger {spec['class_path']} could not be created: {e}"
+        ) from e
+
+
+def build_loggers(spec: Any, root: str | Path, version: int) -> list[Logger]:
+    """The loggers of a run whose directory is ``root/lightning_logs/version_<version>``.
+
+    Args:
+        spec: the ``trainer.logger`` option: ``None`` or ``True`` (TensorBoard in the run's
+            directory), ``False`` (none), a ``{"class_path", "init_args"}`` mapping (or
+            Namespace, or a Logger), or a list of them.
+        root: the run's ``default_root_dir``.
+        version: the run's ``N``.
+
+    Raises:
+        LoggerConfigError: a logger could not be created (its own message follows).
+    """
+    root = Path(root)
+    if spec is False:
+        return []
+    if spec is None or spec is True:
+        spec = {"class_path": TENSORBOARD, "init_args": {"save_dir": str(root), "name": RUNS}}
+    specs = spec if isinstance(spec, (list, tuple)) else [spec]
+    return [_build_one(s, root, version) for s in specs]
+
+
+def _hwc_uint8(image: np.ndarray) -> np.ndarray:
+    if image.ndim != 3 or image.shape[-1] not in (1, 3, 4):
+        raise ValueError(f"log_image needs an (H, W, 1|3|4) picture, got shape {image.shape}")
+    if image.dtype != np.uint8:
+        image = (np.clip(image, 0.0, 1.0) * 255).round().astype(np.uint8)
+    return image
+
+
+def takes_images(logger: Logger) -> bool:
+    """True for the loggers :func:`log_image` sends pictures to."""
+    return isinstance(logger, (TensorBoardLogger, MLFlowLogger, WandbLogger))
+
+
+def log_image(logger: Logger, key: str, image: np.ndarray, step: int) -> bool:
+    """Send one ``(H, W, 3)`` picture (``uint8``, or floats in ``[0, 1]``) to ``logger`` under
+    ``key`` at ``step``. Returns False, sending nothing, for a logger that takes no images."""
+    image = _hwc_uint8(image)
+    if isinstance(logger, TensorBoardLogger):
+        logger.experiment.add_image(key, image, global_step=step, dataformats="HWC")
+    elif isinstance(logger, MLFlowLogger):
+        logger.experiment.log_image(logger.run_id, image, key=key.replace("/", "_"), step=step)
+    elif isinstance(logger, WandbLogger):
+        logger.log_image(key=key, images=[image], step=step)
+    else:
+        return False
+    return True
