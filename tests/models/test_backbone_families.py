@@ -14,7 +14,7 @@ import timm
 import torch
 import torch.nn as nn
 import torchvision
-from placement_helpers import as_if_trained
+from helpers.weights import randomize
 
 import visattn
 from visattn.models.families import is_se
@@ -58,7 +58,7 @@ def _build(library: str, name: str) -> nn.Module:
     """Random weights with norm statistics and layer scales as a trained network has them
     (ConvNeXt's layer scales start at 1e-6, which would hide any change to its branches)."""
     torch.manual_seed(0)
-    model = as_if_trained((_tv if library == "tv" else _timm)(name))
+    model = randomize((_tv if library == "tv" else _timm)(name), 0, norms_only=True)
     with torch.no_grad():
         for key, p in model.named_parameters():
             if key.endswith(("layer_scale", ".gamma")) and "convnext" in name:
@@ -186,10 +186,16 @@ def test_pretrained_backbone_loads_into_a_torchvision_model(tmp_path):
         torch.testing.assert_close(model(x), trained(x), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.slow
-def test_onnx_export_of_an_injected_torchvision_model(tmp_path):
+@pytest.mark.parametrize(
+    "exporter",
+    [
+        pytest.param("torchscript", marks=pytest.mark.slow),
+        pytest.param("dynamo", marks=pytest.mark.heavy),  # 164 s on 2 loaded cores
+    ],
+)
+def test_onnx_export_of_an_injected_torchvision_model(tmp_path, exporter):
     pytest.importorskip("onnxruntime")
     model = _build("tv", "mobilenet_v3_small")
     visattn.inject(model, {"name": "cbam", "after": ["InvertedResidual"], "position": STANDARD})
-    report = visattn.export_onnx(model, tmp_path / "m.onnx", input_size=SIZE)
-    assert report.max_abs_diff <= 1e-3
+    report = visattn.export_onnx(model, tmp_path / "m.onnx", input_size=SIZE, exporter=exporter)
+    assert report.exporter == exporter and report.max_abs_diff <= 1e-3

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torchvision
-from placement_helpers import as_if_trained
+from helpers.weights import randomize
 
 import visattn
 from visattn.blocks.registry import registered_block
@@ -25,7 +25,7 @@ SIZE = (3, 64, 64)
 
 def _mnv3() -> nn.Module:
     torch.manual_seed(0)
-    return as_if_trained(torchvision.models.mobilenet_v3_small(num_classes=9))
+    return randomize(torchvision.models.mobilenet_v3_small(num_classes=9), 0, norms_only=True)
 
 
 @pytest.fixture(scope="module")
