@@ -268,7 +268,9 @@ def _summary(hits: list[torch.Tensor], energy: list[torch.Tensor]) -> dict[str, 
 def last_stage(net: nn.Module) -> tuple[str, nn.Module]:
     """``(module path, module)`` of the network's last stage, the usual Grad-CAM layer: the last
     of ``net.stage_names`` (visattn ResNets), ``net.stages[-1]`` (Residual Attention Networks) or
-    ``layer4``/``layer3`` (torchvision and timm ResNets).
+    ``layer4``/``layer3`` (torchvision and timm ResNets), the module of the last entry of timm's
+    ``feature_info`` (other timm models), or the last child of torchvision's ``features`` /
+    ``trunk_output`` trunks (MobileNet, EfficientNet, ConvNeXt, VGG, DenseNet, RegNet).
 
     Raises:
         ValueError: no stage found.
@@ -282,10 +284,25 @@ def last_stage(net: nn.Module) -> tuple[str, nn.Module]:
     for name in ("layer4", "layer3"):
         if isinstance(getattr(net, name, None), nn.Module):
             return name, getattr(net, name)
+    info = getattr(net, "feature_info", None)  # timm models: their last feature module
+    if isinstance(info, list) and info and isinstance(info[-1], dict) and "module" in info[-1]:
+        path = info[-1]["module"]
+        return path, net.get_submodule(path)
+    for name in _SEQUENTIAL_TRUNKS:  # torchvision's other families
+        trunk = getattr(net, name, None)
+        if isinstance(trunk, nn.Sequential) and len(trunk):
+            child, module = list(trunk.named_children())[-1]
+            return f"{name}.{child}", module
     raise ValueError(
-        f"{type(net).__name__} has no recognisable last stage (stage_names, stages, layer4); "
-        "pass the Grad-CAM layer explicitly"
+        f"{type(net).__name__} has no recognisable last stage (stage_names, stages, layer4, "
+        f"timm's feature_info, {', '.join(_SEQUENTIAL_TRUNKS)}); pass the Grad-CAM layer "
+        "explicitly"
     )
+
+
+#: torchvision's feature trunks: ``features`` (MobileNet, EfficientNet, ConvNeXt, VGG, DenseNet)
+#: and ``trunk_output`` (RegNet)
+_SEQUENTIAL_TRUNKS = ("features", "trunk_output")
 
 
 def gradcam(
