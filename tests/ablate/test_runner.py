@@ -205,13 +205,14 @@ def test_shipped_sweeps_are_valid_and_come_in_quick_and_full_forms(
     assert {v.name for v in quick.variants} <= {v.name for v in full.variants}
 
 
-def test_six_studies_and_the_gpu_reproduction_are_shipped() -> None:
+def test_seven_studies_and_the_gpu_reproduction_are_shipped() -> None:
     assert {p.stem for p in SWEEP_FILES} - {p.stem for p in STUDY_FILES} == {"cifar10_reproduce"}
     reproduce = load_sweep(REPO / "configs" / "ablations" / "cifar10_reproduce.yaml")
     assert len(reproduce.seeds) == 3 and reproduce.overrides["trainer.precision"] == "bf16-mixed"
     assert reproduce.overrides["data.device_augment"] and reproduce.overrides["model.channels_last"]
     stems = {p.stem.rsplit("_", 1)[0] for p in STUDY_FILES}
     assert stems == {
+        "backbones",
         "equal_budget",
         "families",
         "se_integration",

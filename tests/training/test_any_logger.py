@@ -10,11 +10,12 @@ import logging
 from pathlib import Path
 
 import pytest
+import torch
 
 pytest.importorskip("lightning")
 
+from helpers.training import tiny_fit
 from lightning.pytorch.loggers import CSVLogger
-from training_helpers import tiny_fit
 
 from visattn.training.loggers import LoggerConfigError, build_loggers
 
@@ -43,8 +44,15 @@ def _logger_args(kind: str, root: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """metrics.csv of an uninterrupted two-epoch run with the default logger."""
-    summary = tiny_fit(tmp_path_factory.mktemp("reference"), "--trainer.max_epochs=2")
+    """metrics.csv of an uninterrupted two-epoch run with the default logger, in one thread like
+    the runs it is compared with (a module fixture runs before the per-test one-thread fixture;
+    two threads sum in another order)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        summary = tiny_fit(tmp_path_factory.mktemp("reference"), "--trainer.max_epochs=2")
+    finally:
+        torch.set_num_threads(threads)
     return Path(summary["metrics_csv"]).read_text()
 
 

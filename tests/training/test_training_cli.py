@@ -241,6 +241,7 @@ def test_short_real_cifar10_run_loss_falls(tmp_path: Path) -> None:
 def test_a_later_placement_replaces_the_earlier_one_whole() -> None:
     """jsonargparse merges dataclass values field by field; a later whole placement (a config
     piece or --model.attention) must not inherit the earlier one's stages, position or args."""
+    from visattn.models.placement import Placement
     from visattn.training.cli import VisattnCLI
 
     def attention(*args: str) -> dict:
@@ -249,7 +250,8 @@ def test_a_later_placement_replaces_the_earlier_one_whole() -> None:
             parser_kwargs={"exit_on_error": False},
             run=False,
         )
-        return cli.model.hparams.attention
+        # the recorded placement, normalised (a key left out is recorded as None, its default)
+        return Placement.from_config(cli.model.hparams.attention).to_dict()
 
     bat = str(REPO / "configs/attention/bat.yaml")
     se = str(REPO / "configs/attention/se.yaml")
