@@ -163,7 +163,8 @@ def test_onnx_export_through_visattn_matches_in_onnxruntime(injected, tmp_path) 
     assert report.max_abs_diff <= 1e-3 and report.checked
 
 
-@pytest.mark.heavy  # 136-316 s on 2 cores; the TorchScript exporter test above stays in the default run
+# 136-316 s on 2 cores; the TorchScript exporter's test above stays in the default run
+@pytest.mark.heavy
 def test_onnx_export_with_the_dynamo_exporter(injected, tmp_path) -> None:
     report = visattn.export_onnx(_exportable(injected), tmp_path / "y.onnx", INPUT)
     assert report.exporter == "dynamo" and report.max_abs_diff <= 1e-3

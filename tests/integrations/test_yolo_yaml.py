@@ -285,7 +285,8 @@ def test_onnx_export_through_visattn_matches_in_onnxruntime(v8_cbam, tmp_path) -
     assert report.max_abs_diff <= 1e-3 and report.checked
 
 
-@pytest.mark.heavy  # ~100 s on 2 cores; the TorchScript exporter test stays in the default run
+# ~100 s on 2 cores; the TorchScript exporter's test stays in the default run
+@pytest.mark.heavy
 def test_onnx_export_with_the_dynamo_exporter(v8_cbam, tmp_path) -> None:
     report = visattn.export_onnx(_exportable(v8_cbam), tmp_path / "y.onnx", (3, SIZE, SIZE))
     assert report.exporter == "dynamo" and report.max_abs_diff <= 1e-3

@@ -209,7 +209,6 @@ class AgentAttention(AttendMixin, nn.Module):
         b2 = b2 + torch.einsum("wb,xbn->xwn", fw, wa)[:, None, :, :]
         return b1.reshape(1, heads, m, h * w), b2.reshape(1, heads, h * w, m)
 
-
     def extra_repr(self) -> str:
         return (
             f"{self.channels}, heads={self.heads}, agent_num={self.agent_num}, "

@@ -145,7 +145,6 @@ class AreaAttention(AttendMixin, nn.Module):
         row = torch.arange(areas * rows, device=device).reshape(areas, rows, 1)
         return (row < h).expand(areas, rows, w).reshape(areas, rows * w)
 
-
     def extra_repr(self) -> str:
         return (
             f"{self.channels}, heads={self.heads}, area={self.area}, "
