@@ -4,26 +4,17 @@ block stops the run before anything is measured."""
 
 from __future__ import annotations
 
-import importlib
-import sys
-
 import pytest
+from helpers.benchmarks import benchmark_module
 from helpers.files import read_csv
-from helpers.paths import REPO
 
 import visattn
 from visattn.blocks.registry import UnknownBlockError
 
-BENCH = REPO / "benchmarks"
-
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(BENCH))
-    try:
-        yield importlib.import_module("bench_backbones")
-    finally:
-        sys.path.remove(str(BENCH))
+    yield from benchmark_module("bench_backbones")
 
 
 def test_smallest_run_writes_the_bare_row_and_the_overheads(bench, tmp_path) -> None:

@@ -5,25 +5,17 @@ block with an ``attn_impl`` option is measured against its math path."""
 from __future__ import annotations
 
 import csv
-import importlib
-import sys
-from pathlib import Path
 
 import pytest
+from helpers.benchmarks import benchmark_module
 
 import visattn
 from visattn.blocks.registry import UnknownBlockError
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(BENCH))
-    try:
-        yield importlib.import_module("bench_blocks")
-    finally:
-        sys.path.remove(str(BENCH))
+    yield from benchmark_module("bench_blocks")
 
 
 def test_default_large_map_blocks_are_registered_and_cover_the_attention_family(bench) -> None:

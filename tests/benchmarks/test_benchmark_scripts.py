@@ -6,12 +6,12 @@ Speed itself is never asserted here (timings belong in benchmarks/results, not i
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import subprocess
 import sys
 
 import pytest
 import torch
+from helpers.benchmarks import benchmark_module
 from helpers.files import read_csv
 from helpers.paths import REPO, SHARED_DATA
 
@@ -34,11 +34,7 @@ TRAIN_COLUMNS = {"kind", "model", "impl", "batch_size", "images_per_s", "ratio_v
 
 @pytest.fixture(scope="module")
 def bench_blocks():
-    sys.path.insert(0, str(BENCH))
-    try:
-        yield importlib.import_module("bench_blocks")
-    finally:
-        sys.path.remove(str(BENCH))
+    yield from benchmark_module("bench_blocks")
 
 
 def _run(script: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:

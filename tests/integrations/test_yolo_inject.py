@@ -9,6 +9,7 @@ import copy
 
 import pytest
 import torch
+from helpers.yolo import head_outputs
 
 pytest.importorskip("ultralytics")
 
@@ -39,16 +40,6 @@ def trained() -> dict[str, DetectionModel]:
     return {file: _trained(file) for file in CLASSES}
 
 
-def _outputs(model: DetectionModel, x: torch.Tensor) -> list[torch.Tensor]:
-    """The train-mode head's raw outputs (boxes, scores, per-level maps), then the eval output."""
-    model.train()
-    raw = model(x)
-    model.eval()
-    with torch.no_grad():
-        y = model(x)[0]
-    return [raw["boxes"], raw["scores"], *raw["feats"], y]
-
-
 def _routing(model: DetectionModel) -> list[tuple]:
     return [(m.i, m.f, m.type, m.np, id(m)) for m in model.model]
 
@@ -70,7 +61,7 @@ def test_identity_insertion_keeps_every_output_and_the_routing(trained, file, pl
     paths = visattn.inject(model, {**placement, "init": "identity"}, input_size=INPUT)
     assert paths and _routing(model) == routing  # the same layer objects, i, f, type, np
     x = torch.rand(2, *INPUT)
-    for got, want in zip(_outputs(model, x), _outputs(plain, x), strict=True):
+    for got, want in zip(head_outputs(model, x), head_outputs(plain, x), strict=True):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
     # the bundled model's weights still load; only the blocks' keys are new
     missing, unexpected = model.load_state_dict(trained[file].state_dict(), strict=False)
@@ -125,7 +116,7 @@ def test_detection_loss_backward_reaches_every_block(injected) -> None:
         assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in block.parameters())
 
 
-def test_fuse_keeps_the_blocks_and_the_outputs(injected) -> None:
+def test_fuse_keeps_the_blocks_and_thehead_outputs(injected) -> None:
     model = copy.deepcopy(injected)
     x = torch.rand(1, *INPUT)
     before = _eval(model, x)
@@ -163,7 +154,8 @@ def test_onnx_export_through_visattn_matches_in_onnxruntime(injected, tmp_path) 
     assert report.max_abs_diff <= 1e-3 and report.checked
 
 
-@pytest.mark.heavy  # 136-316 s on 2 cores; the TorchScript exporter test above stays in the default run
+# 136-316 s on 2 cores; the TorchScript exporter's test above stays in the default run
+@pytest.mark.heavy
 def test_onnx_export_with_the_dynamo_exporter(injected, tmp_path) -> None:
     report = visattn.export_onnx(_exportable(injected), tmp_path / "y.onnx", INPUT)
     assert report.exporter == "dynamo" and report.max_abs_diff <= 1e-3

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from helpers.yolo import head_outputs
 
 pytest.importorskip("ultralytics")
 
@@ -44,16 +45,6 @@ def _bundled(name: str) -> dict:
 
 def _build(cfg: dict, scale: str = "n") -> DetectionModel:
     return DetectionModel({**cfg, "scale": scale}, verbose=False)
-
-
-def _heads(model: DetectionModel, x: torch.Tensor) -> list[torch.Tensor]:
-    """The raw per-level box and class outputs of the train-mode head, and the eval output."""
-    model.train()
-    raw = model(x)
-    model.eval()
-    with torch.no_grad():
-        y = model(x)[0]
-    return [raw["boxes"], raw["scores"], *raw["feats"], y]
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +161,7 @@ def test_yaml_options_reach_the_block_and_identity_init_keeps_a_trained_models_o
         == model.model[5].block.channel.fc1.in_channels // 4
     )
     x = torch.rand(2, 3, SIZE, SIZE)
-    for got, want in zip(_heads(model, x), _heads(plain, x)):
+    for got, want in zip(head_outputs(model, x), head_outputs(plain, x)):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
@@ -285,7 +276,8 @@ def test_onnx_export_through_visattn_matches_in_onnxruntime(v8_cbam, tmp_path) -
     assert report.max_abs_diff <= 1e-3 and report.checked
 
 
-@pytest.mark.heavy  # ~100 s on 2 cores; the TorchScript exporter test stays in the default run
+# ~100 s on 2 cores; the TorchScript exporter's test stays in the default run
+@pytest.mark.heavy
 def test_onnx_export_with_the_dynamo_exporter(v8_cbam, tmp_path) -> None:
     report = visattn.export_onnx(_exportable(v8_cbam), tmp_path / "y.onnx", (3, SIZE, SIZE))
     assert report.exporter == "dynamo" and report.max_abs_diff <= 1e-3

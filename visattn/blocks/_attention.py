@@ -28,7 +28,9 @@ import torch
 import torch.nn.functional as F
 from timm.layers import register_notrace_function
 
-__all__ = ["ATTN_IMPLS", "float32_region", "softmax_attention", "widen"]
+from .capture import is_capturing
+
+__all__ = ["ATTN_IMPLS", "AttendMixin", "float32_region", "softmax_attention", "widen"]
 
 #: the blocks' ``attn_impl`` option: the primitive's ``fused`` path, or its ``math`` path (the
 #: full logits written out, as the blocks computed them before the primitive)
@@ -161,3 +163,23 @@ def softmax_attention(
     with float32_region(q):
         out, weights = _math(q, k, v, scale, bias, q_bias, k_bias)
     return out.to(dtype), (weights if need_weights else None)
+
+
+# the call in AttendMixin._attend is one leaf of a torch.fx graph, as in the blocks' own modules
+torch.fx.wrap("softmax_attention")
+
+
+class AttendMixin:
+    """``self._attend(q, k, v, bias)`` for a block with ``scale`` and ``attn_impl`` attributes:
+    :func:`softmax_attention` with the block's scale, fused unless ``attn_impl`` is ``"math"``,
+    and the weights only while a capture of the block is active (``(out, None)`` otherwise)."""
+
+    def _attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        need = False
+        if not torch.jit.is_scripting():
+            need = is_capturing(self)
+        return softmax_attention(
+            q, k, v, self.scale, bias=bias, need_weights=need, fused=self.attn_impl == "fused"
+        )

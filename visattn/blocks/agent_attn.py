@@ -7,16 +7,14 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ._attention import ATTN_IMPLS, softmax_attention
+from ._attention import ATTN_IMPLS, AttendMixin
 from ._utils import attention_heads, check_choice, check_positive_int, same_memory_format
 from .capture import is_capturing, record_attention
 from .mhsa import _pair
 from .registry import register_block
 
-# leaves of the traced graph: format bookkeeping (torch.fx cannot branch on a proxy) and the
-# float32 attention region
+# a leaf of the traced graph: format bookkeeping (torch.fx cannot branch on a proxy)
 torch.fx.wrap("same_memory_format")
-torch.fx.wrap("softmax_attention")
 
 __all__ = ["AgentAttention", "adaptive_pool_matrix", "bilinear_matrix"]
 
@@ -59,7 +57,7 @@ def bilinear_matrix(
 
 
 @register_block("agent_attn", family="spatial", paper="Han et al., ECCV 2024 (Agent Attention)")
-class AgentAttention(nn.Module):
+class AgentAttention(AttendMixin, nn.Module):
     """Agent attention as a residual block, ``y = x + W_o O``.
 
     Follows Eqs. (3)-(5) of the paper and the authors' PVT/Swin modules::
@@ -210,18 +208,6 @@ class AgentAttention(nn.Module):
         b2 = b2 + torch.einsum("ha,xan->xhn", fh, ha)[:, :, None, :]
         b2 = b2 + torch.einsum("wb,xbn->xwn", fw, wa)[:, None, :, :]
         return b1.reshape(1, heads, m, h * w), b2.reshape(1, heads, h * w, m)
-
-    def _attend(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Softmax attention (float32 logits): the output and, while a capture
-        is active, the weights."""
-        need = False
-        if not torch.jit.is_scripting():
-            need = is_capturing(self)
-        return softmax_attention(
-            q, k, v, self.scale, bias=bias, need_weights=need, fused=self.attn_impl == "fused"
-        )
 
     def extra_repr(self) -> str:
         return (

@@ -7,15 +7,13 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ._attention import ATTN_IMPLS, softmax_attention
+from ._attention import ATTN_IMPLS, AttendMixin
 from ._utils import attention_heads, check_choice, check_positive_int, same_memory_format
 from .capture import is_capturing, record_attention
 from .registry import register_block
 
-# leaves of the traced graph: format bookkeeping (torch.fx cannot branch on a proxy) and the
-# float32 attention region
+# a leaf of the traced graph: format bookkeeping (torch.fx cannot branch on a proxy)
 torch.fx.wrap("same_memory_format")
-torch.fx.wrap("softmax_attention")
 
 __all__ = ["AreaAttention"]
 
@@ -30,7 +28,7 @@ def _conv_bn(cin: int, cout: int, k: int = 1, groups: int = 1) -> nn.Sequential:
 
 
 @register_block("area_attn", family="spatial", paper="Tian et al., arXiv 2025 (YOLOv12)")
-class AreaAttention(nn.Module):
+class AreaAttention(AttendMixin, nn.Module):
     """YOLOv12's area attention (Sec. 3.2 of the paper, ``AAttn`` in the authors' code), with its
     residual connection as in the authors' ``ABlock`` (``x + AAttn(x)``).
 
@@ -146,18 +144,6 @@ class AreaAttention(nn.Module):
         """``(areas, rows * W)`` booleans: the token lies on a row of the map (not padding)."""
         row = torch.arange(areas * rows, device=device).reshape(areas, rows, 1)
         return (row < h).expand(areas, rows, w).reshape(areas, rows * w)
-
-    def _attend(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Softmax attention within each area (float32 logits): the output and, while a capture
-        is active, the weights."""
-        need = False
-        if not torch.jit.is_scripting():
-            need = is_capturing(self)
-        return softmax_attention(
-            q, k, v, self.scale, bias=bias, need_weights=need, fused=self.attn_impl == "fused"
-        )
 
     def extra_repr(self) -> str:
         return (

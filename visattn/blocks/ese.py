@@ -8,7 +8,7 @@ import torch.nn as nn
 
 from ._utils import get_layer, spatial_mean
 from .capture import record_attention
-from .identity import ScaledSigmoid
+from .identity import unit_gate
 from .registry import register_block
 
 
@@ -43,9 +43,7 @@ class EffectiveSqueezeExcite(nn.Module):
 
     def init_identity(self) -> None:
         """native: W_C zero, gate 2*sigmoid (ScaledSigmoid), so A_eSE = 1."""
-        nn.init.zeros_(self.fc.weight)
-        nn.init.zeros_(self.fc.bias)
-        self.gate = ScaledSigmoid(2.0)
+        self.gate = unit_gate(self.fc)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         a = self.gate(self.fc(spatial_mean(x)))

@@ -12,7 +12,7 @@ from torch.autograd.function import once_differentiable
 from ._attention import float32_region
 from ._utils import check_positive_int, get_layer, is_channels_last
 from .capture import record_attention
-from .identity import ScaledSigmoid
+from .identity import unit_gate
 from .registry import register_block
 
 
@@ -254,9 +254,7 @@ class GlobalSecondOrderPooling(nn.Module):
 
     def init_identity(self) -> None:
         """native: excitation conv (4C' -> C) zero, gate 2*sigmoid (ScaledSigmoid), so s = 1."""
-        nn.init.zeros_(self.fc.weight)
-        nn.init.zeros_(self.fc.bias)
-        self.gate = ScaledSigmoid(2.0)
+        self.gate = unit_gate(self.fc)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         z = self.act(self.bn(_pointwise_conv(x, self.reduce.weight)))

@@ -18,7 +18,14 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-__all__ = ["INITS", "IdentityAtInit", "ScaledSigmoid", "identity_form", "make_identity"]
+__all__ = [
+    "INITS",
+    "IdentityAtInit",
+    "ScaledSigmoid",
+    "identity_form",
+    "make_identity",
+    "unit_gate",
+]
 
 INITS = ("default", "identity")
 
@@ -35,6 +42,16 @@ class ScaledSigmoid(nn.Module):
 
     def extra_repr(self) -> str:
         return f"scale={self.scale}"
+
+
+@torch.no_grad()
+def unit_gate(layer: nn.Module) -> ScaledSigmoid:
+    """Zero ``layer``'s weight and bias (the last layer before a gate) and return the gate
+    ``2 * sigmoid``, which then gives exactly 1: the identity form of a gated block."""
+    nn.init.zeros_(layer.weight)
+    if getattr(layer, "bias", None) is not None:
+        nn.init.zeros_(layer.bias)
+    return ScaledSigmoid(2.0)
 
 
 class IdentityAtInit(nn.Module):
