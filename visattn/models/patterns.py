@@ -35,7 +35,7 @@ import torch.nn as nn
 
 from ..blocks import is_block
 from .families import FAMILIES, SE_MODULES, family_of, is_se, qualname
-from .sites import AFTER, BEFORE, Adapter, InjectionPlan, PlannedBlock, Site, slotted
+from .sites import AFTER, BEFORE, Adapter, InjectionPlan, PlannedBlock, Site, slot_site, slotted
 
 __all__ = ["DEFAULT_INPUT_SIZE", "match_pattern", "plan_pattern_sites", "probe_input_size"]
 
@@ -424,8 +424,6 @@ def _slot_site(
     adapted: dict[str, nn.Module],
 ) -> Site:
     """A slot of the ResNet block at ``path`` (adapted once, shared by all its sites)."""
-    from .placement import slot_site  # the one definition of a ResNet block's slots (a cycle)
-
     if path not in adapted:
         host = slotted(module, path, adapters)
         if host is not module:

@@ -22,7 +22,8 @@ checked, then installed):
   :mod:`visattn.models.patterns`): modules by class name or path glob, in any ``nn.Module``;
   with ``position``, a place inside each matched block of a known family
   (:mod:`visattn.models.families`). A ResNet block selected by class fills the very slots that
-  ``stages``/``blocks`` fill (:func:`slot_site` is the one definition of them).
+  ``stages``/``blocks`` fill (:func:`visattn.models.sites.slot_site` is the one definition of
+  them).
 
 Where ResNet placements put blocks (module paths are predictable; tests rely on them):
 
@@ -63,8 +64,8 @@ from ..blocks import block_info, create_block, list_blocks
 from ..blocks.identity import INITS
 from ..constants import POSITIONS
 from .patterns import plan_of, plan_pattern_sites
-from .resnet import ResNetStage, SlottedBlock
-from .sites import Adapter, InjectionPlan, Site, install, slotted
+from .resnet import ResNetStage
+from .sites import Adapter, InjectionPlan, Site, install, slot_site, slotted
 
 __all__ = [
     "PATTERN_KEYS",
@@ -419,42 +420,6 @@ def _select_blocks(spec: Any, n: int, where: str, stage_name: str) -> list[int]:
 
 def _stage_blocks(stage: nn.Module) -> list[nn.Module]:
     return list(stage) if isinstance(stage, ResNetStage) else list(stage.children())
-
-
-def _conv_slot(host: SlottedBlock, where: str, path: str) -> tuple[str, int, dict[str, Any]]:
-    """The attribute, input channels and ``out_channels``/``stride`` of the conv that position
-    ``conv`` replaces in ``host``."""
-    attr = host.conv_slot
-    conv = getattr(host, attr)
-    if not isinstance(conv, nn.Conv2d):
-        raise ValueError(
-            f"{where}: slot {path}.{attr} already holds a {type(conv).__name__}; a slot holds one "
-            "block"
-        )
-    if conv.stride[0] != conv.stride[1]:
-        raise ValueError(f"{where}: {path}.{attr} has a non-square stride {conv.stride}")
-    if conv.dilation != (1, 1):  # a dilated stage (output_stride < 32)
-        raise ValueError(
-            f"{where}: {path}.{attr} is dilated {conv.dilation} (output_stride below 32); a block "
-            "at position 'conv' would replace it undilated, changing what the network sees; "
-            "build with output_stride=32 or place the block at another position"
-        )
-    return attr, conv.in_channels, {"out_channels": conv.out_channels, "stride": conv.stride[0]}
-
-
-def slot_site(index: int, placement: Placement, path: str, host: SlottedBlock) -> Site:
-    """The site of ``placement``'s position in the slotted residual block ``host`` (at
-    ``path``): an ``attn_<position>`` slot, or the middle conv for position ``conv``. The one
-    definition of a ResNet block's positions, whether ``stages``/``blocks`` or a pattern
-    selected the block."""
-    where = f"attention placement #{index} ({placement.name!r})"
-    if placement.position == "conv":
-        attr, channels, options = _conv_slot(host, where, path)
-    else:
-        attr, options = f"attn_{placement.position}", {}
-        channels = host.slot_channels(placement.position)
-    path_ = f"{path}.{attr}"
-    return Site(index, placement, "slot", path_, path, host, attr, channels, None, options)
 
 
 def _resnet_sites(

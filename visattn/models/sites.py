@@ -53,6 +53,7 @@ __all__ = [
     "install",
     "run_after",
     "run_before",
+    "slot_site",
     "slotted",
 ]
 
@@ -196,3 +197,40 @@ def install(
                 site.host.register_forward_pre_hook(run_before)
         else:
             setattr(site.host, site.attr, blk)
+
+
+def _conv_slot(host: SlottedBlock, where: str, path: str) -> tuple[str, int, dict[str, Any]]:
+    """The attribute, input channels and ``out_channels``/``stride`` of the conv that position
+    ``conv`` replaces in ``host``."""
+    attr = host.conv_slot
+    conv = getattr(host, attr)
+    if not isinstance(conv, nn.Conv2d):
+        raise ValueError(
+            f"{where}: slot {path}.{attr} already holds a {type(conv).__name__}; a slot holds one "
+            "block"
+        )
+    if conv.stride[0] != conv.stride[1]:
+        raise ValueError(f"{where}: {path}.{attr} has a non-square stride {conv.stride}")
+    if conv.dilation != (1, 1):  # a dilated stage (output_stride < 32)
+        raise ValueError(
+            f"{where}: {path}.{attr} is dilated {conv.dilation} (output_stride below 32); a block "
+            "at position 'conv' would replace it undilated, changing what the network sees; "
+            "build with output_stride=32 or place the block at another position"
+        )
+    return attr, conv.in_channels, {"out_channels": conv.out_channels, "stride": conv.stride[0]}
+
+
+def slot_site(index: int, placement: Any, path: str, host: SlottedBlock) -> Site:
+    """The site of ``placement``'s position (a
+    :class:`~visattn.models.placement.Placement`) in the slotted residual block ``host`` (at
+    ``path``): an ``attn_<position>`` slot, or the middle conv for position ``conv``. The one
+    definition of a ResNet block's positions, whether ``stages``/``blocks`` or a pattern
+    selected the block."""
+    where = f"attention placement #{index} ({placement.name!r})"
+    if placement.position == "conv":
+        attr, channels, options = _conv_slot(host, where, path)
+    else:
+        attr, options = f"attn_{placement.position}", {}
+        channels = host.slot_channels(placement.position)
+    path_ = f"{path}.{attr}"
+    return Site(index, placement, "slot", path_, path, host, attr, channels, None, options)
