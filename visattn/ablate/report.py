@@ -26,6 +26,7 @@ from ..files import atomic_write_text
 from .results import (
     MeanStd,
     Paired,
+    holm,
     mean_std,
     paired_ci,
     read_results,
@@ -45,6 +46,9 @@ __all__ = [
     "summarize",
     "write_report",
 ]
+
+#: Family-wise error rate of the report's "resolved" column (Holm over the sweep's comparisons).
+ALPHA = 0.05
 
 #: The PNG files :mod:`visattn.ablate.plots` writes next to report.md.
 PLOT_FILES = (
@@ -173,16 +177,26 @@ def _interval(diff: float, lo: float, hi: float, scale: float) -> str:
     return text + f" [{lo * scale:+.2f}, {hi * scale:+.2f}]"
 
 
-def _paired_cells(c: Comparison | None, is_base: bool) -> list[str]:
-    """Cells: paired Δ [CI], pairs, Wilcoxon p, Welch Δ [CI]."""
+def _paired_cells(c: Comparison | None, is_base: bool, holm_p: float = math.nan) -> list[str]:
+    """Cells: paired Δ [CI], pairs, detectable Δ, Wilcoxon p, Holm p, resolved, Welch Δ [CI]."""
     if is_base:
-        return ["baseline", "", "", "baseline"]
+        return ["baseline", "", "", "", "", "", "baseline"]
     if c is None:
-        return ["-", "-", "-", "-"]
+        return ["-"] * 7
     p = c.paired
     pairs = str(p.n) + (f" ({p.unpaired} unpaired)" if p.unpaired else "")
     wil = "-" if math.isnan(p.wilcoxon_p) else f"{p.wilcoxon_p:.3f}"
-    return [_interval(p.diff, p.low, p.high, 100), pairs, wil, _interval(*c.welch, 100)]
+    adjusted = "-" if math.isnan(holm_p) else f"{holm_p:.3f}"
+    resolved = "-" if math.isnan(holm_p) else ("**yes**" if holm_p < ALPHA else "no")
+    return [
+        _interval(p.diff, p.low, p.high, 100),
+        pairs,
+        _num(p.detectable * 100, 2),
+        wil,
+        adjusted,
+        resolved,
+        _interval(*c.welch, 100),
+    ]
 
 
 def _how_to_read(
@@ -216,6 +230,7 @@ class _Context:
     summaries: list[VariantSummary]
     base_of: dict[str, str]
     comparisons: dict[str, dict[str, Comparison]]  # {metric: {variant: Comparison}}
+    holm_p: dict[str, dict[str, float]]  # {metric: {variant: Holm-adjusted paired-t p}}
     best: str | None
     batch_label: str
 
@@ -249,12 +264,14 @@ def _label(s: VariantSummary, ctx: _Context) -> str:
 
 
 def _comparison_columns(metric: str, suffix: str) -> list[Column]:
-    """Δ paired [CI], pairs, Wilcoxon p, Δ Welch [CI] of ``metric`` against the baseline."""
+    """Δ paired [CI], pairs, detectable Δ, Wilcoxon p, Holm p, resolved and Δ Welch [CI] of
+    ``metric`` against the baseline."""
 
     def cell(k: int) -> Callable[[VariantSummary, _Context], str]:
         def get(s: VariantSummary, ctx: _Context) -> str:
             c = ctx.comparisons[metric].get(s.name)
-            return _paired_cells(c, s.name == ctx.base_of[s.name])[k]
+            adjusted = ctx.holm_p[metric].get(s.name, math.nan)
+            return _paired_cells(c, s.name == ctx.base_of[s.name], adjusted)[k]
 
         return get
 
@@ -262,7 +279,10 @@ def _comparison_columns(metric: str, suffix: str) -> list[Column]:
     heads = (
         f"Δ {metric} paired (pp) [95% CI]",
         f"pairs{suffix}",
+        f"detectable Δ{suffix} (pp)",
         f"Wilcoxon p{suffix}",
+        f"Holm p{suffix}",
+        f"resolved{suffix}",
         f"Δ {metric} Welch (pp) [95% CI]",
     )
     return [Column(h, cell(k), shown) for k, h in enumerate(heads)]
@@ -330,8 +350,14 @@ def _notes(ctx: _Context, rows: Sequence[dict[str, Any]], planned: int | None) -
         "- Δ paired: the mean of the per-seed differences to the baseline (runs with the same "
         "seed share data order and augmentation) with a 95% paired-t interval; pairs counts the "
         "seeds with an ok run on both sides (runs without a partner are left out, and counted); "
-        "Wilcoxon p: two-sided signed-rank test, where there are at least 5 pairs. Δ Welch: the "
-        "difference of means with a 95% Welch interval, ignoring the pairing.",
+        "detectable Δ: the smallest true difference these pairs detect with 80% power at the 5% "
+        "level, (t_0.975 + t_0.8)·sd(d)/√n from the spread of the per-seed differences d; "
+        "Wilcoxon p: two-sided signed-rank test, where there are at least 5 pairs; Holm p: the "
+        "paired-t p-value adjusted by Holm's step-down method over all of this table's "
+        f"comparisons of the metric; resolved: **yes** only where Holm p < {ALPHA} (the "
+        "difference is told from seed noise with the family-wise error held at 5%), otherwise "
+        "no, whatever the raw interval says. Δ Welch: the difference of means with a 95% Welch "
+        "interval, ignoring the pairing.",
         "- val/acc is each run's best validation accuracy; test/acc is measured on the test split "
         "where the run tested.",
         "- params: parameters of the trained network; MACs: multiply-accumulates per image at the "
@@ -359,13 +385,20 @@ def _notes(ctx: _Context, rows: Sequence[dict[str, Any]], planned: int | None) -
 
 def _budget_section(ctx: _Context, budget: Mapping[str, str]) -> list[str]:
     by_name = {s.name: s for s in ctx.summaries}
-    rows = []
+    pairs = {}
     for matched, target in budget.items():
         if matched in by_name and target in by_name:
-            c = compare(ctx.summaries, {target: matched}, "val/acc").get(target)
-            rows.append(f"| {target} | {matched} | " + " | ".join(_paired_cells(c, False)) + " |")
-    if not rows:
+            pairs[target] = (
+                matched,
+                compare(ctx.summaries, {target: matched}, "val/acc").get(target),
+            )
+    if not pairs:
         return []
+    adjusted = holm({t: c.paired.t_p if c else math.nan for t, (_, c) in pairs.items()})
+    rows = [
+        f"| {target} | {matched} | " + " | ".join(_paired_cells(c, False, adjusted[target])) + " |"
+        for target, (matched, c) in pairs.items()
+    ]
     return [
         "## Against an equal budget",
         "",
@@ -373,8 +406,8 @@ def _budget_section(ctx: _Context, budget: Mapping[str, str]) -> list[str]:
         "baseline, val/acc, paired by seed as above).",
         "",
         "| variant | equal-budget baseline | Δ val/acc paired (pp) [95% CI] | pairs | "
-        "Wilcoxon p | Δ val/acc Welch (pp) [95% CI] |",
-        "|---|---|---|---|---|---|",
+        "detectable Δ (pp) | Wilcoxon p | Holm p | resolved | Δ val/acc Welch (pp) [95% CI] |",
+        "|---|---|---|---|---|---|---|---|---|",
         *rows,
         "",
     ]
@@ -410,10 +443,12 @@ def render_report(
         return f"# Sweep `{name}`\n\nNo finished runs yet.\n"
     scored = [s for s in summaries if s.stats["val/acc"].n]
     batches = {s.throughput_batch for s in summaries} - {None}
+    comparisons = {m: compare(summaries, baseline, m) for m in ("val/acc", "test/acc")}
     ctx = _Context(
         summaries=summaries,
         base_of=baselines_of(summaries, baseline),
-        comparisons={m: compare(summaries, baseline, m) for m in ("val/acc", "test/acc")},
+        comparisons=comparisons,
+        holm_p={m: holm({v: c.paired.t_p for v, c in comparisons[m].items()}) for m in comparisons},
         best=max(scored, key=lambda s: s.stats["val/acc"].mean).name if scored else None,
         batch_label=f"b{batches.pop()}" if len(batches) == 1 else "batch",
     )

@@ -55,6 +55,8 @@ __all__ = [
     "Paired",
     "atomic_write_bytes",
     "atomic_write_text",
+    "detectable_difference",
+    "holm",
     "mean_std",
     "paired_ci",
     "read_results",
@@ -227,8 +229,10 @@ def welch_ci(a: MeanStd, b: MeanStd, confidence: float = 0.95) -> tuple[float, f
 class Paired:
     """A paired comparison by seed: the mean of the per-seed differences ``a - b``, its
     confidence interval (paired t), the number of pairs, the runs left out for want of a
-    partner, and the Wilcoxon signed-rank p-value (``nan`` for fewer than
-    :data:`WILCOXON_MIN_PAIRS` pairs)."""
+    partner, the Wilcoxon signed-rank p-value (``nan`` for fewer than
+    :data:`WILCOXON_MIN_PAIRS` pairs), the paired-t p-value, the sample standard deviation of
+    the differences and the smallest difference this design detects (:func:`detectable_difference`
+    of that standard deviation and ``n``)."""
 
     diff: float
     low: float
@@ -236,6 +240,9 @@ class Paired:
     n: int
     unpaired: int
     wilcoxon_p: float
+    t_p: float = math.nan
+    sd: float = math.nan
+    detectable: float = math.nan
 
 
 #: Fewer pairs than this give no Wilcoxon p-value: with n = 4 the smallest two-sided exact p is
@@ -276,17 +283,53 @@ def paired_ci(
     xb = [fb[s] for s in seeds]
     d = [x - y for x, y in zip(xa, xb)]
     diff = statistics.fmean(d)
-    low = high = math.nan
+    low = high = t_p = sd = math.nan
     if n >= 2:
+        sd = statistics.stdev(d)
         if max(d) == min(d):
             low = high = diff
+            t_p = 1.0 if diff == 0 else 0.0
         else:
-            ci = _stats.ttest_rel(xa, xb).confidence_interval(confidence)
-            low, high = float(ci.low), float(ci.high)
+            test = _stats.ttest_rel(xa, xb)
+            ci = test.confidence_interval(confidence)
+            low, high, t_p = float(ci.low), float(ci.high), float(test.pvalue)
     p = math.nan
     if n >= WILCOXON_MIN_PAIRS:
         p = 1.0 if all(x == 0 for x in d) else float(_stats.wilcoxon(d).pvalue)
-    return Paired(diff, low, high, n, unpaired, p)
+    return Paired(diff, low, high, n, unpaired, p, t_p, sd, detectable_difference(sd, n))
+
+
+def detectable_difference(sd: float, n: int, confidence: float = 0.95, power: float = 0.8) -> float:
+    """The smallest true mean difference that ``n`` pairs whose differences scatter by ``sd``
+    detect (two-sided paired t at ``1 - confidence``) with probability ``power``.
+
+    The usual approximation of the t-test's minimum detectable effect:
+    ``(t_{(1+confidence)/2, n-1} + t_{power, n-1}) * sd / sqrt(n)`` (e.g. Cohen, *Statistical
+    Power Analysis*, 1988, ch. 2). ``nan`` for ``n < 2`` or an unknown ``sd``; ``0`` when the
+    differences do not scatter.
+    """
+    if n < 2 or not math.isfinite(sd):
+        return math.nan
+    t = _stats.t.ppf(0.5 + confidence / 2, n - 1) + _stats.t.ppf(power, n - 1)
+    return float(t) * sd / math.sqrt(n)
+
+
+def holm(pvalues: Mapping[str, float]) -> dict[str, float]:
+    """Holm's step-down adjustment of a family of p-values (Holm, Scand. J. Statist. 1979).
+
+    Sorted ascending, the ``k``-th (from 0) of ``m`` finite p-values becomes
+    ``max_{j <= k} min(1, (m - j) * p_(j))``; rejecting where the adjusted value is below
+    ``alpha`` keeps the family-wise error rate at ``alpha`` under any dependence between the
+    tests. ``nan`` entries stay ``nan`` and do not count in ``m``.
+    """
+    finite = sorted((p, k) for k, p in pvalues.items() if math.isfinite(p))
+    m = len(finite)
+    out = {k: math.nan for k in pvalues}
+    running = 0.0
+    for j, (p, k) in enumerate(finite):
+        running = max(running, min(1.0, (m - j) * p))
+        out[k] = running
+    return out
 
 
 def resolvable_difference(std: float, n: int, confidence: float = 0.95) -> float:

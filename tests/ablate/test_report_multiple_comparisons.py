@@ -1,0 +1,102 @@
+"""The report's detectable difference and Holm correction, against values computed here.
+
+The detectable difference is checked against its closed form with t quantiles from printed
+tables; Holm's adjustment against the step-down rule applied by hand to fixed p-values; the
+report's "resolved" column against that adjustment on a sweep where one variant differs
+clearly and another only by chance.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import pytest
+
+from visattn.ablate.report import render_report
+from visattn.ablate.results import detectable_difference, holm, paired_ci
+
+# one-sided quantiles of Student's t from a printed table: t_{0.975, df} and t_{0.80, df}
+T975 = {4: 2.776, 9: 2.262}
+T80 = {4: 0.941, 9: 0.883}
+
+
+@pytest.mark.parametrize("n", [5, 10])
+def test_detectable_difference_is_the_power_formula(n: int) -> None:
+    sd = 0.013
+    expected = (T975[n - 1] + T80[n - 1]) * sd / math.sqrt(n)
+    assert detectable_difference(sd, n) == pytest.approx(expected, rel=2e-3)
+    assert math.isnan(detectable_difference(sd, 1)) and math.isnan(
+        detectable_difference(math.nan, 5)
+    )
+    assert detectable_difference(0.0, 5) == 0.0
+
+
+def test_paired_ci_carries_the_spread_of_the_differences_and_its_detectable_difference() -> None:
+    a = {0: 0.90, 1: 0.91, 2: 0.93, 3: 0.92, 4: 0.95}
+    b = {0: 0.89, 1: 0.91, 2: 0.90, 3: 0.90, 4: 0.92}
+    p = paired_ci(a, b)
+    d = [a[s] - b[s] for s in range(5)]
+    assert p.sd == pytest.approx(statistics.stdev(d))
+    assert p.detectable == pytest.approx(
+        (T975[4] + T80[4]) * statistics.stdev(d) / math.sqrt(5), rel=2e-3
+    )
+    # the paired t p-value: two-sided, from t = mean / (sd / sqrt(n)) with 4 degrees of freedom
+    t = statistics.fmean(d) / (statistics.stdev(d) / math.sqrt(5))
+    assert t > T975[4] and p.t_p < 0.05  # the interval excludes 0 exactly when p < 0.05
+    assert p.low > 0
+
+
+def test_holm_step_down_by_hand() -> None:
+    raw = {"a": 0.01, "b": 0.04, "c": 0.03, "d": 0.005, "e": math.nan}
+    # sorted: d 0.005, a 0.01, c 0.03, b 0.04 (m = 4): 4*0.005, 3*0.01, 2*0.03, 1*0.04,
+    # each raised to the running maximum
+    expected = {"d": 0.02, "a": 0.03, "c": 0.06, "b": 0.06}
+    out = holm(raw)
+    for k, v in expected.items():
+        assert out[k] == pytest.approx(v)
+    assert math.isnan(out["e"])
+    assert holm({"x": 0.7, "y": 0.9}) == {"x": 1.0, "y": 1.0}  # capped at 1, then monotone
+    assert holm({"x": 0.2, "y": 0.9}) == {"x": 0.4, "y": 0.9}
+    assert holm({}) == {}
+
+
+def _rows() -> list[dict]:
+    base = [0.80, 0.82, 0.79, 0.81, 0.83]
+    big = [x + 0.05 + e for x, e in zip(base, (0.002, -0.001, 0.001, 0.0, -0.002))]
+    # a difference that one raw test calls significant but that is not after correcting for
+    # the nine comparisons below
+    small = [x + e for x, e in zip(base, (0.011, 0.004, 0.009, 0.002, 0.012))]
+    noise = [
+        [x + e for x, e in zip(base, (0.01 * k, -0.01, 0.005, -0.004 * k, 0.0))] for k in range(8)
+    ]
+    variants = {"none": base, "big": big, "small": small} | {
+        f"n{k}": v for k, v in enumerate(noise)
+    }
+    return [
+        {"run": f"{v}/s{s}", "variant": v, "seed": s, "status": "ok", "val/acc": acc}
+        for v, accs in variants.items()
+        for s, acc in enumerate(accs)
+    ]
+
+
+def test_report_marks_resolved_only_after_holm() -> None:
+    rows = _rows()
+    text = render_report(rows, name="t", baseline="none")
+    lines = {ln.split(" | ")[0].strip("| ★"): ln for ln in text.splitlines() if ln.startswith("| ")}
+    by = {
+        v: {r["seed"]: r["val/acc"] for r in rows if r["variant"] == v}
+        for v in ("none", "big", "small")
+    }
+    raw_small = paired_ci(by["small"], by["none"])
+    assert raw_small.t_p < 0.05 and raw_small.low > 0  # significant alone ...
+    others = {
+        v: paired_ci({r["seed"]: r["val/acc"] for r in rows if r["variant"] == v}, by["none"]).t_p
+        for v in {r["variant"] for r in rows} - {"none"}
+    }
+    adjusted = holm(others)
+    assert adjusted["small"] >= 0.05  # ... but not after Holm over the 10 comparisons
+    assert "**yes**" in lines["big"] and f"{adjusted['big']:.3f}" in lines["big"]
+    assert "**yes**" not in lines["small"] and f"{adjusted['small']:.3f}" in lines["small"]
+    assert f"{raw_small.detectable * 100:.2f}" in lines["small"]
+    assert "Holm" in text and "80% power" in text
