@@ -205,8 +205,23 @@ def test_shipped_sweeps_are_valid_and_come_in_quick_and_full_forms(
     assert {v.name for v in quick.variants} <= {v.name for v in full.variants}
 
 
-def test_seven_studies_and_the_gpu_reproduction_are_shipped() -> None:
-    assert {p.stem for p in SWEEP_FILES} - {p.stem for p in STUDY_FILES} == {"cifar10_reproduce"}
+def test_seven_studies_the_cpu_sweeps_and_the_gpu_reproduction_are_shipped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(REPO)
+    assert {p.stem for p in SWEEP_FILES} - {p.stem for p in STUDY_FILES} == {
+        "cifar10_reproduce",
+        "cifar10_cpu",
+        "families_cpu",
+    }
+    # the CPU sweeps: 5 seeds (a paired interval with 4 degrees of freedom), the variants
+    cpu = load_sweep(REPO / "configs" / "ablations" / "families_cpu.yaml")
+    assert cpu.seeds == (0, 1, 2, 3, 4) and cpu.overrides["data.dataset"] == "cues_key"
+    names = {v.name.removeprefix("resnet20_") for v in cpu.variants}
+    assert names == {"none", "se", "eca", "cbam", "gsop", "nonlocal", "coord", "simam"}
+    c10 = load_sweep(REPO / "configs" / "ablations" / "cifar10_cpu.yaml")
+    assert c10.seeds == (0, 1, 2, 3, 4) and c10.test and c10.baseline == "resnet20_none"
+    assert {v.name for v in c10.variants} == {f"resnet20_{b}" for b in ("none", "se", "eca", "cbam")}
     reproduce = load_sweep(REPO / "configs" / "ablations" / "cifar10_reproduce.yaml")
     assert len(reproduce.seeds) == 3 and reproduce.overrides["trainer.precision"] == "bf16-mixed"
     assert reproduce.overrides["data.device_augment"] and reproduce.overrides["model.channels_last"]

@@ -48,6 +48,19 @@ def test_pair_objects_sit_in_opposite_quadrants():
         assert yellow[i, qy, qx].sum() >= 4  # the second shape, diagonally opposite
 
 
+def test_the_key_square_is_as_large_as_the_target_by_default():
+    kw = dict(task="key", noise=0.0, distractors=0, lines=0)
+    images, _, boxes, _ = make_cues(50, seed=3, **kw)
+    key = np.array([COLORS[c] for c in ("red", "green", "blue")], np.float32)
+    key_px = (np.abs(images[:, :, :, None, :].astype(np.float32) - key).max(-1) < 40).any(-1)
+    target_px = _is_yellow(images)
+    ratio = key_px.sum((1, 2)) / target_px.sum((1, 2))
+    assert 0.6 < np.median(ratio) < 2.0  # a square vs a disk/triangle/square of the same radius
+    small = make_cues(50, seed=3, key_size=0.5, **kw)[0]
+    small_px = (np.abs(small[:, :, :, None, :].astype(np.float32) - key).max(-1) < 40).any(-1)
+    assert small_px.sum() < 0.5 * key_px.sum()
+
+
 def test_clutter_never_uses_a_cue_colour():
     images, _, _, _ = make_cues(100, seed=2, task="key", distractors=12, lines=6, noise=0.0)
     cue = np.array([COLORS[c] for c in ("red", "green", "blue", "yellow")], np.float32)
@@ -62,6 +75,7 @@ def test_clutter_never_uses_a_cue_colour():
         ({"task": "nope"}, "unknown task"),
         ({"image_size": 16}, "image_size"),
         ({"object_size": 0.5}, "object_size"),
+        ({"key_size": 2.0}, "key_size"),
     ],
 )
 def test_bad_options_are_refused(kwargs: dict, match: str):
