@@ -221,7 +221,9 @@ def test_seven_studies_the_cpu_sweeps_and_the_gpu_reproduction_are_shipped(
     assert names == {"none", "se", "eca", "cbam", "gsop", "nonlocal", "coord", "simam"}
     c10 = load_sweep(REPO / "configs" / "ablations" / "cifar10_cpu.yaml")
     assert c10.seeds == (0, 1, 2, 3, 4) and c10.test and c10.baseline == "resnet20_none"
-    assert {v.name for v in c10.variants} == {f"resnet20_{b}" for b in ("none", "se", "eca", "cbam")}
+    assert {v.name for v in c10.variants} == {
+        f"resnet20_{b}" for b in ("none", "se", "eca", "cbam")
+    }
     reproduce = load_sweep(REPO / "configs" / "ablations" / "cifar10_reproduce.yaml")
     assert len(reproduce.seeds) == 3 and reproduce.overrides["trainer.precision"] == "bf16-mixed"
     assert reproduce.overrides["data.device_augment"] and reproduce.overrides["model.channels_last"]

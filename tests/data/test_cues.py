@@ -50,7 +50,7 @@ def test_pair_objects_sit_in_opposite_quadrants():
 
 def test_the_key_square_is_as_large_as_the_target_by_default():
     kw = dict(task="key", noise=0.0, distractors=0, lines=0)
-    images, _, boxes, _ = make_cues(50, seed=3, **kw)
+    images = make_cues(50, seed=3, **kw)[0]
     key = np.array([COLORS[c] for c in ("red", "green", "blue")], np.float32)
     key_px = (np.abs(images[:, :, :, None, :].astype(np.float32) - key).max(-1) < 40).any(-1)
     target_px = _is_yellow(images)

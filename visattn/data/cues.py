@@ -145,7 +145,16 @@ def make_cues(
         key_idx = rng.integers(0, k, num_images)
         mask = _draw(img, shape_idx, a[:, 0], a[:, 1], r, rgb(_MARK), grid, shapes)
         key_rgb = np.array([COLORS[c] for c in _KEY_COLORS], np.float32)[key_idx]
-        _draw(img, np.zeros(num_images, int), b[:, 0], b[:, 1], r * key_size, key_rgb, grid, ["square"])
+        _draw(
+            img,
+            np.zeros(num_images, int),
+            b[:, 0],
+            b[:, 1],
+            r * key_size,
+            key_rgb,
+            grid,
+            ["square"],
+        )
         labels = (shape_idx + key_idx) % k
     else:  # pair
         same = rng.integers(0, 2, num_images).astype(bool)
