@@ -96,7 +96,7 @@ def render(settings: dict[str, Any], original: dict[str, float], rows: list[dict
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data-root", default="data", help="folder holding cifar-10-batches-py")
     p.add_argument("--no-verify", action="store_true", help="accept a re-packed CIFAR-10 copy")
@@ -108,13 +108,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--accelerator", default="cpu")
     p.add_argument("--work", default=None, help="run folder (default: a temporary one)")
     p.add_argument("--out", default=str(REPO / "benchmarks/results/finetune_cifar10.md"))
-    a = p.parse_args(argv)
+    return p
 
-    if not (Path(a.data_root) / "cifar-10-batches-py").is_dir():
-        print(f"skipped: no CIFAR-10 under {a.data_root} (cifar-10-batches-py); pass --data-root")
-        return 0
-    work = Path(a.work or tempfile.mkdtemp(prefix="bench_finetune_"))
-    common = [
+
+def _common_options(a: argparse.Namespace) -> list[str]:
+    """The command-line options of every run: data, one device, no progress output."""
+    return [
         f"--data.root={a.data_root}",
         f"--data.verify={'false' if a.no_verify else 'true'}",
         f"--data.num_val={a.num_val}",
@@ -125,7 +124,11 @@ def main(argv: list[str] | None = None) -> int:
         "--trainer.enable_model_summary=false",
         "--trainer.num_sanity_val_steps=0",
     ]
-    settings = {
+
+
+def _settings(a: argparse.Namespace, work: Path) -> dict[str, str]:
+    """The report's description of the runs."""
+    return {
         "data": f"CIFAR-10 at {a.data_root}; val = fixed random {a.num_val} of the 10,000 test "
         "images (same subset throughout)",
         "source network": f"resnet20_cifar, no attention, {a.epochs} epochs on a fixed random "
@@ -144,8 +147,10 @@ def main(argv: list[str] | None = None) -> int:
         "work folder": str(work),
     }
 
+
+def _train_source(a: argparse.Namespace, common: list[str], work: Path) -> Path:
+    """The source network's last checkpoint, trained first unless the work folder has it."""
     ckpt = work / "source/lightning_logs/version_0/checkpoints/last.ckpt"
-    t0 = time.perf_counter()
     if not ckpt.is_file():
         s = run(
             [
@@ -159,6 +164,43 @@ def main(argv: list[str] | None = None) -> int:
             ]
         )
         print(f"source network: val acc {s['last_val_acc']:.4f} after {s['epochs']} epochs")
+    return ckpt
+
+
+def _placed(ft: list[str], block: str, init: str) -> list[str]:
+    """The fine-tuning options with the config's placement replaced by ``block``'s."""
+    # null first: over the config's placement, the CLI would merge fields (keeping its
+    # SE 'args' for another block); after null the placement is parsed afresh
+    new = f"--model.attention={json.dumps(placement(block, init))}"
+    return [*ft, "--model.attention=null", new]
+
+
+def _finetune(a: argparse.Namespace, args: list[str], folder: Path, row: dict[str, Any]) -> None:
+    """One fine-tuning epoch; its val accuracy and loss go into ``row``."""
+    s = run(
+        [
+            "fit",
+            *args,
+            f"--data.num_train={a.ft_train}",
+            "--trainer.max_epochs=1",
+            f"--trainer.default_root_dir={folder / 'ft'}",
+        ]
+    )
+    row["acc1"] = s["last_val_acc"]
+    last = read_metrics_csv(s["metrics_csv"])[-1]
+    row["loss1"] = last.get("val/loss")
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = _parser().parse_args(argv)
+    if not (Path(a.data_root) / "cifar-10-batches-py").is_dir():
+        print(f"skipped: no CIFAR-10 under {a.data_root} (cifar-10-batches-py); pass --data-root")
+        return 0
+    work = Path(a.work or tempfile.mkdtemp(prefix="bench_finetune_"))
+    common = _common_options(a)
+    settings = _settings(a, work)
+    t0 = time.perf_counter()
+    ckpt = _train_source(a, common, work)
     settings["source training wall time"] = f"{time.perf_counter() - t0:.0f} s"
     load = f"--model.model_kwargs={json.dumps({'checkpoint_path': str(ckpt)})}"
     ft = [f"--config={FT_CONFIG}", *common, load]
@@ -173,28 +215,13 @@ def main(argv: list[str] | None = None) -> int:
     for block in a.blocks:
         for init in INITS:
             t1 = time.perf_counter()
-            name = f"{block}_{init}"
-            # null first: over the config's placement, the CLI would merge fields (keeping its
-            # SE 'args' for another block); after null the placement is parsed afresh
-            new = f"--model.attention={json.dumps(placement(block, init))}"
-            args = [*ft, "--model.attention=null", new]
+            name, args = f"{block}_{init}", _placed(ft, block, init)
             step0 = validate([*args, f"--trainer.default_root_dir={work / name / 'step0'}"])
             row = {"block": block, "init": init, "acc0": step0["acc"], "loss0": step0["loss"]}
             row["acc1"] = None
             rows.append(row)
             out.write_text(render(settings, original, rows))
-            s = run(
-                [
-                    "fit",
-                    *args,
-                    f"--data.num_train={a.ft_train}",
-                    "--trainer.max_epochs=1",
-                    f"--trainer.default_root_dir={work / name / 'ft'}",
-                ]
-            )
-            row["acc1"] = s["last_val_acc"]
-            last = read_metrics_csv(s["metrics_csv"])[-1]
-            row["loss1"] = last.get("val/loss")
+            _finetune(a, args, work / name, row)
             out.write_text(render(settings, original, rows))
             print(f"{name}: {row} ({time.perf_counter() - t1:.0f} s)", flush=True)
     settings["total wall time"] = f"{time.perf_counter() - t0:.0f} s"

@@ -189,7 +189,13 @@ REFERENCE = {
         "visattn.data.cues",
     ],
     "ablate": ["visattn.ablate.runner"],
-    "deploy": ["visattn.export", "visattn.profile", "visattn.visualize", "visattn.localization"],
+    "deploy": [
+        "visattn.export",
+        "visattn.profile",
+        "visattn.visualize",
+        "visattn.pictures",
+        "visattn.localization",
+    ],
 }
 
 

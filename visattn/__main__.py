@@ -12,6 +12,7 @@ import sys
 import torch
 
 from . import block_info, create_block, create_model, list_blocks, list_models
+from .export import ExportError, export_onnx, export_program
 from .models import get_model_spec
 from .profile import count_macs, count_params
 
@@ -112,8 +113,6 @@ def load_for_export(
 
 
 def export_command(args: argparse.Namespace) -> int:
-    from .export import ExportError, export_onnx, export_program
-
     try:
         net, size, what = load_for_export(args.ckpt, args.model, args.num_classes)
     except (ValueError, KeyError, FileNotFoundError, ImportError) as e:

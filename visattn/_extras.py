@@ -5,10 +5,13 @@ from __future__ import annotations
 
 __all__ = ["EXTRAS", "missing_extra"]
 
-#: the packages of each optional extra, as imported.
+#: the packages of each optional extra of pyproject.toml (but ``docs``), as imported.
 EXTRAS: dict[str, tuple[str, ...]] = {
-    "train": ("lightning", "albumentations", "torchmetrics"),
-    "ablate": ("matplotlib", "scipy"),
+    "train": ("lightning", "albumentations", "torchmetrics", "cv2", "tensorboard"),
+    "ablate": ("matplotlib", "scipy", "pytorch_grad_cam"),
+    "export": ("onnx", "onnxruntime", "onnxscript"),
+    "cluster": ("ray",),
+    "mlflow": ("mlflow",),
     "yolo": ("ultralytics",),  # AGPL-3.0: imported only by visattn.integrations.yolo
     "smp": ("segmentation_models_pytorch",),
 }

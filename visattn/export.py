@@ -29,6 +29,7 @@ with symbolic height and width and checks a second size.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import tempfile
 from collections.abc import Sequence
@@ -40,6 +41,7 @@ import torch
 import torch.nn as nn
 
 from ._errors import first_line
+from ._nets import eval_mode
 from .blocks.capture import is_capturing
 from .blocks.registry import is_block
 
@@ -196,11 +198,16 @@ def _ort_runner(session: Any) -> Any:
     return run
 
 
+def _output_file(path: str | os.PathLike[str]) -> Path:
+    """``path`` as a ``Path``, its parent folders created."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return out
+
+
 def _require(*modules: str) -> None:
     """Fail early, with the install line, when an optional export dependency is missing (rather
     than blaming a block for it)."""
-    import importlib.util
-
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if missing:
         raise ImportError(f"ONNX export needs {', '.join(missing)}: pip install 'visattn[export]'")
@@ -424,30 +431,24 @@ def export_onnx(
             f"export_onnx: batch_size must be >= 2 for a dynamic batch (1 would be specialised), "
             f"got {batch_size}"
         )
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    was_training = model.training
-    model.eval()
-    try:
+    out = _output_file(path)
+    with eval_mode(model):
         x = torch.randn(batch_size, *size)
         try:
             _write_onnx(model, x, out, exp, opset, dynamic_batch, dynamic_size)
         except Exception as e:
             raise _fail("export_onnx failed", e, model, x, exp, opset, dynamic_size) from e
-        actual_opset = _opset_of(out)
         worst, shapes, runtime = float("nan"), [], "not checked"
         if check:
             shapes = _check_shapes(size, dynamic_batch, dynamic_size, batch_size)
             worst, runtime = _check_in_onnxruntime(
                 out, model, shapes, (rtol, atol), (x, exp, opset, dynamic_size)
             )
-    finally:
-        model.train(was_training)
     return ExportReport(
         path=out,
         format="onnx",
         exporter=exp,
-        opset=actual_opset,
+        opset=_opset_of(out),
         input_size=size,
         dynamic_batch=dynamic_batch,
         dynamic_size=dynamic_size,
@@ -479,11 +480,8 @@ def export_program(
     """
     _check_model(model)
     size = _input_size(model, input_size)
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    was_training = model.training
-    model.eval()
-    try:
+    out = _output_file(path)
+    with eval_mode(model):
         x = torch.randn(batch_size, *size)
         dims = _dynamic_shapes(_dynamic_axes(dynamic_batch, dynamic_size))
         try:
@@ -504,8 +502,6 @@ def export_program(
                     return _outputs(loaded(t))
 
             worst = _compare(run, model, shapes, rtol, atol, f"{out} reloaded")
-    finally:
-        model.train(was_training)
     return ExportReport(
         path=out,
         format="pt2",

@@ -39,6 +39,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from ._nets import device_of, eval_mode
 from .blocks import capture_attention, is_block
 
 __all__ = [
@@ -205,13 +206,10 @@ def score_model(
     if not paths:
         return {}
     boxes, n = _items_and_boxes(dataset, boxes, max_images)
-    param = next(net.parameters(), None)
-    device = param.device if param is not None else torch.device("cpu")
+    device = device_of(net)
     hits: dict[str, list[torch.Tensor]] = {p: [] for p in paths}
     energy: dict[str, list[torch.Tensor]] = {p: [] for p in paths}
-    was_training = net.training
-    net.eval()
-    try:
+    with eval_mode(net):
         for idx in _batches(n, batch_size):
             images = torch.stack([torch.as_tensor(dataset[i][0]) for i in idx]).to(device)
             b = boxes[idx.start : idx.stop]
@@ -230,8 +228,6 @@ def score_model(
                         continue
                     hits[p].append(pointing_game(w.cpu(), b, size, tolerance=tolerance))
                     energy[p].append(energy_in_box(w.cpu(), b, size))
-    finally:
-        net.train(was_training)
     return {p: _summary(hits[p], energy[p]) for p in paths if hits[p]}
 
 
@@ -336,8 +332,7 @@ def gradcam(
         ) from e
     layer = last_stage(net)[1] if layer is None else layer
     was_training = net.training
-    param = next(net.parameters(), None)
-    device = param.device if param is not None else torch.device("cpu")
+    device = device_of(net)
     cam_targets = None if targets is None else [ClassifierOutputTarget(int(t)) for t in targets]
     try:
         with torch.enable_grad(), GradCAM(model=net, target_layers=[layer]) as cam:

@@ -17,6 +17,8 @@ import torch
 import torch.nn as nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from ._nets import eval_mode
+
 __all__ = ["calibrate_batch_norm", "count_macs", "count_params", "measure_latency"]
 
 
@@ -39,13 +41,8 @@ def count_macs(module: nn.Module, shape: Sequence[int] | torch.Tensor) -> int:
     """Multiply-accumulates of one forward pass in eval mode for an input of ``shape``
     (per batch: divide by ``N`` for a per-image figure)."""
     x = _example(module, shape)
-    was_training = module.training
-    module.eval()
-    try:
-        with FlopCounterMode(display=False) as counter:
-            module(x)
-    finally:
-        module.train(was_training)
+    with eval_mode(module), FlopCounterMode(display=False) as counter:
+        module(x)
     return counter.get_total_flops() // 2
 
 
@@ -59,21 +56,17 @@ def measure_latency(
 ) -> float:
     """Median wall time of one eval-mode forward pass, in milliseconds."""
     x = _example(module, shape)
-    was_training = module.training
-    module.eval()
     sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
-    try:
+    times = []
+    with eval_mode(module):
         for _ in range(warmup):
             module(x)
         sync()
-        times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
             module(x)
             sync()
             times.append(time.perf_counter() - t0)
-    finally:
-        module.train(was_training)
     return 1000.0 * statistics.median(times)
 
 

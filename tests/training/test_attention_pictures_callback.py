@@ -1,4 +1,4 @@
-"""``visattn.visualize.logger_pictures`` (what ``AttentionPictures`` logs): one picture per map
+"""``visattn.pictures.logger_pictures`` (what ``AttentionPictures`` logs): one picture per map
 kind with the images side by side, pixels in [0, 1], the network left as it was; the callback
 refuses impossible settings."""
 
@@ -11,8 +11,8 @@ pytest.importorskip("lightning")
 pytest.importorskip("matplotlib")
 
 import visattn
+from visattn.pictures import _overlay, logger_pictures
 from visattn.training.callbacks import AttentionPictures
-from visattn.visualize import logger_pictures
 
 
 def _net() -> torch.nn.Module:
@@ -49,8 +49,6 @@ def test_logger_pictures_hold_every_map_kind_side_by_side() -> None:
 
 def test_logger_pictures_overlay_follows_the_map() -> None:
     """A map that is high on the left half only reddens the left half (jet: high = red)."""
-    from visattn.visualize import _overlay
-
     display = torch.zeros(1, 3, 8, 8)
     maps = torch.zeros(1, 8, 8)
     maps[:, :, :4] = 1.0

@@ -73,6 +73,12 @@ def _scatter(
             fontsize=7,
         )
     ax.set_xlabel(x_label)
+    _finish_accuracy_plot(fig, ax, path)
+
+
+def _finish_accuracy_plot(fig: plt.Figure, ax: plt.Axes, path: Path) -> None:
+    """The val/acc axis of the scatter and curve plots, a grid, a legend of the variants drawn,
+    then the file."""
     ax.set_ylabel("val/acc (%), mean ± std over seeds")
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
@@ -127,12 +133,7 @@ def _curves(rows: Sequence[dict[str, Any]], root: Path, path: Path) -> None:
         )
     ax.set_xlabel("epoch (0-based, as logged)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylabel("val/acc (%), mean ± std over seeds")
-    ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=6, loc="best")
-    fig.tight_layout()
-    _save(fig, path)
+    _finish_accuracy_plot(fig, ax, path)
 
 
 def _forest(summaries: list, baseline: str | Mapping[str, str] | None, path: Path) -> None:

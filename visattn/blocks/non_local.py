@@ -65,6 +65,53 @@ def _keys_kept(k: int, keys: int) -> int:
 torch.fx.wrap("_keys_kept")
 
 
+def _inner_width(
+    channels: int, reduction: float, inner_channels: int | None, heads: int, score: str
+) -> int:
+    """The inner channels (``inner_channels``, else ``C // reduction``), checked against the
+    heads they are split into (and ``C`` too for ``gaussian``, which splits the raw input)."""
+    if inner_channels is not None:
+        if reduction != 2:
+            raise ValueError("give either option 'inner_channels' or 'reduction', not both")
+        check_positive_int("inner_channels", inner_channels)
+        inner = inner_channels
+    else:
+        inner = reduced_channels(channels, reduction)
+    if inner % heads:
+        raise ValueError(
+            f"option 'heads'={heads} must divide the inner channels ({inner}); "
+            "change 'heads', 'reduction' or 'inner_channels'"
+        )
+    if score == "gaussian" and channels % heads:
+        raise ValueError(
+            f"option 'heads'={heads} must divide channels={channels} for score='gaussian' "
+            "(the raw input is split into heads)"
+        )
+    return inner
+
+
+def _check_selection(selection: str, k: int | None) -> None:
+    """``k`` is given exactly for ``topk`` selection, and positive."""
+    if selection == "topk":
+        if k is None:
+            raise ValueError("option 'k' is required for selection='topk'")
+        check_positive_int("k", k)
+    elif k is not None:
+        raise ValueError("option 'k' only applies to selection='topk'")
+
+
+def _temperature(score: str, temperature: float | None) -> float:
+    """The divisor of the scores: ``temperature`` (positive), else 0.1 for ``cosine``, 1
+    otherwise."""
+    if temperature is None:
+        return COSINE_TEMPERATURE if score == "cosine" else 1.0
+    if isinstance(temperature, bool) or not isinstance(temperature, int | float):
+        raise ValueError(f"option 'temperature' must be a positive number, got {temperature!r}")
+    if not temperature > 0:  # NaN too
+        raise ValueError(f"option 'temperature' must be a positive number, got {temperature!r}")
+    return float(temperature)
+
+
 @register_block(
     "nonlocal",
     family="spatial",
@@ -197,62 +244,39 @@ class NonLocal(nn.Module):
         check_choice("subsample_order", subsample_order, SUBSAMPLE_ORDERS)
         check_positive_int("heads", heads)
         check_positive_int("subsample", subsample)
-        if inner_channels is not None:
-            if reduction != 2:
-                raise ValueError("give either option 'inner_channels' or 'reduction', not both")
-            check_positive_int("inner_channels", inner_channels)
-            inner = inner_channels
-        else:
-            inner = reduced_channels(channels, reduction)
-        if inner % heads:
-            raise ValueError(
-                f"option 'heads'={heads} must divide the inner channels ({inner}); "
-                "change 'heads', 'reduction' or 'inner_channels'"
-            )
-        if score == "gaussian" and channels % heads:
-            raise ValueError(
-                f"option 'heads'={heads} must divide channels={channels} for score='gaussian' "
-                "(the raw input is split into heads)"
-            )
-        if selection == "topk":
-            if k is None:
-                raise ValueError("option 'k' is required for selection='topk'")
-            check_positive_int("k", k)
-        elif k is not None:
-            raise ValueError("option 'k' only applies to selection='topk'")
+        inner = _inner_width(channels, reduction, inner_channels, heads, score)
+        _check_selection(selection, k)
         if window is not None:
             check_positive_int("window", window, odd=True)
-        if temperature is not None and (
-            isinstance(temperature, bool)
-            or not isinstance(temperature, (int, float))
-            or not temperature > 0
-        ):
-            raise ValueError(f"option 'temperature' must be a positive number, got {temperature!r}")
-        if temperature is None:
-            temperature = COSINE_TEMPERATURE if score == "cosine" else 1.0
 
         self.inner_channels, self.heads = inner, heads
         self.score, self.selection, self.k = score, selection, k
-        self.window, self.subsample, self.temperature = window, subsample, float(temperature)
+        self.window, self.subsample = window, subsample
+        self.temperature = _temperature(score, temperature)
         self.record = record
         self.subsample_order = subsample_order
         # the root scaled_dot divides by: the head depth, or the input width (scale_by)
         self.scale_width = inner // heads if scale_by == "head" else channels
+        self._make_layers(channels, norm)
+        self.reset_identity()
 
-        if score == "gaussian":
+    def _make_layers(self, channels: int, norm: bool) -> None:
+        """``theta``, ``phi`` (none for ``gaussian``), ``g``, the additive score vector (only
+        for ``additive``), ``W_z`` and its norm."""
+        inner, heads = self.inner_channels, self.heads
+        if self.score == "gaussian":
             self.theta = self.phi = None
         else:
             self.theta = nn.Conv2d(channels, inner, 1)
             self.phi = nn.Conv2d(channels, inner, 1)
         self.g = nn.Conv2d(channels, inner, 1)
-        if score == "additive":
+        if self.score == "additive":
             d = inner // heads
             self.score_vector = nn.Parameter(torch.empty(heads, d).uniform_(-(d**-0.5), d**-0.5))
         else:
             self.score_vector = None
         self.w_z = nn.Conv2d(inner, channels, 1, bias=not norm)
         self.norm = nn.BatchNorm2d(channels) if norm else nn.Identity()
-        self.reset_identity()
 
     def init_identity(self) -> None:
         """native: W_z's BN scale (W_z itself with norm=False) starts at zero, as in the paper."""

@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 import torch.nn as nn
+from timm.layers import get_attn
 
 from .conventions import TIMM_WIDTH_KEYWORDS, merge_options
 from .registry import _FACTORY_KWARGS, BlockInfo, block_info
@@ -30,8 +31,6 @@ def _timm_rounding(name: str, info: BlockInfo) -> dict[str, Any]:
     such module, the block has no reduced width, or the divisor is 1."""
     if info.reduced is None:
         return {}
-    from timm.layers import get_attn
-
     try:
         timm_cls = get_attn(name)
     except AssertionError:  # timm's answer to a name it does not know

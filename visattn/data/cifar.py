@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from torchvision.datasets import CIFAR10, CIFAR100
+from torchvision.datasets.utils import download_and_extract_archive
 
 __all__ = [
     "CIFAR_SPECS",
@@ -87,8 +89,6 @@ def _torchvision_spec(cls: Any, label_key: str) -> dict[str, Any]:
 
 
 def _specs() -> dict[str, dict[str, Any]]:
-    from torchvision.datasets import CIFAR10, CIFAR100
-
     return {
         "cifar10": _torchvision_spec(CIFAR10, "labels"),
         "cifar100": _torchvision_spec(CIFAR100, "fine_labels"),
@@ -139,8 +139,6 @@ def locate_cifar(name: str, root: str | Path, *, download: bool = False) -> Path
     folder = _cifar_folder(name, root)
     missing = [f for f in wanted if not (folder / f).is_file()]
     if missing and download:
-        from torchvision.datasets.utils import download_and_extract_archive
-
         cls = spec["torchvision"]
         root.mkdir(parents=True, exist_ok=True)
         download_and_extract_archive(cls.url, str(root), filename=cls.filename, md5=cls.tgz_md5)

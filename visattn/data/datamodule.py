@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from timm.data import ImageNetInfo
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from .._extras import missing_extra
@@ -383,8 +384,6 @@ def _class_map(class_map: str | None, dataset: str) -> dict[str, int] | None:
         raise ValueError(f"class_map must be 'imagenet' or None, got {class_map!r}")
     if dataset != "imagefolder":
         raise ValueError(f"class_map='imagenet' needs dataset='imagefolder', got {dataset!r}")
-    from timm.data import ImageNetInfo
-
     return {wnid: i for i, wnid in enumerate(ImageNetInfo().label_names())}
 
 

@@ -37,6 +37,7 @@ from typing import Any
 import cv2
 import numpy as np
 import torch
+from PIL import Image
 from torch.utils.data import Dataset
 
 from .arrays import Transform, to_tensor_uint8
@@ -191,8 +192,6 @@ def _structure_problem(im: Any, path: str) -> str | None:
 def _check_file(path: str, mode: str) -> str | None:
     """None when ``path`` passes ``mode``'s checks (see :func:`verify_images`), else the
     reason."""
-    from PIL import Image
-
     try:
         with Image.open(path) as im:
             problem = _structure_problem(im, path)

@@ -128,23 +128,35 @@ def _shapes_classes(dm: Any) -> list[str]:
     return shapes_classes(dm.hparams.target_shapes, dm.hparams.target_colors)
 
 
-def _build_shapes(dm: Any) -> Splits:
+def _generated_splits(dm: Any, generate: Callable[[int, int], tuple]) -> Splits:
+    """Train, val and test of a generated data set: ``generate(n, seed)`` gives ``(images,
+    labels, boxes, classes)``; the splits take the seeds ``seed``, ``seed + 1``, ``seed + 2``,
+    the sizes of ``num_train`` / ``num_val`` / ``num_test`` (or ``DEFAULT_SPLIT_SIZES``), and
+    the training augmentation on the training split only."""
     h = dm.hparams
 
     def split(index: int, n: int | None, key: str) -> ArrayDataset:
-        images, labels, boxes, classes = make_shapes(
-            n or DEFAULT_SPLIT_SIZES[key],
-            seed=h.seed + index,
+        images, labels, boxes, classes = generate(n or DEFAULT_SPLIT_SIZES[key], h.seed + index)
+        return ArrayDataset(images, labels, classes, dm.transform(index == 0), boxes)
+
+    return split(0, h.num_train, "train"), split(1, h.num_val, "val"), split(2, h.num_test, "test")
+
+
+def _build_shapes(dm: Any) -> Splits:
+    h = dm.hparams
+    return _generated_splits(
+        dm,
+        lambda n, seed: make_shapes(
+            n,
+            seed=seed,
             image_size=dm.image_size,
             shapes=h.target_shapes or DEFAULT_SHAPES,
             colors=h.target_colors or DEFAULT_COLORS,
             distractors=h.distractors,
             lines=h.lines,
             noise=h.noise,
-        )
-        return ArrayDataset(images, labels, classes, dm.transform(index == 0), boxes)
-
-    return split(0, h.num_train, "train"), split(1, h.num_val, "val"), split(2, h.num_test, "test")
+        ),
+    )
 
 
 # ---- cues: context at a distance, long-range relation, spatial selection ---------------------
@@ -156,23 +168,17 @@ def _cues(task: str) -> tuple[Callable[[Any], list[str]], Callable[[Any], Splits
 
     def build(dm: Any) -> Splits:
         h = dm.hparams
-
-        def split(index: int, n: int | None, key: str) -> ArrayDataset:
-            images, labels, boxes, names = make_cues(
-                n or DEFAULT_SPLIT_SIZES[key],
-                seed=h.seed + index,
+        return _generated_splits(
+            dm,
+            lambda n, seed: make_cues(
+                n,
+                seed=seed,
                 task=task,
                 image_size=dm.image_size,
                 distractors=h.distractors,
                 lines=h.lines,
                 noise=h.noise,
-            )
-            return ArrayDataset(images, labels, names, dm.transform(index == 0), boxes)
-
-        return (
-            split(0, h.num_train, "train"),
-            split(1, h.num_val, "val"),
-            split(2, h.num_test, "test"),
+            ),
         )
 
     return classes, build

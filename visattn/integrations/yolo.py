@@ -52,6 +52,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .._extras import missing_extra
 from ..blocks import block_info, create_block
 
 __all__ = ["MODULE_NAME", "VisAttn", "insert_attention", "register"]
@@ -154,8 +155,6 @@ def register() -> None:
     try:
         from ultralytics.nn import tasks
     except ImportError as err:
-        from .._extras import missing_extra
-
         raise missing_extra(err, "yolo", "visattn.integrations.yolo.register") from err
     setattr(tasks, MODULE_NAME, VisAttn)
     if getattr(tasks.parse_model, _WRAPPED, False):

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 import torch.nn as nn
+from safetensors.torch import load_file
 
 from .._errors import first_line
 from ..constants import HOOK_SLOTS, SLOT_POSITIONS
@@ -142,8 +143,6 @@ def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
         raise FileNotFoundError(f"checkpoint {path} does not exist")
     if path.is_dir() or path.stat().st_size == 0:
         raise CheckpointError(f"checkpoint {path} {_unreadable(path)}")
-    from safetensors.torch import load_file
-
     try:
         return load_file(str(path), device="cpu")
     except Exception as e:  # a header or length that does not add up: SafetensorError, ...

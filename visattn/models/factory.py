@@ -27,10 +27,12 @@ from typing import Any
 
 import timm
 import torch.nn as nn
+import torchvision
 
 from ..constants import IMAGENET_MEAN, IMAGENET_STD, STATS
 from .checkpoint import load_checkpoint
 from .features import check_global_pool
+from .inject import inject
 from .placement import apply_placements, normalize_placements
 from .pretrained import get_pretrained, list_pretrained
 from .registry import ModelSpec, UnknownModelError, get_model_spec
@@ -188,6 +190,9 @@ def create_model(
         TypeError: an unknown option.
         ValueError: an option conflicting with the name, or a bad placement.
     """
+    given = dict(num_classes=num_classes, in_chans=in_chans, global_pool=global_pool)
+    given.update(attention=attention, checkpoint_path=checkpoint_path)
+    given.update(kwargs, pretrained_backbone=pretrained_backbone)
     if isinstance(name, str) and name.startswith(FOREIGN_PREFIXES):
         if pretrained or pretrained_cfg_overlay is not None:
             raise ValueError(
@@ -195,41 +200,36 @@ def create_model(
                 "tv:/timm: network is built with random weights: give its weights file as "
                 "pretrained_backbone="
             )
-        return _create_foreign(
-            name,
-            num_classes=num_classes,
-            in_chans=in_chans,
-            global_pool=global_pool,
-            attention=attention,
-            checkpoint_path=checkpoint_path,
-            pretrained_backbone=pretrained_backbone,
-            **kwargs,
-        )
-    given = dict(num_classes=num_classes, in_chans=in_chans, global_pool=global_pool)
-    given.update(attention=attention, checkpoint_path=checkpoint_path)
-    given.update(kwargs, pretrained_backbone=pretrained_backbone)
+        return _create_foreign(name, **given)
     tagged = _create_tagged(name, pretrained, pretrained_cfg_overlay, given)
     if tagged is not None:
         return tagged
-    spec = get_model_spec(name)
+    return _create_named(get_model_spec(name), **given)
+
+
+def _create_named(
+    spec: ModelSpec,
+    *,
+    num_classes: int | None,
+    in_chans: int,
+    global_pool: str,
+    attention: Any,
+    checkpoint_path: str | PathLike[str] | None,
+    pretrained_backbone: str | PathLike[str] | None,
+    **kwargs: Any,
+) -> nn.Module:
+    """A registered model with its placements and ``attention`` (see :func:`create_model`)."""
     _check_options(spec, kwargs)
-    if checkpoint_path is not None and pretrained_backbone is not None:
-        raise ValueError(
-            f"create_model({spec.name!r}): give checkpoint_path (a whole model) or "
-            "pretrained_backbone (backbone weights), not both"
-        )
+    _check_weight_files(spec.name, checkpoint_path, pretrained_backbone)
     placements = normalize_placements(list(spec.attention)) + normalize_placements(attention)
     if placements and not spec.placeable:
         raise ValueError(
             f"create_model({spec.name!r}): a Residual Attention Network has no ResNet slots for "
             "'attention' placements; use a ResNet backbone (e.g. 'resnet56_cifar')"
         )
-    num_classes = spec.num_classes if num_classes is None else num_classes
-    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 0:
-        raise ValueError(
-            f"create_model({spec.name!r}): num_classes must be an int >= 0 (0 = no classifier), "
-            f"got {num_classes!r}"
-        )
+    num_classes = _checked_num_classes(
+        spec.name, spec.num_classes if num_classes is None else num_classes
+    )
     check_global_pool(global_pool, num_classes)
     built = {**spec.defaults, **spec.fixed, **kwargs}
     model = spec.builder(**built, num_classes=num_classes, in_chans=in_chans)
@@ -240,11 +240,42 @@ def create_model(
     model.pretrained_cfg = pretrained_cfg_for(
         spec, num_classes=num_classes, in_chans=in_chans, options=built
     )
+    _load_weight_files(model, checkpoint_path, pretrained_backbone)
+    return model
+
+
+def _check_weight_files(
+    name: str,
+    checkpoint_path: str | PathLike[str] | None,
+    pretrained_backbone: str | PathLike[str] | None,
+) -> None:
+    if checkpoint_path is not None and pretrained_backbone is not None:
+        raise ValueError(
+            f"create_model({name!r}): give checkpoint_path (a whole model) or "
+            "pretrained_backbone (backbone weights), not both"
+        )
+
+
+def _checked_num_classes(name: str, num_classes: Any) -> int:
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 0:
+        raise ValueError(
+            f"create_model({name!r}): num_classes must be an int >= 0 (0 = no classifier), "
+            f"got {num_classes!r}"
+        )
+    return num_classes
+
+
+def _load_weight_files(
+    model: nn.Module,
+    checkpoint_path: str | PathLike[str] | None,
+    pretrained_backbone: str | PathLike[str] | None,
+) -> None:
+    """A whole model's state_dict (strict outside the attention slots), or backbone weights
+    (the classifier only where its shape matches)."""
     if checkpoint_path is not None:
         load_checkpoint(model, checkpoint_path)
     if pretrained_backbone is not None:
         load_checkpoint(model, pretrained_backbone, classifier="if_matching")
-    return model
 
 
 def _last_linear(model: nn.Module) -> str:
@@ -265,8 +296,6 @@ def _build_foreign(
     ``classifier``)."""
     library, _, arch = name.partition(":")
     if library == "timm":
-        import timm
-
         if arch not in timm.list_models():
             raise _unknown("timm", arch, timm.list_models(), name)
         model = timm.create_model(
@@ -278,8 +307,6 @@ def _build_foreign(
             **kwargs,
         )
         return model, dict(model.pretrained_cfg)
-    import torchvision
-
     known = torchvision.models.list_models(module=torchvision.models)
     if arch not in known:
         raise _unknown("tv", arch, known, name)
@@ -312,18 +339,8 @@ def _create_foreign(
     **kwargs: Any,
 ) -> nn.Module:
     """A ``tv:``/``timm:`` model with ``attention`` injected (see :func:`create_model`)."""
-    from .inject import inject
-
-    if checkpoint_path is not None and pretrained_backbone is not None:
-        raise ValueError(
-            f"create_model({name!r}): give checkpoint_path (a whole model) or "
-            "pretrained_backbone (backbone weights), not both"
-        )
-    num_classes = 1000 if num_classes is None else num_classes
-    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 0:
-        raise ValueError(
-            f"create_model({name!r}): num_classes must be an int >= 0, got {num_classes!r}"
-        )
+    _check_weight_files(name, checkpoint_path, pretrained_backbone)
+    num_classes = _checked_num_classes(name, 1000 if num_classes is None else num_classes)
     input_size = kwargs.pop("input_size", None)
     model, cfg = _build_foreign(name, num_classes, in_chans, global_pool, kwargs)
     placements = normalize_placements(attention)
@@ -332,8 +349,5 @@ def _create_foreign(
     model.num_classes = num_classes
     model.pretrained_cfg = cfg
     model.default_input_size = tuple(cfg["input_size"])
-    if checkpoint_path is not None:
-        load_checkpoint(model, checkpoint_path)
-    if pretrained_backbone is not None:
-        load_checkpoint(model, pretrained_backbone, classifier="if_matching")
+    _load_weight_files(model, checkpoint_path, pretrained_backbone)
     return model

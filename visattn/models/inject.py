@@ -41,7 +41,13 @@ __all__ = ["ADAPTERS", "TimmBasicBlock", "TimmBottleneck", "inject"]
 _OPTIONAL = ("downsample", "se", "drop_path")  # attributes that may be None instead of a module
 
 
-def _adopt(cls: type[SlottedBlock], block: nn.Module, cin: int, mid: int, cout: int) -> Any:
+def _adopt(cls: type[SlottedBlock], block: nn.Module) -> Any:
+    """A ``cls`` holding ``block``'s layers (not copied), with its widths: ``conv1``'s input, the
+    output of the conv slot (the middle conv), the last conv's output (``conv3`` of a bottleneck,
+    ``conv2`` of a basic block)."""
+    last = block.conv3 if hasattr(block, "conv3") else block.conv2
+    cin, cout = block.conv1.in_channels, last.out_channels
+    mid = getattr(block, cls.conv_slot).out_channels
     new = cls.__new__(cls)
     nn.Module.__init__(new)
     for name, child in block.named_children():
@@ -57,25 +63,13 @@ def _adopt(cls: type[SlottedBlock], block: nn.Module, cin: int, mid: int, cout: 
 
 
 def _torchvision_basic(block: nn.Module) -> BasicBlock:
-    new = _adopt(
-        BasicBlock,
-        block,
-        block.conv1.in_channels,
-        block.conv1.out_channels,
-        block.conv2.out_channels,
-    )
+    new = _adopt(BasicBlock, block)
     new.drop_path = nn.Identity()
     return new
 
 
 def _torchvision_bottleneck(block: nn.Module) -> Bottleneck:
-    new = _adopt(
-        Bottleneck,
-        block,
-        block.conv1.in_channels,
-        block.conv2.out_channels,
-        block.conv3.out_channels,
-    )
+    new = _adopt(Bottleneck, block)
     new.drop_path = nn.Identity()
     return new
 
@@ -91,9 +85,7 @@ class TimmBasicBlock(SlottedBlock):
 
     @classmethod
     def adopt(cls, block: nn.Module) -> TimmBasicBlock:
-        return _adopt(
-            cls, block, block.conv1.in_channels, block.conv1.out_channels, block.conv2.out_channels
-        )
+        return _adopt(cls, block)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shortcut = x if self.downsample is None else self.downsample(x)
@@ -122,9 +114,7 @@ class TimmBottleneck(SlottedBlock):
 
     @classmethod
     def adopt(cls, block: nn.Module) -> TimmBottleneck:
-        return _adopt(
-            cls, block, block.conv1.in_channels, block.conv2.out_channels, block.conv3.out_channels
-        )
+        return _adopt(cls, block)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shortcut = x if self.downsample is None else self.downsample(x)

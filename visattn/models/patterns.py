@@ -341,36 +341,21 @@ def plan_pattern_sites(
     slot_sites: list[Site] = []
     for k, p in placements:
         where = f"attention placement #{k} ({p.name!r})"
-        kind = "after" if p.after else "before" if p.before else "replace"
-        for pattern in p.after or p.before or p.replace:
-            if kind == "replace" and pattern == "se":
-                hits = [(q, m) for q, m in modules if is_se(m)]
-                if not hits:
-                    raise ValueError(
-                        f"{where}: replace 'se' found no squeeze-and-excitation module (known: "
-                        f"{', '.join(c.rsplit('.', 1)[1] for c in SE_MODULES)}); name the "
-                        "module class or path to replace instead"
-                    )
+        for q, m, kind, explicit in _matches(p, modules, where):
+            if p.position is None:
+                targets.append((k, p, _Target(q, m, kind, q, explicit)))
+                continue
+            fam = family_of(m)
+            if fam is None:
+                raise ValueError(
+                    f"{where}: position {p.position!r} needs a known block family, but "
+                    f"{q} is a {type(m).__name__}; drop 'position' to place the block "
+                    f"after the module itself. Known families: {_known_families()}"
+                )
+            if fam.slots:
+                slot_sites.append(_slot_site(k, p, q, m, adapters, adapted))
             else:
-                hits = [(q, m) for q, m in modules if match_pattern(pattern, q, m)]
-                if not hits:
-                    raise ValueError(_no_match(pattern, kind, modules, where))
-            explicit = not _GLOB.search(pattern) and any(q == pattern for q, _ in hits)
-            for q, m in hits:
-                if p.position is None:
-                    targets.append((k, p, _Target(q, m, kind, q, explicit)))
-                    continue
-                fam = family_of(m)
-                if fam is None:
-                    raise ValueError(
-                        f"{where}: position {p.position!r} needs a known block family, but "
-                        f"{q} is a {type(m).__name__}; drop 'position' to place the block "
-                        f"after the module itself. Known families: {_known_families()}"
-                    )
-                if fam.slots:
-                    slot_sites.append(_slot_site(k, p, q, m, adapters, adapted))
-                else:
-                    targets.append((k, p, _family_targets(q, m, p.position, where)))
+                targets.append((k, p, _family_targets(q, m, p.position, where)))
     moved, taken = [], set()
     for k, p, t in targets:  # a container and its last child are one site: keep it once
         t = _into_sequential(t)
@@ -378,10 +363,55 @@ def plan_pattern_sites(
             taken.add((k, t.path, t.kind))
             moved.append((k, p, t))
     targets = moved
+    sites, skipped = _probed_sites(model, targets, size)
+    placed = {s.index for s in sites} | {s.index for s in slot_sites}
+    sites = slot_sites + sites
+    for k, p, _ in targets:
+        if k not in placed:
+            reasons = "; ".join(f"{q}: {r}" for q, r in skipped)
+            raise ValueError(
+                f"attention placement #{k} ({p.name!r}) matched modules but none can take a "
+                f"block: {reasons}"
+            )
+    sites.sort(key=lambda s: s.index)  # placement order; module order within a placement
+    return sites, skipped, size
+
+
+def _matches(
+    p: Any, modules: list[tuple[str, nn.Module]], where: str
+) -> list[tuple[str, nn.Module, str, bool]]:
+    """``(path, module, kind, explicit)`` of every module a placement's ``after`` / ``before`` /
+    ``replace`` patterns select (``explicit``: named by its exact path, not a glob or class);
+    a pattern that selects nothing raises ``ValueError`` with close matches."""
+    kind = "after" if p.after else "before" if p.before else "replace"
+    found = []
+    for pattern in p.after or p.before or p.replace:
+        if kind == "replace" and pattern == "se":
+            hits = [(q, m) for q, m in modules if is_se(m)]
+            if not hits:
+                raise ValueError(
+                    f"{where}: replace 'se' found no squeeze-and-excitation module (known: "
+                    f"{', '.join(c.rsplit('.', 1)[1] for c in SE_MODULES)}); name the "
+                    "module class or path to replace instead"
+                )
+        else:
+            hits = [(q, m) for q, m in modules if match_pattern(pattern, q, m)]
+            if not hits:
+                raise ValueError(_no_match(pattern, kind, modules, where))
+        explicit = not _GLOB.search(pattern) and any(q == pattern for q, _ in hits)
+        found += [(q, m, kind, explicit) for q, m in hits]
+    return found
+
+
+def _probed_sites(
+    model: nn.Module, targets: list[tuple[int, Any, _Target]], size: tuple[int, ...]
+) -> tuple[list[Site], list[tuple[str, str]]]:
+    """The sites of ``targets`` that can take a block, with the channels and spatial size a
+    probe pass at ``size`` finds there, and the others with the reason (an explicitly named
+    module that cannot take one raises ``ValueError``)."""
     seen = probe(model, [(t.path, t.module) for _, _, t in targets], size) if targets else {}
-    sites = list(slot_sites)
+    sites: list[Site] = []
     skipped: list[tuple[str, str]] = []
-    by_placement: dict[int, int] = {}
     for k, p, t in targets:
         why = t.refused or _reason(seen.get(t.path), t.kind, size)
         if why is not None:
@@ -403,16 +433,7 @@ def plan_pattern_sites(
         sites.append(
             Site(k, p, t.kind, path, t.path, host, attr, int(shape[1]), (shape[2], shape[3]))
         )
-        by_placement[k] = by_placement.get(k, 0) + 1
-    for k, p, _ in targets:
-        if k not in by_placement and not any(s.index == k for s in slot_sites):
-            reasons = "; ".join(f"{q}: {r}" for q, r in skipped)
-            raise ValueError(
-                f"attention placement #{k} ({p.name!r}) matched modules but none can take a "
-                f"block: {reasons}"
-            )
-    sites.sort(key=lambda s: s.index)  # placement order; module order within a placement
-    return sites, skipped, size
+    return sites, skipped
 
 
 def _slot_site(

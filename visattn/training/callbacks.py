@@ -18,8 +18,12 @@ import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 
+from ..blocks import is_block
 from ..files import atomic_write_text, read_metrics_csv
+from ..localization import last_stage
+from ..pictures import logger_pictures, validation_pictures
 from ..profile import count_macs, count_params
+from .loggers import log_image, takes_images
 from .parameters import attention_modules, split_parameters
 
 __all__ = [
@@ -392,7 +396,7 @@ class AttentionPictures(Callback):
 
     The images are the first ``num_images`` of the validation set (the same ones every time,
     so the pictures show how the maps change as the network trains), side by side in one
-    picture per map (:func:`visattn.visualize.logger_pictures`, the maps of
+    picture per map (:func:`visattn.pictures.logger_pictures`, the maps of
     ``python -m visattn.visualize``'s panels, captured with :func:`visattn.capture_attention`):
 
     * ``gradcam/<stage>``: the Grad-CAM overlay of the last stage for the true label
@@ -446,8 +450,6 @@ class AttentionPictures(Callback):
         except ImportError:
             self._tell("gradcam", "no Grad-CAM (pip install 'visattn[ablate]'); maps only")
             return False
-        from ..localization import last_stage
-
         try:
             last_stage(net)
         except ValueError as e:
@@ -459,9 +461,6 @@ class AttentionPictures(Callback):
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking or not self._due(trainer):
             return
-        from ..blocks import is_block
-        from .loggers import takes_images
-
         loggers = [lg for lg in trainer.loggers if takes_images(lg)]
         for lg in trainer.loggers:
             if lg not in loggers:
@@ -486,9 +485,6 @@ class AttentionPictures(Callback):
     def _log(
         self, trainer: pl.Trainer, loggers: list, dm: Any, net: torch.nn.Module, gradcam: bool
     ) -> None:
-        from ..visualize import logger_pictures, validation_pictures
-        from .loggers import log_image
-
         indices = list(range(min(self.num_images, len(dm.val_dataset))))
         batch = validation_pictures(dm, indices)
         pictures = logger_pictures(

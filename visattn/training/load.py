@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch.nn as nn
+from lightning.pytorch.cli import instantiate_module
 
 from ..data.datamodule import VisattnDataModule
 from ..models.checkpoint import check_state_dict_matches, read_checkpoint, training_checkpoint
@@ -37,8 +38,6 @@ def _from_hparams(cls: type, hparams: Mapping[str, Any], **overrides: Any) -> An
     names = inspect.signature(cls.__init__).parameters
     kwargs = {k: v for k, v in {**hparams, **overrides}.items() if k in names}
     if hparams.get("_instantiator") == "lightning.pytorch.cli.instantiate_module":
-        from lightning.pytorch.cli import instantiate_module
-
         return instantiate_module(cls, kwargs)
     return cls(**kwargs)
 
