@@ -1,8 +1,10 @@
 """torch.hub entrypoints: ``torch.hub.load("<owner>/visattn", "se_resnet50", pretrained=True)``.
 
 Every model of ``visattn.list_models()`` is an entrypoint. ``pretrained=True`` loads the model's
-first released tag (``visattn.list_pretrained()``), or the one named by ``tag=``; ``file=``
-loads a local copy of the released file instead of downloading it.
+first released tag (``visattn.list_pretrained()``), or the one named by ``tag=``, through
+visattn's tag path (``visattn.create_model("<model>.<tag>", pretrained=True)``: the tag's eval
+transform, its converter and the strict check); ``file=`` loads a local copy of the released
+file instead of downloading it.
 """
 
 dependencies = ["torch", "timm"]
@@ -10,8 +12,6 @@ dependencies = ["torch", "timm"]
 
 def _entrypoint(name: str):
     def load(pretrained: bool = False, tag: str | None = None, file: str | None = None, **kwargs):
-        import timm
-
         import visattn
 
         if not pretrained:
@@ -24,7 +24,7 @@ def _entrypoint(name: str):
             raise ValueError(f"{name!r} has no tag {chosen!r}; it has {', '.join(tags)}")
         if file is not None:
             kwargs["pretrained_cfg_overlay"] = {"file": file}
-        return timm.create_model(f"visattn_{name}.{chosen}", pretrained=True, **kwargs)
+        return visattn.create_model(f"{name}.{chosen}", pretrained=True, **kwargs)
 
     load.__name__ = name
     load.__doc__ = f"visattn model {name!r}; pretrained=True loads its released weights."

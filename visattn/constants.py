@@ -18,11 +18,23 @@ __all__ = [
 ]
 
 #: where a placement may put a block (names from the SE paper's integration study, plus
-#: ``stage``, ``conv`` and ``output``); see :mod:`visattn.models.placement`
-POSITIONS = ("standard", "pre", "post", "identity", "inner", "stage", "conv", "output")
-#: the positions inside a residual block, each an ``attn_<position>`` slot, in the order the
-#: block's forward reaches them (the order its slots are created in, hence of their parameters)
-BLOCK_POSITIONS = ("pre", "inner", "standard", "identity", "post", "output")
+#: ``stage``, ``conv``, ``output`` and ``prenorm``); see :mod:`visattn.models.placement`
+POSITIONS = (
+    "standard",
+    "pre",
+    "post",
+    "identity",
+    "inner",
+    "stage",
+    "conv",
+    "output",
+    "prenorm",
+)
+#: the positions inside a residual block, each an ``attn_<position>`` slot, in the order a
+#: Bottleneck's forward reaches them (the order its slots are created in, hence of their
+#: parameters; a BasicBlock, whose last 3x3 is its second conv, reaches ``prenorm`` after
+#: ``inner``)
+BLOCK_POSITIONS = ("pre", "prenorm", "inner", "standard", "identity", "post", "output")
 #: the positions that fill an ``attn_<position>`` slot (all but ``conv``, which replaces a conv)
 SLOT_POSITIONS = (*BLOCK_POSITIONS, "stage")
 #: the child names of blocks placed ``after`` / ``before`` a module by pattern (their forward

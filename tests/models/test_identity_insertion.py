@@ -70,7 +70,7 @@ def test_identity_insertion_at_every_position_keeps_the_logits(trained18, librar
     original = trained18[library]
     model = copy.deepcopy(original)
     paths = visattn.inject(model, _every_position(name, "identity"))
-    assert len(paths) == 6 * 8 + 4  # 6 block positions x 8 blocks, 4 stages
+    assert len(paths) == 7 * 8 + 4  # 7 block positions x 8 blocks, 4 stages
     x = torch.randn(X64)
     with torch.no_grad():
         expected = original(x)

@@ -117,7 +117,7 @@ def test_inject_keeps_timms_own_attention_and_drop_path():
     torch.testing.assert_close(rec["eca_in"], rec["se"])  # standard follows timm's se
 
 
-@pytest.mark.parametrize("position", ["pre", "inner", "standard", "identity", "post"])
+@pytest.mark.parametrize("position", ["pre", "prenorm", "inner", "standard", "identity", "post"])
 def test_positions_on_a_timm_bottleneck(position):
     model = _timm("resnet50").eval()
     visattn.inject(
@@ -139,13 +139,14 @@ def test_positions_on_a_timm_bottleneck(position):
 
         return hook
 
-    for name in ["", f"attn_{position}", "bn2", "bn3", "downsample", "conv1"]:
+    for name in ["", f"attn_{position}", "bn2", "bn3", "downsample", "conv1", "conv2"]:
         (block if name == "" else block.get_submodule(name)).register_forward_hook(keep(name))
     block(torch.randn(2, 256, 9, 9))
     seen, made = rec[f"attn_{position}.in"], rec[f"attn_{position}.out"]
     shortcut, end = rec["downsample.out"], rec["bn3.out"]
     expected_in = {
         "pre": rec[".in"],
+        "prenorm": rec["conv2.out"],
         "inner": torch.relu(rec["bn2.out"]),
         "standard": end,
         "identity": shortcut,
@@ -160,6 +161,8 @@ def test_positions_on_a_timm_bottleneck(position):
         torch.testing.assert_close(rec[".out"], torch.relu(made))
     elif position == "pre":
         torch.testing.assert_close(rec["conv1.in"], made)
+    elif position == "prenorm":
+        torch.testing.assert_close(rec["bn2.in"], made)
 
 
 def test_injected_stage_still_indexes_like_torchvision():

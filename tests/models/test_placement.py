@@ -17,7 +17,7 @@ from visattn.blocks import is_block
 from visattn.models import normalize_placements
 from visattn.models.placement import Placement
 
-BLOCK_POSITIONS = ["pre", "inner", "standard", "identity", "post", "output"]
+BLOCK_POSITIONS = ["pre", "prenorm", "inner", "standard", "identity", "post", "output"]
 
 
 # ----------------------------------------------------------------------------- normalize
@@ -104,7 +104,7 @@ def test_create_model_accepts_placement_objects_and_mappings_alike():
         (
             {"name": "se", "position": "after"},
             r"unknown position 'after'.*valid positions: \['standard', 'pre', 'post', 'identity', "
-            r"'inner', 'stage', 'conv', 'output'\]",
+            r"'inner', 'stage', 'conv', 'output', 'prenorm'\]",
         ),
         (
             {"name": "bam", "position": "stage", "blocks": "all"},
@@ -214,6 +214,7 @@ def test_placement_fills_exactly_the_predicted_slots(model, attention, paths):
             2,
             {
                 "pre": 16,
+                "prenorm": 32,
                 "inner": 32,
                 "standard": 32,
                 "identity": 32,
@@ -227,6 +228,7 @@ def test_placement_fills_exactly_the_predicted_slots(model, attention, paths):
             3,
             {
                 "pre": 128,
+                "prenorm": 256,
                 "inner": 256,
                 "standard": 256,
                 "identity": 256,
@@ -240,6 +242,7 @@ def test_placement_fills_exactly_the_predicted_slots(model, attention, paths):
             2,
             {
                 "pre": 256,
+                "prenorm": 128,
                 "inner": 128,
                 "standard": 512,
                 "identity": 512,
@@ -253,6 +256,7 @@ def test_placement_fills_exactly_the_predicted_slots(model, attention, paths):
             1,
             {
                 "pre": 16,
+                "prenorm": 16,
                 "inner": 16,
                 "standard": 64,
                 "identity": 64,
@@ -314,6 +318,7 @@ def _shortcut(rec: _Recorder, block: nn.Module) -> torch.Tensor:
 # the last norm (post-activation) or conv (pre-activation) of the residual branch
 _BRANCH_END = {"BasicBlock": "bn2", "Bottleneck": "bn3", "PreActBottleneck": "conv3"}
 _MIDDLE = {"BasicBlock": "bn1", "Bottleneck": "bn2", "PreActBottleneck": "conv2"}
+_NORM_AFTER_3X3 = {"BasicBlock": "bn2", "Bottleneck": "bn2", "PreActBottleneck": "bn3"}
 
 
 @pytest.mark.parametrize("model", ["resnet20_cifar", "resnet50", "preresnet164_cifar"])
@@ -336,7 +341,8 @@ def test_each_block_position_computes_what_the_api_says(model, position):
     kind = type(block).__name__
     preact = kind == "PreActBottleneck"
     slot = f"attn_{position}"
-    names = ["", slot, "conv1", "bn1", _MIDDLE[kind], _BRANCH_END[kind], "downsample"]
+    names = ["", slot, "conv1", "bn1", _MIDDLE[kind], _BRANCH_END[kind], "downsample", "conv2"]
+    names.append(_NORM_AFTER_3X3[kind])
     rec = _Recorder(block, list(dict.fromkeys(names)))
     block(torch.randn(2, block.in_channels, 9, 9))
     seen, made = rec.inp[slot], rec.out[slot]
@@ -348,6 +354,9 @@ def test_each_block_position_computes_what_the_api_says(model, position):
         expected = torch.relu(rec.out["bn1"]) if preact else x
         torch.testing.assert_close(seen, expected)
         torch.testing.assert_close(rec.inp["conv1"], made)
+    elif position == "prenorm":  # the last 3x3 conv's output, right before its norm
+        torch.testing.assert_close(seen, rec.out["conv2"])
+        torch.testing.assert_close(rec.inp[_NORM_AFTER_3X3[kind]], made)
     elif position == "inner":  # the middle conv's output (after its norm + act if post-act)
         mid = rec.out[_MIDDLE[kind]]
         torch.testing.assert_close(seen, mid if preact else torch.relu(mid))

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -29,14 +30,20 @@ from visattn.models.pretrained import (
     list_pretrained,
     load_pretrained,
 )
+from visattn.models.zoo import fca_placements
 
 X = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
 
 
-def _same_outputs(ours: nn.Module, ref: nn.Module) -> None:
+def _same_outputs(ours: nn.Module, ref: nn.Module, tol: float = 1e-10) -> None:
     ours, ref = ours.double().eval(), ref.double().eval()
     with torch.no_grad():
-        torch.testing.assert_close(ours(X), ref(X), rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(ours(X), ref(X), rtol=tol, atol=tol)
+
+
+#: FcaNet's files hold their DCT filters in float32, visattn computes them in float64: outputs
+#: agree to float32's rounding of the filters (measured: 4e-9 absolute at most)
+TOLERANCE = {"fca_official": 1e-7}
 
 
 def _save(state: dict, path: Path, *, nest: str | None = None, prefix: str = "") -> Path:
@@ -50,7 +57,11 @@ def _save(state: dict, path: Path, *, nest: str | None = None, prefix: str = "")
 
 @pytest.mark.parametrize(
     ("tag", "timm_name"),
-    [("se_resnet50.ra2_in1k", "seresnet50"), ("sk_resnet18.ra_in1k", "skresnet18")],
+    [
+        ("se_resnet50.ra2_in1k", "seresnet50"),
+        ("sk_resnet18.ra_in1k", "skresnet18"),
+        ("legacy_se_resnet50.in1k", "legacy_seresnet50"),
+    ],
 )
 def test_timm_tag_loads_timm_layout_and_equals_timm(tmp_path: Path, tag: str, timm_name: str):
     ref = randomize(timm.create_model(timm_name), 1, norms_only=True)
@@ -92,21 +103,31 @@ def test_sk_resnet34_converter_covers_every_key():
 # --------------------------------------------------------------------------- reference nets
 
 
-class _RefBottleneck(nn.Module):
-    """torchvision's Bottleneck as the authors' repos write it, with an attention module
-    ``attn_name`` after bn3 (CBAM, ECA, triplet) or wrapped with conv2 (SimAM)."""
+LAYOUTS = {18: (2, 2, 2, 2), 34: (3, 4, 6, 3), 50: (3, 4, 6, 3), 101: (3, 4, 23, 3)}
 
-    def __init__(self, cin: int, planes: int, stride: int, attn_name: str, make_attn) -> None:
+
+class _RefBlock(nn.Module):
+    """torchvision's BasicBlock (depth < 50) or Bottleneck as the authors' repos write it, with
+    an attention module ``attn_name`` after the last BN (CBAM, ECA, triplet, FcaNet) or, for
+    ``attn_name="conv2"``, wrapped with the last 3x3 as ``nn.Sequential(conv2, attn)`` before
+    bn2 (SimAM's ``networks/imagenet/resnet.py``); ``None``: no attention in the block."""
+
+    def __init__(self, cin: int, planes: int, stride: int, bottleneck: bool, attn_name, make):
         super().__init__()
-        cout = planes * 4
-        self.conv1 = nn.Conv2d(cin, planes, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(planes)
-        self.conv2 = nn.Conv2d(planes, planes, 3, stride, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(planes)
-        self.conv3 = nn.Conv2d(planes, cout, 1, bias=False)
-        self.bn3 = nn.BatchNorm2d(cout)
+        widths = (
+            [(cin, planes, 1, 1), (planes, planes, 3, stride), (planes, planes * 4, 1, 1)]
+            if bottleneck
+            else [(cin, planes, 3, stride), (planes, planes, 3, 1)]
+        )
+        for i, (a, b, k, st) in enumerate(widths, 1):
+            setattr(self, f"conv{i}", nn.Conv2d(a, b, k, st, k // 2, bias=False))
+            setattr(self, f"bn{i}", nn.BatchNorm2d(b))
+        self.n, cout = len(widths), widths[-1][1]
         self.attn_name = attn_name
-        setattr(self, attn_name, make_attn(cout))
+        if attn_name == "conv2":
+            self.conv2 = nn.Sequential(self.conv2, make(planes))
+        elif attn_name is not None:
+            setattr(self, attn_name, make(cout))
         self.downsample = None
         if stride != 1 or cin != cout:
             self.downsample = nn.Sequential(
@@ -114,9 +135,12 @@ class _RefBottleneck(nn.Module):
             )
 
     def forward(self, x):
-        out = F.relu(self.bn1(self.conv1(x)))
-        out = F.relu(self.bn2(self.conv2(out)))
-        out = getattr(self, self.attn_name)(self.bn3(self.conv3(out)))
+        out = x
+        for i in range(1, self.n + 1):
+            out = getattr(self, f"bn{i}")(getattr(self, f"conv{i}")(out))
+            out = F.relu(out) if i < self.n else out
+        if self.attn_name not in (None, "conv2"):
+            out = getattr(self, self.attn_name)(out)
         short = x if self.downsample is None else self.downsample(x)
         return F.relu(out + short)
 
@@ -128,27 +152,34 @@ def _stage_maker(make_attn, stage: int):
     return make
 
 
-class _RefResNet50(nn.Module):
-    def __init__(self, attn_name: str, make_attn) -> None:
+class _RefResNet(nn.Module):
+    """An ImageNet ResNet of ``depth`` with ``make_attn(channels, stage)`` in every block under
+    ``attn_name`` (see :class:`_RefBlock`), or ``None`` and ``make_stage(channels)`` as
+    ``bam1``..``bam3`` after layer1..layer3 (BAM's ``MODELS/model_resnet.py``)."""
+
+    def __init__(self, attn_name, make_attn, depth: int = 50, make_stage=None) -> None:
         super().__init__()
+        bottleneck = depth >= 50
         self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
         self.bn1 = nn.BatchNorm2d(64)
-        cin, layers = 64, []
-        for i, (planes, n) in enumerate(zip((64, 128, 256, 512), (3, 4, 6, 3))):
+        cin = 64
+        for i, (planes, n) in enumerate(zip((64, 128, 256, 512), LAYOUTS[depth])):
             blocks = []
             for j in range(n):
                 stride = 2 if (i > 0 and j == 0) else 1
-                blocks.append(
-                    _RefBottleneck(cin, planes, stride, attn_name, _stage_maker(make_attn, i))
-                )
-                cin = planes * 4
-            layers.append(nn.Sequential(*blocks))
-        self.layer1, self.layer2, self.layer3, self.layer4 = layers
-        self.fc = nn.Linear(2048, 1000)
+                make = _stage_maker(make_attn, i) if make_attn else None
+                blocks.append(_RefBlock(cin, planes, stride, bottleneck, attn_name, make))
+                cin = planes * (4 if bottleneck else 1)
+            setattr(self, f"layer{i + 1}", nn.Sequential(*blocks))
+            if make_stage is not None and i < 3:
+                setattr(self, f"bam{i + 1}", make_stage(cin))
+        self.fc = nn.Linear(cin, 1000)
 
     def forward(self, x):
         x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 3, 2, 1)
-        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        for i in range(1, 5):
+            x = getattr(self, f"layer{i}")(x)
+            x = getattr(self, f"bam{i}", nn.Identity())(x)
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
@@ -223,39 +254,174 @@ class _RefTriplet(nn.Module):
         return (self.SpatialGate(x) + a + b) / 3
 
 
+class _RefSimAM(nn.Module):  # parameter-free: 3-D weights from each channel's energy
+    def __init__(self, c: int, stage: int, lam: float = 0.1) -> None:
+        super().__init__()
+        self.lam = lam
+
+    def forward(self, x):
+        d = (x - x.mean((2, 3), keepdim=True)) ** 2
+        var = d.sum((2, 3), keepdim=True) / (x.shape[2] * x.shape[3] - 1)
+        return x * torch.sigmoid(d / (4 * (var + self.lam)) + 0.5)
+
+
+# FcaNet's frequencies "top16" on the 7x7 grid, as the authors list them (u along H, v along W)
+_TOP16_U = (0, 0, 6, 0, 0, 1, 1, 4, 5, 1, 3, 0, 0, 0, 3, 2)
+_TOP16_V = (0, 1, 0, 5, 2, 0, 2, 0, 0, 6, 0, 4, 6, 3, 5, 2)
+
+
+def _dct_filters(c: int, size: int) -> torch.Tensor:
+    """The authors' fixed filters: channel part k holds the orthonormal 2-D DCT-II basis of
+    frequency (u_k, v_k) scaled to ``size`` points (``u * size // 7``)."""
+    pos = torch.arange(size, dtype=torch.float64) + 0.5
+
+    def basis(f: int) -> torch.Tensor:
+        return torch.cos(math.pi * f * pos / size) * math.sqrt((1 if f == 0 else 2) / size)
+
+    part, out = c // 16, torch.zeros(c, size, size, dtype=torch.float64)
+    for k, (u, v) in enumerate(zip(_TOP16_U, _TOP16_V)):
+        f_u, f_v = u * (size // 7), v * (size // 7)
+        out[k * part : (k + 1) * part] = basis(f_u)[:, None] * basis(f_v)[None, :]
+    return out.float()
+
+
+class _RefFca(nn.Module):
+    SIZES = (56, 28, 14, 7)  # per stage, fixed whatever the input size
+
+    class _Dct(nn.Module):
+        def __init__(self, c: int, size: int) -> None:
+            super().__init__()
+            self.register_buffer("weight", _dct_filters(c, size))  # saved in the file
+
+    def __init__(self, c: int, stage: int) -> None:
+        super().__init__()
+        self.size = self.SIZES[stage]
+        self.dct_layer = self._Dct(c, self.size)
+        self.fc = nn.Sequential(
+            nn.Linear(c, c // 16, bias=False), nn.ReLU(), nn.Linear(c // 16, c, bias=False)
+        )
+
+    def forward(self, x):
+        pooled = F.adaptive_avg_pool2d(x, self.size) if x.shape[-1] != self.size else x
+        y = (pooled * self.dct_layer.weight.to(x.dtype)).sum((2, 3))
+        return x * torch.sigmoid(self.fc(y))[:, :, None, None]
+
+
+class _RefBAM(nn.Module):
+    """BAM as the authors' ``MODELS/bam.py`` builds it: ``(1 + sigmoid(M_c * M_s)) * x`` with a
+    Linear-BN1d-ReLU-Linear channel gate and a biased 1x1 - two dilated 3x3 (BN + ReLU after
+    each) - 1x1 spatial gate, no BN on either output."""
+
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        r = c // 16
+        self.channel_att = nn.Module()
+        self.channel_att.gate_c = nn.Sequential()
+        gate_c = self.channel_att.gate_c
+        gate_c.add_module("flatten", nn.Flatten())
+        gate_c.add_module("gate_c_fc_0", nn.Linear(c, r))
+        gate_c.add_module("gate_c_bn_1", nn.BatchNorm1d(r))
+        gate_c.add_module("gate_c_relu_1", nn.ReLU())
+        gate_c.add_module("gate_c_fc_final", nn.Linear(r, c))
+        self.spatial_att = nn.Module()
+        self.spatial_att.gate_s = nn.Sequential()
+        gate_s = self.spatial_att.gate_s
+        gate_s.add_module("gate_s_conv_reduce0", nn.Conv2d(c, r, 1))
+        gate_s.add_module("gate_s_bn_reduce0", nn.BatchNorm2d(r))
+        gate_s.add_module("gate_s_relu_reduce0", nn.ReLU())
+        for i in range(2):
+            gate_s.add_module(f"gate_s_conv_di_{i}", nn.Conv2d(r, r, 3, padding=4, dilation=4))
+            gate_s.add_module(f"gate_s_bn_di_{i}", nn.BatchNorm2d(r))
+            gate_s.add_module(f"gate_s_relu_di_{i}", nn.ReLU())
+        gate_s.add_module("gate_s_conv_final", nn.Conv2d(r, 1, 1))
+
+    def forward(self, x):
+        m_c = self.channel_att.gate_c(x.mean((2, 3)))[:, :, None, None]
+        m_s = self.spatial_att.gate_s(x)
+        return (1 + torch.sigmoid(m_c * m_s)) * x
+
+
 _DP_NESTED = {"nest": "state_dict", "prefix": "module."}  # DataParallel, under 'state_dict'
 AUTHORS = {
-    # source: (model name, reference attention, its attribute name, how they save the file)
-    "cbam_official": ("cbam_resnet50", _RefCBAM, "cbam", _DP_NESTED),
-    "eca_official": ("eca_resnet50", _RefECA, "eca", _DP_NESTED),
+    # source: (model name, reference attention, its attribute name, how they save the file,
+    # ResNet depth, stage attention)
+    "cbam_official": ("cbam_resnet50", _RefCBAM, "cbam", _DP_NESTED, 50, None),
+    "eca_official": ("eca_resnet50", _RefECA, "eca", _DP_NESTED, 50, None),
     "triplet_official": (
         "triplet_resnet50",
         _RefTriplet,
         "triplet_attention",
         {"prefix": "module."},
+        50,
+        None,
     ),
+    "simam_official": ("simam_resnet18", _RefSimAM, "conv2", _DP_NESTED, 18, None),
+    "fca_official": ("fca_resnet34", _RefFca, "att", {}, 34, None),  # torch.hub: plain keys
+    "bam_official": ("bam_resnet50_official", None, None, _DP_NESTED, 50, _RefBAM),
 }
+
+
+def _authors_reference(source: str) -> nn.Module:
+    _, attn, attr, _, depth, stage = AUTHORS[source]
+    return randomize(_RefResNet(attr, attn, depth, stage), 2, norms_only=True)  # no zeroed norms
 
 
 @pytest.mark.parametrize("source", sorted(AUTHORS))
 def test_authors_layout_converts_to_equal_outputs(tmp_path: Path, source: str):
-    name, attn, attr, saving = AUTHORS[source]
-    ref = randomize(_RefResNet50(attr, attn), 2, norms_only=True)  # no zeroed norms
+    name, *_, saving, _, _ = AUTHORS[source]
+    ref = _authors_reference(source)
     path = _save(ref.state_dict(), tmp_path / "authors.pth", **saving)
     ours = load_pretrained(visattn.create_model(name), path, source=source)
-    _same_outputs(ours, ref)
+    _same_outputs(ours, ref, TOLERANCE.get(source, 1e-10))
 
 
 @pytest.mark.parametrize("source", sorted(AUTHORS))
 def test_authors_tag_loads_through_timm(tmp_path: Path, source: str):
-    name, attn, attr, saving = AUTHORS[source]
+    name, *_, saving, _, _ = AUTHORS[source]
     (tag,) = [t for t in list_pretrained(f"{name}.*") if t.source == source]
-    ref = randomize(_RefResNet50(attr, attn), 2, norms_only=True)  # no zeroed norms
+    ref = _authors_reference(source)
     path = _save(ref.state_dict(), tmp_path / "authors.pth", **saving)
     ours = timm.create_model(
         f"visattn_{tag.name}", pretrained=True, pretrained_cfg_overlay={"file": str(path)}
     )
-    _same_outputs(ours, ref)
+    _same_outputs(ours, ref, TOLERANCE.get(source, 1e-10))
+
+
+@pytest.mark.parametrize(
+    ("source", "depth"),
+    [
+        ("simam_official", 50),
+        pytest.param("simam_official", 34, marks=pytest.mark.slow),
+        pytest.param("simam_official", 101, marks=pytest.mark.slow),
+        ("fca_official", 50),
+        pytest.param("fca_official", 101, marks=pytest.mark.slow),
+    ],
+)
+def test_authors_layout_of_other_depths(tmp_path: Path, source: str, depth: int):
+    """SimAM wraps a Bottleneck's 3x3 as it wraps a BasicBlock's second conv; FcaNet's filters
+    follow the stage, not the block type."""
+    name, attn, attr, saving, _, _ = AUTHORS[source]
+    ref = randomize(_RefResNet(attr, attn, depth), depth, norms_only=True)
+    path = _save(ref.state_dict(), tmp_path / "authors.pth", **saving)
+    model_name = name.rstrip("0123456789") + str(depth)
+    ours = load_pretrained(visattn.create_model(model_name), path, source=source)
+    _same_outputs(ours, ref, TOLERANCE.get(source, 1e-10))
+
+
+def test_fca_filters_of_other_frequencies_are_named(tmp_path: Path):
+    ref = _authors_reference("fca_official")
+    path = _save(ref.state_dict(), tmp_path / "fca.pth")
+    low = {"name": "fca", "args": {"freq_sel": "low16", "dct_size": 56}, "stages": [1]}
+    other = visattn.create_model("resnet34", attention=[low, *fca_placements()[1:]])
+    with pytest.raises(ValueError, match=r"DCT filters differ .*layer1\.0\.att\.dct_layer"):
+        load_pretrained(other, path, source="fca_official")
+
+
+def test_bam_official_layout_has_the_closed_form_parameter_count():
+    for c in (64, 256, 1024):
+        r = c // 16
+        blk = visattn.create_block("bam", c, layout="official")
+        assert sum(p.numel() for p in blk.parameters()) == 3 * c * r + 18 * r * r + 13 * r + c + 1
 
 
 # --------------------------------------------------------------------------- failures
@@ -279,7 +445,7 @@ def test_unconsumed_checkpoint_tensors_are_named(tmp_path: Path):
 
 
 def test_wrong_kernel_sizes_are_a_shape_mismatch(tmp_path: Path):
-    ref = _RefResNet50("eca", _RefECA)
+    ref = _RefResNet("eca", _RefECA)
     path = _save(ref.state_dict(), tmp_path / "eca.pth")
     k3 = {"name": "eca", "args": {"kernel_size": 3}}
     uniform = visattn.create_model("resnet50", attention=k3)
@@ -340,15 +506,29 @@ def test_list_pretrained_filters_and_is_public():
     assert all(t.top1 > 50 for t in visattn.list_pretrained())
 
 
-def test_hubconf_loads_a_tag_offline(tmp_path: Path):
-    ref = randomize(timm.create_model("seresnet50"), 4, norms_only=True)
+@pytest.mark.parametrize(
+    ("name", "tag", "timm_name"),
+    [("se_resnet50", None, "seresnet50"), ("legacy_se_resnet50", "in1k", "legacy_seresnet50")],
+)
+def test_hubconf_loads_a_tag_offline(tmp_path: Path, name: str, tag: str | None, timm_name: str):
+    ref = randomize(timm.create_model(timm_name), 4, norms_only=True)
     path = _save(ref.state_dict(), tmp_path / "w.pth")
     model = torch.hub.load(
-        str(REPO), "se_resnet50", source="local", pretrained=True, file=str(path)
+        str(REPO), name, source="local", pretrained=True, tag=tag, file=str(path)
     )
+    assert model.pretrained_cfg["tag"] == (tag or list_pretrained(f"{name}.*")[0].tag)
     _same_outputs(model, ref)
+
+
+def test_hubconf_builds_without_weights_and_names_the_tags(tmp_path: Path):
+    model = torch.hub.load(str(REPO), "se_resnet50", source="local", pretrained=False)
+    assert model.model_name == "se_resnet50" and model.fc.out_features == 1000
     plain = torch.hub.load(str(REPO), "resnet56_cifar", source="local", num_classes=10)
     assert plain.num_classes == 10
+    with pytest.raises(ValueError, match=r"has no tag 'ra9_in1k'; it has .*a1_in1k"):
+        torch.hub.load(str(REPO), "se_resnet50", source="local", pretrained=True, tag="ra9_in1k")
+    with pytest.raises(ValueError, match="has no released weights"):
+        torch.hub.load(str(REPO), "resnet56_cifar", source="local", pretrained=True)
 
 
 def test_save_for_hf_round_trips_offline(tmp_path: Path):

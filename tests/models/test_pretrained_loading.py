@@ -17,6 +17,7 @@ from helpers.weights import randomize
 
 import visattn
 from visattn.models.pretrained import get_pretrained, load_pretrained
+from visattn.models.resnet import BasicBlock, ResNet
 
 REPO = Path(__file__).resolve().parents[2]
 X = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(0))
@@ -134,37 +135,81 @@ def _plain_resnet50_as_the_authors_save(path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize(
-    ("source", "model_name", "missing"),
-    [
-        ("cbam_official", "cbam_resnet50", r"layer1\.0\.attn_standard\.channel\.fc1\.weight"),
-        ("triplet_official", "triplet_resnet50", r"layer1\.0\.attn_standard\.\w\w\.conv\.weight"),
-    ],
-)
-def test_authors_converters_refuse_another_network_naming_the_keys(
-    tmp_path: Path, source: str, model_name: str, missing: str
-):
+#: source -> (model, what refusing a plain ResNet-50 file names)
+REFUSALS = {
+    "cbam_official": (
+        "cbam_resnet50",
+        r"missing key\(s\): layer1\.0\.attn_standard\.channel\.fc1\.weight",
+    ),
+    "triplet_official": (
+        "triplet_resnet50",
+        r"missing key\(s\): layer1\.0\.attn_standard\.\w\w\.conv\.weight",
+    ),
+    "bam_official": ("bam_resnet50_official", r"missing key\(s\): layer1\.attn_stage\.channel"),
+    "fca_official": ("fca_resnet50", r"missing key\(s\): layer1\.0\.attn_standard\.fc1\.weight"),
+    "timm_legacy_senet": (
+        "legacy_se_resnet50",
+        r"missing key\(s\): layer1\.0\.attn_standard\.fc1\.weight",
+    ),
+    # parameter-free: the keys would fit, the authors' wrapping of conv2 is what is missing
+    "simam_official": ("simam_resnet50", r"not a SimAM file: .*layer1\.0\.conv2\.weight"),
+}
+
+
+def _tag(source: str) -> str:
+    model_name = REFUSALS[source][0]
+    (tag,) = [t.name for t in visattn.list_pretrained(f"{model_name}.*") if t.source == source]
+    return tag
+
+
+@pytest.mark.parametrize("source", sorted(REFUSALS))
+def test_authors_converters_refuse_another_network_naming_the_keys(tmp_path: Path, source: str):
+    model_name, message = REFUSALS[source]
     path = _plain_resnet50_as_the_authors_save(tmp_path / "resnet50.pth.tar")
     model = visattn.create_model(model_name)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    with pytest.raises(ValueError, match=rf"missing key\(s\): {missing}"):
+    with pytest.raises(ValueError, match=message):
         load_pretrained(model, path, source=source)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
-    tag = get_pretrained(f"{model_name}.official_in1k")
-    with pytest.raises(ValueError, match=rf"missing key\(s\): {missing}"):
+    with pytest.raises(ValueError, match=message):
         timm.create_model(
-            f"visattn_{tag.name}", pretrained=True, pretrained_cfg_overlay={"file": str(path)}
+            f"visattn_{_tag(source)}", pretrained=True, pretrained_cfg_overlay={"file": str(path)}
         )
 
 
-@pytest.mark.parametrize("model_name", ["cbam_resnet50", "triplet_resnet50"])
-def test_a_truncated_authors_file_is_named_as_damaged(tmp_path: Path, model_name: str):
+@pytest.mark.parametrize("source", sorted(REFUSALS))
+def test_a_truncated_authors_file_is_named_as_damaged(tmp_path: Path, source: str):
     path = _plain_resnet50_as_the_authors_save(tmp_path / "w.pth.tar")
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-    tag = get_pretrained(f"{model_name}.official_in1k")
+    tag = get_pretrained(_tag(source))
     with pytest.raises(ValueError, match=rf"checkpoint {path} is damaged \(truncated"):
-        load_pretrained(visattn.create_model(model_name), path, source=tag.source)
+        load_pretrained(visattn.create_model(tag.model), path, source=tag.source)
     with pytest.raises(ValueError, match=rf"checkpoint {path} is damaged \(truncated"):
         timm.create_model(
             f"visattn_{tag.name}", pretrained=True, pretrained_cfg_overlay={"file": str(path)}
         )
+
+
+@pytest.mark.parametrize("source", sorted(REFUSALS))
+def test_a_wrong_checksum_is_refused_before_reading(tmp_path: Path, source: str):
+    path = _plain_resnet50_as_the_authors_save(tmp_path / "w.pth.tar")
+    model = visattn.create_model(REFUSALS[source][0])
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(ValueError, match=r"checksum mismatch .* the file is damaged or not"):
+        load_pretrained(model, path, source=source, sha256="00ff00ff")
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_legacy_senet_weights_are_refused_by_torchvisions_layout(tmp_path: Path):
+    """The same keys, another function: the converter checks the Caffe layout."""
+    path = tmp_path / "legacy.pth"
+    torch.save(timm.create_model("legacy_seresnet50").state_dict(), path)
+    with pytest.raises(ValueError, match=r"need the Caffe layout .*build legacy_se_resnet50"):
+        load_pretrained(visattn.create_model("se_resnet50"), path, source="timm_legacy_senet")
+    caffe = visattn.create_model("resnet50", stride_in_1x1=True, stem_pool_ceil=True)
+    assert caffe.layer3[0].conv1.stride == (2, 2) and caffe.layer3[0].conv2.stride == (1, 1)
+    assert caffe.maxpool.ceil_mode and caffe.maxpool.padding == 0
+    with pytest.raises(ValueError, match="stride_in_1x1 needs Bottleneck blocks"):
+        visattn.create_model("resnet18", stride_in_1x1=True)
+    with pytest.raises(ValueError, match="stem_pool_ceil needs the ImageNet stem"):
+        ResNet(BasicBlock, (1, 1, 1), planes=(16, 32, 64), stem="cifar", stem_pool_ceil=True)

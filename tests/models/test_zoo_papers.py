@@ -182,7 +182,7 @@ def test_models_place_the_official_configuration():
     assert all(b.unbiased for b in _blocks(srm))
 
     simam = visattn.create_model("simam_resnet50")
-    assert all(p.endswith("attn_inner") for p in simam.attention_paths)
+    assert all(p.endswith("attn_prenorm") for p in simam.attention_paths)
     assert {(b.e_lambda, b.unbiased) for b in _blocks(simam)} == {(0.1, True)}
 
     gct = visattn.create_model("gct_resnet50")

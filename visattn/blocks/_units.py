@@ -89,8 +89,9 @@ class PreActBottleneck(nn.Module):
     Residual Attention Network (Wang et al., CVPR 2017). Convolutions have no bias.
 
     Attention slots (``nn.Identity`` until a placement fills them, no state_dict keys):
-    ``attn_pre`` sees ``relu(bn1(x))`` (the input of the first convolution); ``attn_inner`` the
-    output of the 3x3 convolution (before ``bn3``, the next stage's pre-activation);
+    ``attn_pre`` sees ``relu(bn1(x))`` (the input of the first convolution); ``attn_prenorm``
+    and then ``attn_inner`` the output of the 3x3 convolution (before ``bn3``, the next stage's
+    pre-activation: the norm after the last 3x3 is the point both name here);
     ``attn_standard`` the output of ``conv3``; there is no final activation, so ``attn_post``
     and ``attn_output`` (after it) both see the unit's output.
 
@@ -144,7 +145,7 @@ class PreActBottleneck(nn.Module):
         pre = self.relu(self.bn1(x))
         shortcut = x if self.downsample is None else self.downsample(pre)
         out = self.conv1(self.attn_pre(pre))
-        out = self.conv2(self.relu(self.bn2(out)))
+        out = self.attn_prenorm(self.conv2(self.relu(self.bn2(out))))
         out = self.attn_inner(out)
         out = self.conv3(self.relu(self.bn3(out)))
         out = self.drop_path(self.attn_standard(out))

@@ -25,10 +25,12 @@ class BAM(nn.Module):
 
     ``combine="product"`` is what the official code (``Jongchan/attention-module``,
     ``MODELS/bam.py``) computes: ``M = sigmoid(M_c * M_s)``, the product of the two branches'
-    PRE-sigmoid outputs (not ``sigmoid(M_c) * sigmoid(M_s)``), then ``(1 + M) * F``. Only the
-    combination changes here; the official code also places its BNs differently (channel MLP:
-    BN + ReLU on the hidden layer and no BN on the output; spatial branch: no BN after the last
-    1x1 conv), which this module does not reproduce. Convs/linears followed by BN carry no bias.
+    PRE-sigmoid outputs (not ``sigmoid(M_c) * sigmoid(M_s)``), then ``(1 + M) * F``. The official
+    code also places its BNs differently, which ``layout="official"`` reproduces (the layout of
+    the authors' released BAM-ResNet-50): the channel MLP has BN + ReLU on its hidden layer and
+    no BN on its output, the spatial branch no BN after its last 1x1 conv, and every conv and
+    linear has a bias. In ``layout="paper"`` (default) convs/linears followed by BN carry no
+    bias.
 
     ``F + F * M = (1 + M) * F`` with ``M`` in ``(0, 1)``: the output/input ratio is in ``(1, 2)``.
     The channel branch's BN normalises one value per channel and image, so training needs N > 1.
@@ -37,7 +39,10 @@ class BAM(nn.Module):
 
     Parameters (default options, ``C_r = C // 16``): ``3 C C_r + 18 C_r^2 + 8 C_r + 2 C + 2``
     (channel: ``C C_r + C_r`` + ``C_r C`` + BN ``2C``; spatial: ``C C_r`` + BN ``2 C_r``, two 3x3
-    ``2 (9 C_r^2 + 2 C_r)``, ``C_r`` + BN ``2``).
+    ``2 (9 C_r^2 + 2 C_r)``, ``C_r`` + BN ``2``); ``layout="official"``:
+    ``3 C C_r + 18 C_r^2 + 13 C_r + C + 1`` (channel: ``C C_r + C_r`` + BN ``2 C_r`` +
+    ``C_r C + C``; spatial: ``C C_r + C_r`` + BN ``2 C_r``, two 3x3 ``2 (9 C_r^2 + 3 C_r)``,
+    ``C_r + 1``).
 
     Args:
         channels: input channels ``C``.
@@ -45,6 +50,8 @@ class BAM(nn.Module):
         dilation: dilation ``d`` of the two 3x3 convs (4 in the paper).
         combine: ``"sum"`` (paper) or ``"product"`` (official code), see above.
         act_layer: hidden activation (name or class), ReLU in the paper.
+        layout: ``"paper"`` (Eqs. (3)-(4): BN on each branch's output) or ``"official"`` (the
+            official code's BNs and biases, see above).
     """
 
     def __init__(
@@ -54,31 +61,44 @@ class BAM(nn.Module):
         dilation: int = 4,
         combine: str = "sum",
         act_layer: str | type[nn.Module] = "relu",
+        layout: str = "paper",
     ) -> None:
         super().__init__()
         check_choice("combine", combine, ("sum", "product"))
+        check_choice("layout", layout, ("paper", "official"))
         check_positive_int("dilation", dilation)
         hidden = reduced_channels(channels, reduction)
         act = get_layer(act_layer, "act_layer")
-        self.combine = combine
-        self.channel = nn.Sequential(
-            nn.Conv2d(channels, hidden, 1),
-            act(),
-            nn.Conv2d(hidden, channels, 1, bias=False),
-            nn.BatchNorm2d(channels),
-        )
+        self.combine, self.layout = combine, layout
+        official = layout == "official"
+        if official:  # Linear-BN-ReLU-Linear, as 1x1 convs on the pooled (N, C, 1, 1)
+            self.channel = nn.Sequential(
+                nn.Conv2d(channels, hidden, 1),
+                nn.BatchNorm2d(hidden),
+                act(),
+                nn.Conv2d(hidden, channels, 1),
+            )
+        else:
+            self.channel = nn.Sequential(
+                nn.Conv2d(channels, hidden, 1),
+                act(),
+                nn.Conv2d(hidden, channels, 1, bias=False),
+                nn.BatchNorm2d(channels),
+            )
         layers: list[nn.Module] = [
-            nn.Conv2d(channels, hidden, 1, bias=False),
+            nn.Conv2d(channels, hidden, 1, bias=official),
             nn.BatchNorm2d(hidden),
             act(),
         ]
         for _ in range(2):
             layers += [
-                nn.Conv2d(hidden, hidden, 3, padding=dilation, dilation=dilation, bias=False),
+                nn.Conv2d(hidden, hidden, 3, padding=dilation, dilation=dilation, bias=official),
                 nn.BatchNorm2d(hidden),
                 act(),
             ]
-        layers += [nn.Conv2d(hidden, 1, 1, bias=False), nn.BatchNorm2d(1)]
+        layers += [nn.Conv2d(hidden, 1, 1, bias=official)]
+        if not official:
+            layers.append(nn.BatchNorm2d(1))
         self.spatial = nn.Sequential(*layers)
         self.attn_scale: nn.Parameter | None = None  # set by init_identity
 
@@ -100,4 +120,4 @@ class BAM(nn.Module):
         return torch.addcmul(x, x, m)  # F + F * M(F)
 
     def extra_repr(self) -> str:
-        return f"combine={self.combine!r}"
+        return f"combine={self.combine!r}, layout={self.layout!r}"

@@ -152,11 +152,16 @@ class FcaAttention(nn.Module):
         """``Freq``: the selected 2-D DCT component of each channel, ``(N, C, H, W) -> (N, C)``."""
         if self.dct_size is not None:
             x = _pool_to(x, self.dct_size)
-        fh, fw = self.freq_h.to(x.dtype), self.freq_w.to(x.dtype)
-        bh = _dct_basis(fh, x.shape[2], self.ortho)  # (C, H)
-        bw = _dct_basis(fw, x.shape[3], self.ortho)  # (C, W)
         # the (C, H, W) filters cost 1/N of the product; a 3-operand einsum ran 1.7x slower
-        return (x * (bh[:, :, None] * bw[:, None, :])).sum((2, 3))
+        return (x * self.dct_filters(x.shape[2], x.shape[3], x.dtype)).sum((2, 3))
+
+    def dct_filters(self, h: int, w: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The 2-D DCT filter of each channel on an ``h x w`` map, ``(C, h, w)``: what the
+        official code stores as its ``dct_layer.weight`` buffer."""
+        fh, fw = self.freq_h.to(dtype), self.freq_w.to(dtype)
+        bh = _dct_basis(fh, h, self.ortho)  # (C, H)
+        bw = _dct_basis(fw, w, self.ortho)  # (C, W)
+        return bh[:, :, None] * bw[:, None, :]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n, c = x.shape[0], x.shape[1]

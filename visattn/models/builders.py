@@ -145,11 +145,14 @@ def resnet_imagenet(
     last_stride: int = 2,
     output_stride: int = 32,
     width: float = 1.0,
+    stride_in_1x1: bool = False,
+    stem_pool_ceil: bool = False,
 ) -> ResNet:
     """ImageNet ResNet-18/34/50/101/152 with torchvision's parameter names and counts;
     ``last_stride=1`` keeps layer4 at layer3's resolution (14x14 at 224x224 input);
-    ``output_stride`` 16 or 8 dilates the later stages instead, as timm's ResNets do (see
-    :class:`~visattn.models.resnet.ResNet`)."""
+    ``output_stride`` 16 or 8 dilates the later stages instead, as timm's ResNets do;
+    ``stride_in_1x1`` (depth 50+) and ``stem_pool_ceil`` give the Caffe layout of the original
+    ResNets and SENets (see :class:`~visattn.models.resnet.ResNet`)."""
     if depth not in IMAGENET_LAYOUTS:
         raise ValueError(
             f"ImageNet ResNet depth must be one of {sorted(IMAGENET_LAYOUTS)}, got {depth}"
@@ -169,6 +172,8 @@ def resnet_imagenet(
         zero_init_residual=zero_init_residual,
         strides=(1, 2, 2, last_stride),
         output_stride=output_stride,
+        stride_in_1x1=stride_in_1x1,
+        stem_pool_ceil=stem_pool_ceil,
     )
 
 

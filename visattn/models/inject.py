@@ -77,7 +77,8 @@ def _torchvision_bottleneck(block: nn.Module) -> Bottleneck:
 class TimmBasicBlock(SlottedBlock):
     """timm's ``BasicBlock`` with attention slots (built by adopting a timm block's layers).
 
-    ``inner`` is after ``aa(act1(drop_block(bn1(conv1(x)))))``; ``standard`` after timm's own
+    ``inner`` is after ``aa(act1(drop_block(bn1(conv1(x)))))``, ``prenorm`` between ``conv2``
+    and ``bn2``; ``standard`` after timm's own
     ``se`` (if any), before drop-path; position ``conv`` replaces ``conv1`` (``bn1`` stays).
     """
 
@@ -92,7 +93,7 @@ class TimmBasicBlock(SlottedBlock):
         out = self.attn_pre(x)
         out = self.aa(self.act1(self.drop_block(self.bn1(self.conv1(out)))))
         out = self.attn_inner(out)
-        out = self.bn2(self.conv2(out))
+        out = self.bn2(self.attn_prenorm(self.conv2(out)))
         if self.se is not None:
             out = self.se(out)
         out = self.attn_standard(out)
@@ -105,7 +106,8 @@ class TimmBasicBlock(SlottedBlock):
 class TimmBottleneck(SlottedBlock):
     """timm's ``Bottleneck`` with attention slots (built by adopting a timm block's layers).
 
-    ``inner`` is after ``aa(act2(drop_block(bn2(conv2(.)))))``; ``standard`` after timm's own
+    ``prenorm`` is between ``conv2`` and ``bn2``, ``inner`` after
+    ``aa(act2(drop_block(bn2(conv2(.)))))``; ``standard`` after timm's own
     ``se`` (if any), before drop-path; position ``conv`` replaces ``conv2`` (``bn2`` stays; with
     anti-aliasing timm's ``conv2`` has stride 1 and ``aa`` downsamples, so the block does too).
     """
@@ -120,7 +122,7 @@ class TimmBottleneck(SlottedBlock):
         shortcut = x if self.downsample is None else self.downsample(x)
         out = self.attn_pre(x)
         out = self.act1(self.bn1(self.conv1(out)))
-        out = self.aa(self.act2(self.drop_block(self.bn2(self.conv2(out)))))
+        out = self.aa(self.act2(self.drop_block(self.bn2(self.attn_prenorm(self.conv2(out))))))
         out = self.attn_inner(out)
         out = self.bn3(self.conv3(out))
         if self.se is not None:

@@ -352,6 +352,36 @@ def _timm(state: dict[str, torch.Tensor], model: nn.Module) -> dict:
     )
 
 
+@register_converter("timm_legacy_senet")
+def _timm_legacy_senet(state: dict[str, torch.Tensor], model: nn.Module) -> dict:
+    """timm's ``legacy_seresnet*`` (its port of Hu et al.'s Caffe SENets, from Cadene's
+    ``pretrainedmodels``): the stem under ``layer0`` (``conv1``, ``bn1``), the SE module
+    ``layerX.Y.se_module`` (1x1 convs ``fc1``/``fc2`` with bias, visattn's ``attn_standard``)
+    and the classifier ``last_linear``. The network itself differs from torchvision's (stride on
+    the first 1x1 conv, a ceil-mode stem pool): load it into ``legacy_se_resnet50``; a model of
+    torchvision's layout has the same keys but computes another function, so it is refused."""
+    pool = getattr(model, "maxpool", None)
+    first = getattr(getattr(model, "layer2", None), "0", None)
+    caffe = getattr(pool, "ceil_mode", False) and getattr(
+        getattr(first, "conv1", None), "stride", (1, 1)
+    ) == (2, 2)
+    if not caffe:
+        raise ValueError(
+            f"timm's legacy SENet weights need the Caffe layout (stride on the first 1x1 conv, "
+            f"a ceil-mode stem pool); {getattr(model, 'model_name', type(model).__name__)} has "
+            "torchvision's, which has the same keys but computes another function: build "
+            "legacy_se_resnet50 (or resnet options stride_in_1x1=True, stem_pool_ceil=True)"
+        )
+    return _rename(
+        state,
+        [
+            (r"^layer0\.(conv1|bn1)\.", r"\1."),
+            (r"\.se_module\.", ".attn_standard."),
+            (r"^last_linear\.", "fc."),
+        ],
+    )
+
+
 @register_converter("cbam_official")
 def _cbam_official(state: dict[str, torch.Tensor], model: nn.Module) -> dict:
     """Woo et al.'s released CBAM ResNets (Jongchan/attention-module): ``layerX.Y.cbam`` with
@@ -373,6 +403,67 @@ def _cbam_official(state: dict[str, torch.Tensor], model: nn.Module) -> dict:
     return _as_conv1x1(out, model)
 
 
+#: the authors' BAM sub-module names -> index in visattn's ``layout="official"`` Sequentials
+_BAM_OFFICIAL = {
+    r"channel_att\.gate_c\.gate_c_fc_0": "channel.0",
+    r"channel_att\.gate_c\.gate_c_bn_1": "channel.1",
+    r"channel_att\.gate_c\.gate_c_fc_final": "channel.3",
+    r"spatial_att\.gate_s\.gate_s_conv_reduce0": "spatial.0",
+    r"spatial_att\.gate_s\.gate_s_bn_reduce0": "spatial.1",
+    r"spatial_att\.gate_s\.gate_s_conv_di_0": "spatial.3",
+    r"spatial_att\.gate_s\.gate_s_bn_di_0": "spatial.4",
+    r"spatial_att\.gate_s\.gate_s_conv_di_1": "spatial.6",
+    r"spatial_att\.gate_s\.gate_s_bn_di_1": "spatial.7",
+    r"spatial_att\.gate_s\.gate_s_conv_final": "spatial.9",
+}
+
+
+@register_converter("bam_official")
+def _bam_official(state: dict[str, torch.Tensor], model: nn.Module) -> dict:
+    """Park et al.'s released BAM-ResNet-50 (Jongchan/attention-module, the CBAM file's repo):
+    ``bam1``..``bam3`` after layer1..layer3 are visattn's stage slots ``layerN.attn_stage``,
+    with ``channel_att.gate_c`` (``nn.Linear`` + ``BatchNorm1d``) and ``spatial_att.gate_s``
+    as the block's ``layout="official"`` (build ``bam_resnet50_official``); the linears become
+    1x1 convs."""
+    rules = [(r"^bam(\d)\.", r"layer\1.attn_stage.")]
+    rules += [(rf"\.attn_stage\.{k}\.", f".attn_stage.{v}.") for k, v in _BAM_OFFICIAL.items()]
+    return _as_conv1x1(_rename(state, rules), model)
+
+
+@register_converter("fca_official")
+def _fca_official(state: dict[str, torch.Tensor], model: nn.Module) -> dict:
+    """Qin et al.'s released FcaNets (cfzd/FcaNet, torch.hub ``fca34``..``fca152``):
+    ``layerX.Y.att`` with ``fc.0``/``fc.2`` (bias-free ``nn.Linear``) is visattn's
+    ``attn_standard.fc1``/``fc2``. Their fixed DCT filters are a buffer in the file
+    (``att.dct_layer.weight``, ``(C, S, S)``) that visattn computes instead: each is compared
+    with the filters the model's block computes at that size (frequencies, channel split,
+    orthonormal scaling) and consumed; a filter that differs is named (a model built with
+    other ``freq_sel``/``dct_size``/``dct_norm`` than the file's top16 at 56/28/14/7)."""
+    out = _rename(
+        state,
+        [(r"\.att\.fc\.0\.", ".attn_standard.fc1."), (r"\.att\.fc\.2\.", ".attn_standard.fc2.")],
+    )
+    modules = dict(model.named_modules())
+    differ = []
+    for key in [k for k in out if k.endswith(".att.dct_layer.weight")]:
+        filt = out.pop(key)
+        block = modules.get(key[: -len(".att.dct_layer.weight")] + ".attn_standard")
+        if not hasattr(block, "dct_filters") or filt.dim() != 3:
+            out[key] = filt  # nothing to compare with: left for the completeness check to name
+            continue
+        ours = block.dct_filters(filt.shape[1], filt.shape[2], torch.float64)
+        if ours.shape != filt.shape or not torch.allclose(ours, filt.double(), atol=1e-6):
+            differ.append(key)
+    if differ:
+        raise ValueError(
+            f"the file's DCT filters differ from the model's at {', '.join(differ[:4])}"
+            + (f" (and {len(differ) - 4} more)" if len(differ) > 4 else "")
+            + ": build the model with the file's frequencies (fca_resnet*: top16, DCT sizes "
+            "56/28/14/7, orthonormal). Nothing was loaded"
+        )
+    return out
+
+
 @register_converter("eca_official")
 def _eca_official(state: dict[str, torch.Tensor], model: nn.Module) -> dict:
     """Wang et al.'s released ECA-Nets (BangguWu/ECANet): ``layerX.Y.eca.conv.weight``, a
@@ -384,7 +475,17 @@ def _eca_official(state: dict[str, torch.Tensor], model: nn.Module) -> dict:
 def _simam_official(state: dict[str, torch.Tensor], model: nn.Module) -> dict:
     """Yang et al.'s released SimAM ResNets (ZjjConan/SimAM): torchvision's keys, except that
     the parameter-free SimAM module wraps ``conv2`` as ``nn.Sequential(conv2, simam)``, so the
-    middle conv's weight is ``layerX.Y.conv2.0.weight``."""
+    middle conv's weight is ``layerX.Y.conv2.0.weight``. SimAM has no parameters, so a plain
+    ResNet's file would fill the model too: a file whose ``conv2`` is not wrapped is refused,
+    naming its keys."""
+    plain = sorted(k for k in state if re.fullmatch(r"layer\d+\.\d+\.conv2\.weight", k))
+    if plain:
+        raise ValueError(
+            f"not a SimAM file: conv2 is not wrapped with SimAM ({', '.join(plain[:3])}"
+            + (f" and {len(plain) - 3} more" if len(plain) > 3 else "")
+            + "; the authors' files hold layerX.Y.conv2.0.weight): a plain ResNet's weights. "
+            "Nothing was loaded"
+        )
     return _rename(state, [(r"\.conv2\.0\.weight$", ".conv2.weight")])
 
 
@@ -436,6 +537,25 @@ def _register_timm_tags() -> None:
                 **timm_common,
             )
         )
+    register_pretrained(
+        PretrainedTag(
+            model="legacy_se_resnet50",
+            tag="in1k",
+            source="timm_legacy_senet",
+            top1=77.64,  # timm's results-imagenet.csv: 77.644
+            url=(
+                "https://github.com/rwightman/pytorch-image-models/releases/download/"
+                "v0.1-cadene/se_resnet50-ce0d4300.pth"
+            ),
+            publisher="Hu et al., CVPR 2018 (the authors' Caffe model, ported by Cadene and timm)",
+            proof=(
+                "timm's legacy_seresnet50 with random weights, saved in its layout (layer0, "
+                "se_module, last_linear), loaded through the tag with a local file: outputs "
+                "equal to timm's (eval, float64)"
+            ),
+            notes="the Caffe layout: stride on the first 1x1 conv, ceil-mode stem pool",
+        )
+    )
     for depth, top1 in ((18, 73.02), (34, 76.96)):
         register_pretrained(
             PretrainedTag(
@@ -467,6 +587,71 @@ def _register_authors_tags() -> None:
             notes=f"{authors}; needs the authors' spatial gate: use_bn=True",
         )
     )
+    register_pretrained(
+        PretrainedTag(
+            model="bam_resnet50_official",
+            tag="in1k",
+            source="bam_official",
+            top1=76.86,
+            page="https://drive.google.com/file/d/1auVf70gfL0ol40bvaX5rlbpn9cKIxhAL/view",
+            publisher="Park et al., BMVC 2018 (Jongchan/attention-module, 90 epochs)",
+            proof=(
+                "a reference BAM-ResNet-50 written in the test from the authors' model code "
+                "(ChannelGate/SpatialGate, 1 + sigmoid(M_c * M_s)), saved nested under "
+                "'state_dict' with 'module.': outputs equal after conversion"
+            ),
+            notes=f"{authors}; the official code's BAM: combine='product', layout='official'",
+        )
+    )
+    # ZjjConan/SimAM's README: one Google Drive folder (and a Baidu share) holds every file; the
+    # README names no file and publishes no checksum
+    for depth, top1 in ((18, 71.31), (34, 74.49), (50, 77.45), (101, 78.65)):
+        register_pretrained(
+            PretrainedTag(
+                model=f"simam_resnet{depth}",
+                tag="official_in1k",
+                source="simam_official",
+                top1=top1,
+                page="https://drive.google.com/drive/folders/1rRT0UCPeRLPdTCJvv43hvAnGnS49nIWn",
+                publisher="Yang et al., ICML 2021 (ZjjConan/SimAM)",
+                proof=(
+                    "a reference SimAM-ResNet written in the test from the authors' code (SimAM "
+                    "wrapped with conv2 before bn2, lambda 0.1), saved as their training script "
+                    "saves it (under 'state_dict' with 'module.'): outputs equal after conversion"
+                ),
+                notes=(
+                    f"{authors} (the folder's SimAM-R{depth} file); also on Baidu pan "
+                    "(pan.baidu.com/s/1i_imf4Ny4U9SkD5e9nhCJw, extract code 25tp)"
+                ),
+            )
+        )
+    # cfzd/FcaNet's README: depth -> (the released file's own top-1, "Evaluation Results"; the
+    # paper's, "Reported"); torch.hub downloads the files from the GitHub release v1.0
+    for depth, (top1, reported) in {
+        34: (75.02, 75.07),
+        50: (78.57, 78.52),
+        101: (79.63, 79.64),
+        152: (80.02, 80.08),
+    }.items():
+        register_pretrained(
+            PretrainedTag(
+                model=f"fca_resnet{depth}",
+                tag="official_in1k",
+                source="fca_official",
+                top1=top1,
+                url=f"https://github.com/cfzd/FcaNet/releases/download/v1.0/fca{depth}.pth",
+                publisher=f"Qin et al., ICCV 2021 (cfzd/FcaNet, torch.hub fca{depth})",
+                proof=(
+                    "a reference FcaNet written in the test from the authors' code (their DCT "
+                    "filters as a buffer, fc.0/fc.2), saved as a plain state_dict: the filters "
+                    "match visattn's top16 and outputs are equal after conversion"
+                ),
+                notes=(
+                    f"the authors' evaluation of the released FP32 file; the paper reports "
+                    f"{reported:.2f} (FP16 training)"
+                ),
+            )
+        )
     # BangguWu/ECANet's README (May 2020): depth -> (top-1, Google Drive id, Baidu id, code);
     # an earlier README (Oct 2019) gave 77.48 for an earlier ECA-Net50 file
     for depth, (top1, drive, baidu, code) in {

@@ -11,11 +11,10 @@ ResNets of torchvision.
   (stride on the 3x3 convolution of the Bottleneck, "ResNet v1.5"), so torchvision or timm
   state_dicts load unchanged.
 
-Attention placement is data (see :mod:`visattn.models.placement`): every residual block has six
-*slots*, ``attn_pre``, ``attn_inner``, ``attn_standard``, ``attn_identity``, ``attn_post`` and
-``attn_output``,
-and every stage a slot ``attn_stage``; all are ``nn.Identity`` (no parameters, no state_dict
-keys) until a placement fills them.
+Attention placement is data (see :mod:`visattn.models.placement`): every residual block has
+seven *slots*, ``attn_pre``, ``attn_prenorm``, ``attn_inner``, ``attn_standard``,
+``attn_identity``, ``attn_post`` and ``attn_output``, and every stage a slot ``attn_stage``; all
+are ``nn.Identity`` (no parameters, no state_dict keys) until a placement fills them.
 """
 
 from __future__ import annotations
@@ -51,6 +50,9 @@ class SlottedBlock(nn.Module):
     ``out_channels`` and call :meth:`init_slots` after creating their layers. The slots are:
 
     * ``attn_pre``: on the residual branch's input, immediately before its first convolution;
+    * ``attn_prenorm``: between the branch's last 3x3 convolution (``conv2``) and the norm that
+      follows it (``bn2`` in a post-activation block, ``bn3`` in a pre-activation unit), where
+      SimAM's authors put their module (Yang et al., ICML 2021, ``ZjjConan/SimAM``);
     * ``attn_inner``: between the middle convolution stage (conv, norm, activation in
       post-activation blocks) and the next convolution;
     * ``attn_standard``: on the residual branch's output (after its last norm), before the sum;
@@ -76,7 +78,7 @@ class SlottedBlock(nn.Module):
         """Channels of the tensor the slot at ``position`` sees."""
         if position == "pre":
             return self.in_channels
-        if position == "inner":
+        if position in ("inner", "prenorm"):
             return self.mid_channels
         if position == "conv":
             return getattr(self, self.conv_slot).in_channels
@@ -94,7 +96,8 @@ class SlottedBlock(nn.Module):
 class BasicBlock(SlottedBlock):
     """Two 3x3 convolutions (He et al., CVPR 2016, Fig. 2 left); torchvision's parameter names.
 
-    ``inner`` is after ``relu(bn1(conv1(x)))``; position ``conv`` replaces ``conv1``.
+    ``inner`` is after ``relu(bn1(conv1(x)))``, ``prenorm`` between ``conv2`` and ``bn2``;
+    position ``conv`` replaces ``conv1``.
     ``dilation`` dilates both convolutions, except that ``conv1`` takes ``first_dilation`` where
     given (timm's ``BasicBlock``: the first block of a dilated stage keeps the previous stage's
     dilation on its first conv). Shapes:
@@ -132,7 +135,7 @@ class BasicBlock(SlottedBlock):
         out = self.attn_pre(x)
         out = self.relu(self.bn1(self.conv1(out)))
         out = self.attn_inner(out)
-        out = self.bn2(self.conv2(out))
+        out = self.bn2(self.attn_prenorm(self.conv2(out)))
         out = self.drop_path(self.attn_standard(out))
         out = out + self.attn_identity(shortcut)
         out = self.attn_post(out)
@@ -144,11 +147,13 @@ class BasicBlock(SlottedBlock):
 
 class Bottleneck(SlottedBlock):
     """1x1-3x3-1x1 bottleneck (He et al., CVPR 2016, Fig. 5 right), stride on the 3x3 as in
-    torchvision ("ResNet v1.5"); torchvision's parameter names.
+    torchvision ("ResNet v1.5"), or on the first 1x1 with ``stride_in_1x1=True`` (the original
+    Caffe ResNets and SENets, "v1"); torchvision's parameter names.
 
-    ``inner`` is after ``relu(bn2(conv2(.)))``, on ``planes`` channels; position ``conv``
-    replaces ``conv2`` (the 3x3, which carries the stride). ``conv2`` is dilated by
-    ``first_dilation`` where given, else ``dilation`` (timm's ``Bottleneck``). Shapes:
+    ``prenorm`` is between ``conv2`` and ``bn2``, ``inner`` after ``relu(bn2(conv2(.)))``, both
+    on ``planes`` channels; position ``conv`` replaces ``conv2`` (the 3x3, with its stride).
+    ``conv2`` is dilated by ``first_dilation`` where given, else ``dilation`` (timm's
+    ``Bottleneck``). Shapes:
     ``(N, in_channels, H, W) -> (N, 4 * planes, ceil(H / stride), ceil(W / stride))``.
     """
 
@@ -164,14 +169,16 @@ class Bottleneck(SlottedBlock):
         drop_path: float = 0.0,
         dilation: int = 1,
         first_dilation: int | None = None,
+        stride_in_1x1: bool = False,
     ) -> None:
         super().__init__()
         out = planes * self.expansion
         self.in_channels, self.mid_channels, self.out_channels = in_channels, planes, out
         self.stride, self.dilation = stride, dilation
-        self.conv1 = _conv1x1(in_channels, planes)
+        s1, s3 = (stride, 1) if stride_in_1x1 else (1, stride)
+        self.conv1 = _conv1x1(in_channels, planes, s1)
         self.bn1 = nn.BatchNorm2d(planes)
-        self.conv2 = _conv3x3(planes, planes, stride, first_dilation or dilation)
+        self.conv2 = _conv3x3(planes, planes, s3, first_dilation or dilation)
         self.bn2 = nn.BatchNorm2d(planes)
         self.conv3 = _conv1x1(planes, out)
         self.bn3 = nn.BatchNorm2d(out)
@@ -184,7 +191,7 @@ class Bottleneck(SlottedBlock):
         shortcut = x if self.downsample is None else self.downsample(x)
         out = self.attn_pre(x)
         out = self.relu(self.bn1(self.conv1(out)))
-        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.relu(self.bn2(self.attn_prenorm(self.conv2(out))))
         out = self.attn_inner(out)
         out = self.bn3(self.conv3(out))
         out = self.drop_path(self.attn_standard(out))
@@ -337,6 +344,12 @@ class ResNet(TimmModelMixin, nn.Module):
             ``resnet.py`` does (the first block's strided conv keeps the previous dilation).
             Parameters are unchanged; only ImageNet-stem networks of basic or bottleneck
             blocks have it (a CIFAR network never exceeds stride 4).
+        stride_in_1x1: a downsampling :class:`Bottleneck` strides its first 1x1 conv instead of
+            its 3x3 (the Caffe ResNets of He et al. and the SENets of Hu et al.; timm's
+            ``legacy_seresnet*``). Bottleneck networks only.
+        stem_pool_ceil: the stem's 3x3/2 max-pool has no padding and rounds its output size up
+            (Caffe's pooling, ``ceil_mode=True``; timm's ``legacy_seresnet*``), instead of
+            torchvision's padding of 1. ImageNet stem only.
 
     Shapes: ``(N, in_chans, H, W) -> (N, num_classes)``; any ``H, W`` the strides allow.
 
@@ -364,12 +377,21 @@ class ResNet(TimmModelMixin, nn.Module):
         zero_init_residual: bool = False,
         strides: Sequence[int] | None = None,
         output_stride: int = 32,
+        stride_in_1x1: bool = False,
+        stem_pool_ceil: bool = False,
     ) -> None:
         super().__init__()
         if strides is None:
             strides = (1,) + (2,) * (len(layers) - 1)
         _check_layout(layers, planes, strides, stem, shortcut)
         _check_output_stride(output_stride, block, stem)
+        if stride_in_1x1 and block is not Bottleneck:
+            raise ValueError(
+                f"stride_in_1x1 needs Bottleneck blocks (a 1x1 conv to stride); this ResNet has "
+                f"{block.__name__} blocks"
+            )
+        if stem_pool_ceil and stem != "imagenet":
+            raise ValueError(f"stem_pool_ceil needs the ImageNet stem's max-pool; stem is {stem!r}")
         if not 0.0 <= drop_rate < 1.0 or not 0.0 <= drop_path_rate < 1.0:
             raise ValueError("drop_rate and drop_path_rate must be in [0, 1)")
         preact = block is PreActBottleneck
@@ -379,7 +401,9 @@ class ResNet(TimmModelMixin, nn.Module):
         self.default_input_size = (in_chans, 224, 224) if stem == "imagenet" else (in_chans, 32, 32)
         if stem == "imagenet":
             self.conv1 = nn.Conv2d(in_chans, stem_channels, 7, 2, 3, bias=False)
-            self.maxpool: nn.Module = nn.MaxPool2d(3, 2, 1)
+            self.maxpool: nn.Module = (
+                nn.MaxPool2d(3, 2, ceil_mode=True) if stem_pool_ceil else nn.MaxPool2d(3, 2, 1)
+            )
         else:
             self.conv1 = _conv3x3(in_chans, stem_channels)
             self.maxpool = nn.Identity()
@@ -406,11 +430,14 @@ class ResNet(TimmModelMixin, nn.Module):
             if reduction * stage_stride > output_stride:  # dilate instead of striding
                 dilation, stage_stride = dilation * stage_stride, 1
             kw = {"dilation": dilation, "first_dilation": first_dilation} if dilation > 1 else {}
+            v1 = {"stride_in_1x1": True} if stride_in_1x1 else {}
             blocks = []
             for j in range(n):
                 dp = drop_path_rate * index / max(total - 1, 1)
                 stride = stage_stride if j == 0 else 1
-                blocks.append(block(cin, width, stride, shortcut=shortcut, drop_path=dp, **kw))
+                blocks.append(
+                    block(cin, width, stride, shortcut=shortcut, drop_path=dp, **kw, **v1)
+                )
                 kw = {"dilation": dilation} if dilation > 1 else {}
                 cin = width * block.expansion
                 index += 1

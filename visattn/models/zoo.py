@@ -175,6 +175,12 @@ _RAN = {
 }
 _SE = {"paper": "Hu et al., CVPR 2018"}
 _SE16 = {"name": "se", "args": {"reduction": 16}}
+#: SimAM as the authors' ImageNet runs place it: after the last 3x3 conv, before its BN
+_SIMAM_OFFICIAL = {
+    "name": "simam",
+    "position": "prenorm",
+    "args": {"e_lambda": 0.1, "variance": "unbiased"},
+}
 #: parameter counts the backbones' papers print (He et al., CVPR 2016, Table 6 and ECCV 2016,
 #: Table 3; Wang et al. 2017, Table 4); the other Residual Attention Networks' printed counts are
 #: not visattn's
@@ -238,6 +244,26 @@ _PAPER_MODELS: list[tuple[str, str, tuple[dict[str, Any], ...], dict[str, Any], 
         ({"name": "bam", "position": "stage", "stages": [1, 2, 3]},),
         {},
         {"paper": "Park et al., BMVC 2018", "published_params": "25.92M"},  # Table 4
+    ),
+    (
+        "bam_resnet50_official",
+        "resnet50",
+        (
+            {
+                "name": "bam",
+                "position": "stage",
+                "stages": [1, 2, 3],
+                "args": {"combine": "product", "layout": "official"},
+            },
+        ),
+        {},
+        {
+            "paper": "Park et al., BMVC 2018",
+            "follows": "official code and released weights (Jongchan/attention-module): "
+            "M = sigmoid(M_c * M_s), BN on the channel MLP's hidden layer, none on the "
+            "branches' outputs, biases on every conv and linear",
+            "differs": "from the paper's Eqs. (2)-(4), which bam_resnet50 follows",
+        },
     ),
     (
         "eca_resnet50",
@@ -320,35 +346,36 @@ _PAPER_MODELS: list[tuple[str, str, tuple[dict[str, Any], ...], dict[str, Any], 
             "published_params": "25.62M",
         },
     ),
-    (
-        "fca_resnet50",
-        "resnet50",
-        fca_placements((56, 28, 14, 7)),
-        {},
-        {
-            "paper": "Qin et al., ICCV 2021",
-            "follows": "official FcaNet-50: top16, r=16, DCT 56/28/14/7, orthonormal",
-            "published_params": "28.07M",
-        },
-    ),
-    (
-        "simam_resnet50",
-        "resnet50",
+    *[
         (
+            f"fca_resnet{d}",
+            f"resnet{d}",
+            fca_placements((56, 28, 14, 7)),
+            {},
             {
-                "name": "simam",
-                "position": "inner",
-                "args": {"e_lambda": 0.1, "variance": "unbiased"},
+                "paper": "Qin et al., ICCV 2021",
+                "follows": f"official FcaNet-{d} (cfzd/FcaNet, torch.hub fca{d}): top16, r=16, "
+                "DCT 56/28/14/7, orthonormal, after the block's last BN",
+                **({"published_params": "28.07M"} if d == 50 else {}),
             },
-        ),
-        {},
-        {
-            "paper": "Yang et al., ICML 2021",
-            "follows": "official ImageNet runs: lambda 0.1, 1/(HW-1)",
-            "differs": "after relu(bn2(conv2)); the official module sits between conv2 and bn2",
-            "published_params": "25.56M",
-        },
-    ),
+        )
+        for d in (34, 50, 101, 152)
+    ],
+    *[
+        (
+            f"simam_resnet{d}",
+            f"resnet{d}",
+            (_SIMAM_OFFICIAL,),
+            {},
+            {
+                "paper": "Yang et al., ICML 2021",
+                "follows": "official ImageNet ResNets (ZjjConan/SimAM): SimAM between conv2 and "
+                "bn2 of every block (position prenorm), lambda 0.1, 1/(HW-1)",
+                "published_params": params,
+            },
+        )
+        for d, params in ((18, "11.69M"), (34, "21.80M"), (50, "25.56M"), (101, "44.55M"))
+    ],
     (
         "triplet_resnet50",
         "resnet50",
@@ -413,6 +440,26 @@ _PAPER_MODELS: list[tuple[str, str, tuple[dict[str, Any], ...], dict[str, Any], 
     ),
 ]
 
+# networks of another layout than torchvision's: (name, backbone, placements, builder options the
+# name fixes, meta); fixed, so that a tag's weights never load into the other layout
+_LAYOUT_MODELS: list[tuple[str, str, tuple[dict[str, Any], ...], dict[str, Any], dict]] = [
+    (
+        "legacy_se_resnet50",
+        "resnet50",
+        (_SE16,),
+        {"stride_in_1x1": True, "stem_pool_ceil": True},
+        {
+            **_SE,
+            "follows": "the authors' Caffe SE-ResNet-50 as timm's legacy_seresnet50 ports it "
+            "(Cadene's pretrainedmodels): a downsampling bottleneck strides its first 1x1 conv, "
+            "the stem's max-pool has no padding and rounds up (ceil mode)",
+            "differs": "no dropout before the classifier (timm's legacy SENets default to 0.2; "
+            "drop_rate=0.2 gives it): the same in evaluation",
+            "published_params": "28.09M",
+        },
+    ),
+]
+
 # timm's SK-ResNets: (name, depth)
 _SK_MODELS = [("sk_resnet18", 18), ("sk_resnet34", 34)]
 _SK_FOLLOWS = (
@@ -448,6 +495,20 @@ def _register_zoo() -> None:
                 dataset=b.dataset,
                 fixed=b.fixed,
                 defaults=defaults,
+                attention=placements,
+                meta=meta,
+                feature_levels=b.feature_levels,
+            )
+        )
+    for name, base, placements, fixed, meta in _LAYOUT_MODELS:
+        b = get_model_spec(base)
+        register_model(
+            ModelSpec(
+                name=name,
+                builder=b.builder,
+                placeable=True,
+                dataset=b.dataset,
+                fixed={**b.fixed, **fixed},
                 attention=placements,
                 meta=meta,
                 feature_levels=b.feature_levels,
