@@ -199,7 +199,9 @@ def gallery() -> None:
             "# Block gallery\n\n"
             f"{len(rows)} registered blocks, one page each, generated from the registry. "
             f"Parameters and multiply-accumulates at C={CHANNELS}, {SIZE}x{SIZE} "
-            "(`torch.utils.flop_counter`).\n\n"
+            "(`torch.utils.flop_counter`). The attention column is what the block applied in a "
+            "small network trained on the embedded `shapes` data (`docs/make_pictures.py`; "
+            "each page says how it was made).\n\n"
             "| block | family | paper | params | MACs | attention |\n|---|---|---|---|---|---|\n"
             + "\n".join(rows)
             + "\n"

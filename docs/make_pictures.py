@@ -4,7 +4,7 @@ For each registered block: a ResNet-20 (CIFAR-style, 32x32 inputs) with the bloc
 residual block of each of its three stages (``blocks: "last"``; conv-replacing blocks replace
 that block's middle conv) is trained from random weights on the embedded ``shapes`` data (no
 files, no network), for ``--steps`` SGD steps of batch 32. Then
-:func:`visattn.visualize.visualize_model` draws, on one held-out image with the target's box,
+:func:`visattn.visualize.attention_figures` draws, on one held-out image with the target's box,
 what each of the three blocks applied:
 
 * a spatial map (``(N, 1, h, w)`` gates, or the channel mean of ``(N, C, h, w)`` masks) is
@@ -28,16 +28,18 @@ import argparse
 import time
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 
 import visattn
 from visattn.constants import STATS
 from visattn.data.shapes import make_shapes
-from visattn.visualize import visualize_model
+from visattn.visualize import attention_figures
 
 OUT = Path(__file__).resolve().parent / "assets" / "attention"
 BATCH = 32
+DPI = 100
 
 
 def _data(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -82,17 +84,18 @@ def picture(name: str, *, steps: int, num_train: int) -> tuple[Path, float]:
         right = net(x).argmax(1) == y
     acc = right.float().mean().item()
     i = int(torch.nonzero(right)[0]) if right.any() else 0  # the first correct one, if any
-    (path,) = visualize_model(
+    (fig,) = attention_figures(
         net,
         x[i : i + 1],
-        OUT,
         display=raw[i : i + 1],
         boxes=boxes[i : i + 1],
         titles=[f"{name}, held-out acc {acc:.2f}\nlabel {int(y[i])}"],
-        names=[name],
         labels=[int(y[i])],
         gradcam=False,
     )
+    path = OUT / f"{name}.png"
+    fig.savefig(path, dpi=DPI, bbox_inches="tight", pad_inches=0.05)  # two-line titles kept
+    plt.close(fig)
     return path, acc
 
 
