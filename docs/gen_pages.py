@@ -8,6 +8,9 @@ without one says how to make it.
 
 from __future__ import annotations
 
+import inspect
+import re
+import sys
 from pathlib import Path
 
 import mkdocs_gen_files
@@ -19,6 +22,9 @@ from visattn.blocks.twins import TWINS, block_of, timm_type_of
 from visattn.profile import count_macs, count_params
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "docs"))
+from placement_diagram import placement_svg  # noqa: E402  (beside this script, not a package)
+
 ASSETS = ROOT / "docs" / "assets" / "attention"
 CHANNELS, SIZE = 256, 14
 
@@ -66,6 +72,28 @@ def _twin(name: str) -> str:
     return "\n".join(lines)
 
 
+#: a display equation in a docstring: ``$$`` on its own line, the TeX, ``$$`` on its own line
+_DISPLAY_MATH = re.compile(r"^\$\$\n(.+?)\n\$\$$", re.M | re.S)
+
+
+def equations(cls: type) -> list[str]:
+    """The display equations (``$$ ... $$`` blocks, TeX) of a block's docstring, in order."""
+    return _DISPLAY_MATH.findall(inspect.getdoc(cls) or "")
+
+
+def _equations_section(name: str) -> list[str]:
+    found = equations(block_info(name).cls)
+    if not found:
+        return [
+            "The equations are written out in the docstring below (as text: this block's "
+            "docstring has no TeX yet)."
+        ]
+    return [part for tex in found for part in ("$$", tex, "$$", "")] + [
+        "From the block's docstring (below, with the paper's equation numbers, the shapes and "
+        "the implementation's choices)."
+    ]
+
+
 def block_page(name: str, params: int, macs: int) -> str:
     info = block_info(name)
     cls = info.cls
@@ -90,6 +118,10 @@ def block_page(name: str, params: int, macs: int) -> str:
         f'blk = visattn.create_block("{name}", 256)',
         "```",
         "",
+        "## Equations",
+        "",
+        *_equations_section(name),
+        "",
         "## What it attends to",
         "",
     ]
@@ -97,12 +129,22 @@ def block_page(name: str, params: int, macs: int) -> str:
         lines += [
             f"![{name}: captured attention maps](../assets/attention/{name}.png)",
             "",
-            "Captured with `visattn.capture_attention` on held-out `shapes` images, from a "
-            "ResNet-20 with this block trained briefly on the embedded data "
-            "(`docs/make_pictures.py`); the box is the target.",
+            "Captured with `visattn.capture_attention` on a held-out `shapes` image (the dashed "
+            "box is the target, which alone decides the label), from a ResNet-20 with this "
+            "block at the last residual block of each stage, trained briefly from random "
+            "weights on the embedded data. A spatial map is overlaid on the image, one panel "
+            "per block; channel weights `(N, C, 1, 1)` have no spatial extent and are drawn as "
+            "a heat strip per stage, one column per channel. The title gives the network's "
+            "held-out accuracy (9 classes, chance 0.11): a few dozen steps, so the maps are "
+            "early ones. Regenerate with "
+            f"`nice -n 19 env OMP_NUM_THREADS=1 python docs/make_pictures.py --blocks {name} "
+            "--force`.",
         ]
     else:
-        lines += ["No picture yet: run `python docs/make_pictures.py --blocks " + name + "`."]
+        lines += [
+            "No picture yet: `python docs/make_pictures.py --blocks " + name + "` makes it "
+            "(every block records a map, so every block can have one)."
+        ]
     lines += [
         "",
         "## Cost",
@@ -144,7 +186,7 @@ def gallery() -> None:
         with mkdocs_gen_files.open(f"blocks/{name}.md", "w") as f:
             f.write(block_page(name, params, macs))
         thumb = (
-            f'<img src="../assets/attention/{name}.png" width="160">'
+            f'<img src="../assets/attention/{name}.png" width="240">'
             if (ASSETS / f"{name}.png").exists()
             else ""
         )
@@ -157,7 +199,9 @@ def gallery() -> None:
             "# Block gallery\n\n"
             f"{len(rows)} registered blocks, one page each, generated from the registry. "
             f"Parameters and multiply-accumulates at C={CHANNELS}, {SIZE}x{SIZE} "
-            "(`torch.utils.flop_counter`).\n\n"
+            "(`torch.utils.flop_counter`). The attention column is what the block applied in a "
+            "small network trained on the embedded `shapes` data (`docs/make_pictures.py`; "
+            "each page says how it was made).\n\n"
             "| block | family | paper | params | MACs | attention |\n|---|---|---|---|---|---|\n"
             + "\n".join(rows)
             + "\n"
@@ -233,6 +277,12 @@ def benchmarks() -> None:
         f.write("\n".join(index) + "\n")
 
 
+def diagrams() -> None:
+    with mkdocs_gen_files.open("assets/placement.svg", "w") as f:
+        f.write(placement_svg())
+
+
 gallery()
+diagrams()
 reference()
 benchmarks()

@@ -13,6 +13,7 @@ import pytest
 from helpers.paths import REPO
 
 import visattn
+from visattn.constants import POSITIONS
 
 pytest.importorskip("mkdocs")
 pytest.importorskip("mkdocs_gen_files")
@@ -45,6 +46,37 @@ def test_site_builds_strictly_with_a_page_per_block(site: Path):
         assert html_escape(visattn.block_info(name).paper.split(",")[0]) in html
     gallery = (site / "blocks" / "index.html").read_text()
     assert all(f'href="{n}/"' in gallery for n in visattn.list_blocks())
+
+
+@pytest.mark.slow
+def test_block_pages_show_their_pictures_and_typeset_equations(site: Path):
+    assets = REPO / "docs" / "assets" / "attention"
+    for name in visattn.list_blocks():
+        html = (site / "blocks" / name / "index.html").read_text()
+        if (assets / f"{name}.png").is_file():  # a committed picture is shown and shipped
+            assert f'src="../../assets/attention/{name}.png"' in html, name
+            assert (site / "assets" / "attention" / f"{name}.png").is_file()
+        else:
+            assert f"make_pictures.py --blocks {name}" in html, name
+    se = (site / "blocks" / "se" / "index.html").read_text()
+    assert '<div class="arithmatex">' in se and r"\frac{1}{HW}" in se  # TeX for MathJax
+    assert "javascripts/mathjax.js" in se
+
+
+@pytest.mark.slow
+def test_guides_show_the_placement_diagram_and_the_example_report(site: Path):
+    placement = (site / "guides" / "placement" / "index.html").read_text()
+    assert "assets/placement.svg" in placement
+    svg = (site / "assets" / "placement.svg").read_text()
+    assert all(f">{p}</text>" in svg for p in POSITIONS)
+    ablations = (site / "guides" / "ablations" / "index.html").read_text()
+    example = REPO / "docs" / "assets" / "report_example"
+    plots = sorted(example.glob("*.png"))
+    assert plots, "no example report: run docs/make_report_example.py on a finished sweep"
+    for png in plots:
+        assert f"assets/report_example/{png.name}" in ablations, png.name
+        assert (site / "assets" / "report_example" / png.name).is_file()
+    assert "Δ val/acc paired" in ablations  # the report's table, included
 
 
 @pytest.mark.slow

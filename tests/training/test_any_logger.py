@@ -1,11 +1,15 @@
 """A run's own files (``metrics.csv``, ``config.yaml``, ``checkpoints/``, the summary) live in
 ``<default_root_dir>/lightning_logs/version_N`` whatever ``--trainer.logger`` is, never collide
 with the logger's files, and ``--ckpt_path last`` resumes bit-exactly with TensorBoard (the
-default), CSV and MLflow; a logger that refuses its options says why in its own words; the
-``AttentionPictures`` callback sends image summaries to TensorBoard without changing training."""
+default), CSV, MLflow and W&B in offline mode, the last two continuing the same logger run; a
+logger that refuses its options says why in its own words; the ``AttentionPictures`` callback
+sends image summaries to TensorBoard without changing training."""
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import logging
 from pathlib import Path
 
@@ -17,7 +21,9 @@ pytest.importorskip("lightning")
 from helpers.training import tiny_fit
 from lightning.pytorch.loggers import CSVLogger
 
-from visattn.training.loggers import LoggerConfigError, build_loggers
+from visattn.training.loggers import RUN_IDS, LoggerConfigError, build_loggers
+
+MLFLOW_CLASS = "lightning.pytorch.loggers.mlflow.MLFlowLogger"
 
 CSV = "--trainer.logger=lightning.pytorch.loggers.CSVLogger"
 MLFLOW = "--trainer.logger=lightning.pytorch.loggers.MLFlowLogger"
@@ -25,6 +31,10 @@ PICTURES = (
     '--trainer.callbacks+={"class_path": "visattn.training.callbacks.AttentionPictures", '
     '"init_args": {"every_n_epochs": 1, "num_images": 2}}'
 )
+
+
+def _step(metric: object) -> int:
+    return metric.step
 
 
 def _logger_args(kind: str, root: Path) -> list[str]:
@@ -79,6 +89,66 @@ def test_resume_last_is_exact_and_the_run_keeps_its_own_files(
         store = root.parent / "run_store"
         assert not list(store.rglob("metrics.csv")) and not list(store.rglob("config.yaml"))
         assert not list(store.rglob("*.ckpt"))
+        # the resumed fit continued the first fit's MLflow run: one run, both epochs in it
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(f"sqlite:///{store / 'mlflow.db'}")
+        experiments = [e.experiment_id for e in client.search_experiments()]
+        (run,) = client.search_runs(experiments)
+        assert json.loads((run_dir / RUN_IDS).read_text()) == {MLFLOW_CLASS: [run.info.run_id]}
+        history = sorted(client.get_metric_history(run.info.run_id, "val/acc"), key=_step)
+        expected = [float(row["val/acc"]) for row in csv.DictReader(io.StringIO(reference))]
+        assert len(expected) == 2
+        assert [h.value for h in history] == pytest.approx(expected)  # epochs 0 and 1, in one run
+
+
+@pytest.mark.slow
+def test_wandb_offline_resume_is_exact_and_continues_the_same_run(
+    tmp_path: Path, reference: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    root, store = tmp_path / "run", tmp_path / "wandb_store"
+    store.mkdir()
+    args = [
+        "--trainer.logger=lightning.pytorch.loggers.WandbLogger",
+        f"--trainer.logger.save_dir={store}",
+        "--trainer.logger.project=visattn-test",
+    ]
+    tiny_fit(root, "--trainer.max_epochs=1", *args)
+    run_dir = root / "lightning_logs" / "version_0"
+    (run_id,) = json.loads((run_dir / RUN_IDS).read_text())[
+        "lightning.pytorch.loggers.wandb.WandbLogger"
+    ]
+    resumed = tiny_fit(root, "--trainer.max_epochs=2", "--ckpt_path=last", *args)
+    assert Path(resumed["log_dir"]) == run_dir
+    assert Path(resumed["metrics_csv"]).read_text() == reference  # bit-exact
+    # both fits wrote to the run with the recorded id (offline runs are folders ending in it)
+    runs = sorted(p.name for p in (store / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2 and all(name.endswith(f"-{run_id}") for name in runs), runs
+    assert not list(store.rglob("metrics.csv")) and not list(store.rglob("*.ckpt"))
+
+
+def test_a_resumed_run_passes_its_recorded_mlflow_run_id_back(tmp_path: Path) -> None:
+    pytest.importorskip("mlflow")
+    run_dir = tmp_path / "lightning_logs" / "version_2"
+    run_dir.mkdir(parents=True)
+    (run_dir / RUN_IDS).write_text(json.dumps({MLFLOW_CLASS: ["abc123"]}))
+    spec = {
+        "class_path": "lightning.pytorch.loggers.MLFlowLogger",
+        "init_args": {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"},
+    }
+    (resumed,) = build_loggers(spec, tmp_path, 2, resume=True)
+    assert resumed._run_id == "abc123"
+    (fresh,) = build_loggers(spec, tmp_path, 2)  # not a resume: a new MLflow run
+    assert fresh._run_id is None
+    given = {**spec, "init_args": {**spec["init_args"], "run_id": "mine"}}
+    (explicit,) = build_loggers(given, tmp_path, 2, resume=True)  # the command line wins
+    assert explicit._run_id == "mine"
+    (run_dir / RUN_IDS).write_text("{not json")
+    with pytest.raises(LoggerConfigError, match="delete it to resume into new logger runs"):
+        build_loggers(spec, tmp_path, 2, resume=True)
 
 
 @pytest.mark.slow

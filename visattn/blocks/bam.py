@@ -13,7 +13,17 @@ from .registry import register_block
 
 @register_block("bam", family="hybrid", paper="Park et al., BMVC 2018")
 class BAM(nn.Module):
-    """BAM: ``F' = F + F * M(F)`` with ``M(F) = sigmoid(M_c(F) + M_s(F))`` (Eqs. (1)-(2)).
+    r"""BAM: ``F' = F + F * M(F)`` with ``M(F) = sigmoid(M_c(F) + M_s(F))`` (Eqs. (1)-(2)).
+
+    $$
+    F' = F + F \otimes M(F), \qquad M(F) = \sigma\big(M_c(F) + M_s(F)\big)
+    $$
+
+    $$
+    M_c(F) = \mathrm{BN}\big(\mathrm{MLP}(\mathrm{AvgPool}(F))\big), \qquad
+    M_s(F) = \mathrm{BN}\big(f_3^{1 \times 1}(f_2^{3 \times 3}(f_1^{3 \times 3}(
+        f_0^{1 \times 1}(F))))\big)
+    $$
 
     * channel branch (Eq. (3)): ``M_c(F) = BN(MLP(AvgPool(F)))``, MLP ``C -> C/r -> C`` with one
       ReLU hidden layer, ``(N, C, 1, 1)``;

@@ -89,7 +89,17 @@ def _check_pool_types(pool_types: Sequence[str]) -> tuple[str, ...]:
 
 @register_block("cbam", family="hybrid", paper="Woo et al., ECCV 2018")
 class CBAM(nn.Module):
-    """CBAM: channel attention then spatial attention (Eq. (1)).
+    r"""CBAM: channel attention then spatial attention (Eq. (1)).
+
+    $$
+    F' = M_c(F) \otimes F, \qquad F'' = M_s(F') \otimes F'
+    $$
+
+    $$
+    M_c(F) = \sigma\big(\mathrm{MLP}(\mathrm{AvgPool}(F)) + \mathrm{MLP}(\mathrm{MaxPool}(F))\big),
+    \qquad
+    M_s(F) = \sigma\big(f^{7 \times 7}([\mathrm{AvgPool}(F); \mathrm{MaxPool}(F)])\big)
+    $$
 
     ``F' = M_c(F) * F``, ``F'' = M_s(F') * F'`` with
 

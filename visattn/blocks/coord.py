@@ -21,7 +21,18 @@ from .registry import register_block
     reduced=Reduced(floor="min_channels", divisor="divisor"),
 )
 class CoordinateAttention(nn.Module):
-    """Coordinate attention: channel attention factorised along the two spatial directions.
+    r"""Coordinate attention: channel attention factorised along the two spatial directions.
+
+    $$
+    z^h_c(h) = \frac{1}{W} \sum_{0 \le i < W} x_c(h, i), \qquad
+    z^w_c(w) = \frac{1}{H} \sum_{0 \le j < H} x_c(j, w)
+    $$
+
+    $$
+    f = \delta\big(F_1([z^h, z^w])\big), \qquad
+    g^h = \sigma\big(F_h(f^h)\big), \quad g^w = \sigma\big(F_w(f^w)\big), \qquad
+    y_c(i, j) = x_c(i, j) \, g^h_c(i) \, g^w_c(j)
+    $$
 
     Follows Eqs. (4)-(9) of the paper:
 

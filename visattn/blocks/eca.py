@@ -22,7 +22,14 @@ from .registry import register_block
 
 @register_block("eca", family="channel", paper="Wang et al., CVPR 2020")
 class EfficientChannelAttention(nn.Module):
-    """ECA block: SE without dimensionality reduction, a 1-D convolution across channels.
+    r"""ECA block: SE without dimensionality reduction, a 1-D convolution across channels.
+
+    $$
+    y = \mathrm{GAP}(x), \qquad
+    \omega = \sigma\big(\mathrm{C1D}_k(y)\big), \qquad
+    k = \left| \frac{\log_2 C}{\gamma} + \frac{b}{\gamma} \right|_{\mathrm{odd}}, \qquad
+    \tilde{x}_c = \omega_c \, x_c
+    $$
 
     Follows Eqs. (9)-(12) of the paper:
 

@@ -14,7 +14,12 @@ from .registry import register_block
 
 @register_block("gc", family="channel", paper="Cao et al., ICCVW 2019")
 class GlobalContext(nn.Module):
-    """GC block: softmax attention pooling, bottleneck transform with LayerNorm, fusion by addition.
+    r"""GC block: softmax attention pooling, bottleneck transform with LayerNorm, fusion by sum.
+
+    $$
+    z_i = x_i + W_{v2} \, \mathrm{ReLU}\Big(\mathrm{LN}\Big(W_{v1} \sum_{j=1}^{N_p}
+    \frac{e^{W_k x_j}}{\sum_{m=1}^{N_p} e^{W_k x_m}} \, x_j\Big)\Big)
+    $$
 
     Follows Eq. (4) of the paper (Fig. 4(d)),
     ``z_i = x_i + W_v2 ReLU(LN(W_v1 sum_j [exp(W_k x_j) / sum_m exp(W_k x_m)] x_j))``:

@@ -190,7 +190,14 @@ torch.fx.wrap("_pointwise_conv")
 
 @register_block("gsop", family="channel", paper="Gao et al., CVPR 2019")
 class GlobalSecondOrderPooling(nn.Module):
-    """GSoP block: channel attention from the covariance matrix of a reduced feature.
+    r"""GSoP block: channel attention from the covariance matrix of a reduced feature.
+
+    $$
+    Z = \mathrm{Conv}_{1 \times 1}(X), \qquad
+    \Sigma = \frac{1}{HW} (Z - \mu)(Z - \mu)^{\top}, \qquad
+    s = \sigma\big(W \, \mathrm{RC}(\Sigma)\big), \qquad
+    Y = s \odot X
+    $$
 
     Follows Sec. 3.1 / Fig. 2 of the paper, ``s = sigmoid(W RC(Cov(Conv(X))))``, ``Y = s * X``:
 

@@ -119,7 +119,13 @@ def _temperature(score: str, temperature: float | None) -> float:
     reduced=Reduced(width="inner_channels"),
 )
 class NonLocal(nn.Module):
-    """Non-local block with configurable attention.
+    r"""Non-local block with configurable attention.
+
+    $$
+    y_i = \sum_j a(q_i, k_j) \, v_j, \qquad
+    a(q_i, k_j) = \operatorname{softmax}_j \frac{q_i^{\top} k_j}{\sqrt{d}}, \qquad
+    z_i = x_i + W_z \, y_i
+    $$
 
     Follows Eqs. (1) and (6) of Wang et al. (2018)::
 

@@ -43,7 +43,18 @@ def _upsample(t: torch.Tensor, size: tuple[int, int], align_corners: bool) -> to
     ),
 )
 class ResidualAttention(nn.Module):
-    """Attention module of the Residual Attention Network.
+    r"""Attention module of the Residual Attention Network.
+
+    $$
+    H_{i,c}(x) = \big(1 + M_{i,c}(x)\big) \, T_{i,c}(x) \ \ \text{(ARL, Eq. 3)}, \qquad
+    H_{i,c}(x) = M_{i,c}(x) \, T_{i,c}(x) \ \ \text{(NAL, Eq. 1)}
+    $$
+
+    $$
+    f_{\mathrm{mixed}}(s_{i,c}) = \frac{1}{1 + e^{-s_{i,c}}}, \quad
+    f_{\mathrm{channel}}(s_{i,c}) = \frac{s_{i,c}}{\lVert s_i \rVert}, \quad
+    f_{\mathrm{spatial}}(s_{i,c}) = \frac{1}{1 + e^{-(s_{i,c} - \mathrm{mean}_c) / \mathrm{std}_c}}
+    $$
 
     Follows Sec. 3 of the paper (Eqs. 1 and 3-6, Figs. 2-3):
 

@@ -14,7 +14,13 @@ from .registry import register_block
 
 @register_block("se", family="channel", paper="Hu et al., CVPR 2018")
 class SqueezeExcite(nn.Module):
-    """Squeeze-and-Excitation block.
+    r"""Squeeze-and-Excitation block.
+
+    $$
+    z_c = \frac{1}{HW} \sum_{i=1}^{H} \sum_{j=1}^{W} x_c(i, j), \qquad
+    s = \sigma\big(W_2 \, \delta(W_1 z)\big), \qquad
+    \tilde{x}_c = s_c \, x_c
+    $$
 
     Follows Eqs. (2)-(4) of the paper:
 

@@ -16,7 +16,13 @@ _VARIANCES = ("biased", "unbiased")
 
 @register_block("simam", family="hybrid", paper="Yang et al., ICML 2021")
 class SimAM(nn.Module):
-    """SimAM: every neuron is weighted by the inverse of its minimal energy.
+    r"""SimAM: every neuron is weighted by the inverse of its minimal energy.
+
+    $$
+    e_t^* = \frac{4 (\hat{\sigma}^2 + \lambda)}{(t - \hat{\mu})^2 + 2 \hat{\sigma}^2 + 2 \lambda},
+    \qquad
+    \tilde{X} = \sigma\!\left(\frac{1}{E}\right) \odot X
+    $$
 
     For each channel with ``M = H W`` positions, mean ``mu`` and variance ``sigma^2`` over space,
     the minimal energy of neuron ``t`` is (Eq. (5))

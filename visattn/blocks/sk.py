@@ -44,7 +44,13 @@ def _check_kernels(kernel_sizes: Sequence[int]) -> tuple[int, ...]:
     reduced=Reduced(width="rd_channels", base=lambda c, options: options["out_channels"] or c),
 )
 class SelectiveKernel(nn.Module):
-    """Selective Kernel convolution: ``M`` conv paths mixed by a channel-wise softmax.
+    r"""Selective Kernel convolution: ``M`` conv paths mixed by a channel-wise softmax.
+
+    $$
+    U = \sum_m U_m, \quad s = \mathrm{GAP}(U), \quad z = \delta\big(\mathrm{BN}(W s)\big), \quad
+    a_m = \frac{e^{A_m z}}{\sum_{m'} e^{A_{m'} z}}, \quad
+    V = \sum_m a_m \odot U_m
+    $$
 
     Follows Sec. 3.1 of the paper (Split, Fuse, Select):
 

@@ -55,7 +55,7 @@ from .callbacks import (
     RunSummary,
     run_directory,
 )
-from .loggers import TENSORBOARD, build_loggers
+from .loggers import TENSORBOARD, RememberRunIds, build_loggers
 from .module import ClassificationModule
 from .resume import RUNS, find_last_checkpoint, keep_recorded_options, next_version
 
@@ -221,6 +221,7 @@ class VisattnCLI(LightningCLI):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._logger_spec: Any = None  # --trainer.logger, built in _instantiate_trainer
         self._root: Path | None = None  # --trainer.default_root_dir
+        self._resuming = False  # --ckpt_path last: the run and its logger runs continue
         self._version = 0  # the run's N: lightning_logs/version_N
         kwargs.setdefault("save_config_callback", SaveConfigInRun)
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
@@ -282,6 +283,7 @@ class VisattnCLI(LightningCLI):
                 init_args=Namespace(save_dir=str(save_dir), name=RUNS, version=version),
             )
         self._root = save_dir
+        self._resuming = version is not None  # its MLflow / W&B runs continue too
         self._version = next_version(save_dir) if version is None else version
         # built in _instantiate_trainer (visattn.training.loggers), where its own errors show;
         # config.yaml keeps the option as given
@@ -311,17 +313,19 @@ class VisattnCLI(LightningCLI):
         if self._root is not None:
             cfg = self.config[self.subcommand] if self.subcommand else self.config
             cfg.trainer.logger = self._logger_spec  # what config.yaml records
-            config["logger"] = build_loggers(self._logger_spec, self._root, self._version) or False
+            config["logger"] = (
+                build_loggers(self._logger_spec, self._root, self._version, resume=self._resuming)
+                or False
+            )
         if config.get("fast_dev_run"):
             # a smoke test writes nothing (Lightning would still save last.ckpt into the cwd)
             callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
             callbacks = [*callbacks, RunSummary()]
         else:
-            run_dir = (
-                [RunDirectory(self._root / RUNS / f"version_{self._version}")]
-                if self._root is not None
-                else []
-            )
+            run_dir = []
+            if self._root is not None:
+                path = self._root / RUNS / f"version_{self._version}"
+                run_dir = [RunDirectory(path), RememberRunIds(path)]
             callbacks = [*run_dir, *callbacks, EpochMetricsCSV(), RunSummary()]
         callbacks += _default_progress_bar(config, callbacks)
         return super()._instantiate_trainer(config, callbacks)

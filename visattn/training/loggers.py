@@ -11,6 +11,11 @@ own errors are shown, kept out of the run's own files, and sent pictures where t
   ``<default_root_dir>/lightning_logs`` without a version) is given the run's version, so it
   shares the run's ``version_N`` instead of starting another; a ``CSVLogger`` there writes into
   the run's ``csv/`` folder, since its own ``metrics.csv`` would replace visattn's per-epoch one.
+* A resumed run (``--ckpt_path last``) continues its logger runs: :class:`RememberRunIds` writes
+  the id of each logger run that has one (MLflow's ``run_id``, W&B's ``id``) into the run's
+  directory (:data:`RUN_IDS`) when the fit starts, and :func:`build_loggers` with ``resume=True``
+  passes them back, so metrics and pictures go on in the same MLflow / W&B run instead of a new
+  one. An id given on the command line wins.
 * :func:`log_image`: one picture to a logger that takes images (TensorBoard's ``add_image``,
   MLflow's ``log_image``, W&B's ``log_image``); False for the others.
 """
@@ -18,11 +23,14 @@ own errors are shown, kept out of the run's own files, and sent pictures where t
 from __future__ import annotations
 
 import importlib
+import json
 from pathlib import Path
 from typing import Any
 
+import lightning.pytorch as pl
 import numpy as np
 from jsonargparse import Namespace
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import (
     CSVLogger,
     Logger,
@@ -31,12 +39,81 @@ from lightning.pytorch.loggers import (
     WandbLogger,
 )
 
+from ..files import atomic_write_text
 from .resume import RUNS
 
-__all__ = ["TENSORBOARD", "LoggerConfigError", "build_loggers", "log_image", "takes_images"]
+__all__ = [
+    "RUN_IDS",
+    "TENSORBOARD",
+    "LoggerConfigError",
+    "RememberRunIds",
+    "build_loggers",
+    "log_image",
+    "read_run_ids",
+    "takes_images",
+]
 
 #: the default logger's class path
 TENSORBOARD = "lightning.pytorch.loggers.TensorBoardLogger"
+#: the file in a run's directory that keeps its logger runs' ids, ``{class path: id}``
+RUN_IDS = "logger_runs.json"
+
+
+def _id_option(cls: type) -> str | None:
+    """The option that makes a logger of class ``cls`` continue an existing run (``None``: it
+    has no run of its own to continue; TensorBoard and CSV continue through the directory)."""
+    if issubclass(cls, MLFlowLogger):
+        return "run_id"
+    if issubclass(cls, WandbLogger):
+        return "id"
+    return None
+
+
+def _class_path(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _run_id(logger: Logger) -> str | None:
+    """The id of the run ``logger`` writes to, creating that run if it has not started yet."""
+    if isinstance(logger, MLFlowLogger):
+        return logger.run_id
+    if isinstance(logger, WandbLogger):
+        return str(logger.experiment.id)
+    return None
+
+
+def read_run_ids(run_dir: str | Path) -> dict[str, list[str]]:
+    """``{logger class path: [ids, one per logger of that class, in order]}`` recorded in
+    ``run_dir`` (empty when the run recorded none)."""
+    path = Path(run_dir) / RUN_IDS
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise LoggerConfigError(
+            f"{path} is not valid JSON ({e}); delete it to resume into new logger runs"
+        ) from e
+    return {str(k): [str(i) for i in v] for k, v in data.items()}
+
+
+class RememberRunIds(Callback):
+    """Writes the ids of the run's logger runs into its directory (:data:`RUN_IDS`) when the
+    fit starts, for :func:`build_loggers` to continue them on ``--ckpt_path last``."""
+
+    def __init__(self, run_dir: str | Path) -> None:
+        self.run_dir = Path(run_dir)
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.is_global_zero:
+            return
+        ids: dict[str, list[str]] = {}
+        for logger in trainer.loggers:
+            run_id = _run_id(logger)
+            if run_id is not None:
+                ids.setdefault(_class_path(type(logger)), []).append(run_id)
+        if ids:
+            atomic_write_text(self.run_dir / RUN_IDS, json.dumps(ids, indent=2) + "\n")
 
 
 class LoggerConfigError(ValueError):
@@ -81,7 +158,7 @@ def _into_run(cls: type, args: dict[str, Any], root: Path, version: int) -> dict
     return args
 
 
-def _build_one(spec: Any, root: Path, version: int) -> Logger:
+def _build_one(spec: Any, root: Path, version: int, ids: dict[str, list[str]]) -> Logger:
     if isinstance(spec, Logger):
         return spec
     spec = _plain(spec)
@@ -91,6 +168,10 @@ def _build_one(spec: Any, root: Path, version: int) -> Logger:
     args = _into_run(
         cls, {k: _plain(v) for k, v in (spec.get("init_args") or {}).items()}, root, version
     )
+    option = _id_option(cls)
+    recorded = ids.get(_class_path(cls))
+    if option is not None and recorded and args.get(option) is None:
+        args = {**args, option: recorded.pop(0)}  # the resumed run continues its logger run
     try:
         return cls(**args)
     except Exception as e:
@@ -99,7 +180,9 @@ def _build_one(spec: Any, root: Path, version: int) -> Logger:
         ) from e
 
 
-def build_loggers(spec: Any, root: str | Path, version: int) -> list[Logger]:
+def build_loggers(
+    spec: Any, root: str | Path, version: int, *, resume: bool = False
+) -> list[Logger]:
     """The loggers of a run whose directory is ``root/lightning_logs/version_<version>``.
 
     Args:
@@ -108,9 +191,12 @@ def build_loggers(spec: Any, root: str | Path, version: int) -> list[Logger]:
             Namespace, or a Logger), or a list of them.
         root: the run's ``default_root_dir``.
         version: the run's ``N``.
+        resume: the run continues (``--ckpt_path last``): an MLflow or W&B logger without an
+            id of its own continues the run recorded in the run's :data:`RUN_IDS`.
 
     Raises:
-        LoggerConfigError: a logger could not be created (its own message follows).
+        LoggerConfigError: a logger could not be created (its own message follows), or the
+            recorded ids cannot be read.
     """
     root = Path(root)
     if spec is False:
@@ -118,7 +204,8 @@ def build_loggers(spec: Any, root: str | Path, version: int) -> list[Logger]:
     if spec is None or spec is True:
         spec = {"class_path": TENSORBOARD, "init_args": {"save_dir": str(root), "name": RUNS}}
     specs = spec if isinstance(spec, (list, tuple)) else [spec]
-    return [_build_one(s, root, version) for s in specs]
+    ids = read_run_ids(root / RUNS / f"version_{version}") if resume else {}
+    return [_build_one(s, root, version, ids) for s in specs]
 
 
 def _hwc_uint8(image: np.ndarray) -> np.ndarray:

@@ -1,0 +1,26 @@
+// MathJax 3 settings for pymdownx.arithmatex (generic mode): it wraps TeX in \( \) and \[ \]
+// inside elements of class "arithmatex"; only those are typeset.
+window.MathJax = {
+  tex: {
+    inlineMath: [["\\(", "\\)"]],
+    displayMath: [["\\[", "\\]"]],
+    processEscapes: true,
+    processEnvironments: true,
+  },
+  options: {
+    ignoreHtmlClass: ".*|",
+    processHtmlClass: "arithmatex",
+  },
+};
+
+// Material's instant navigation swaps pages without a reload: typeset each new page.
+if (typeof document$ !== "undefined") {
+  document$.subscribe(() => {
+    if (window.MathJax && MathJax.typesetPromise) {
+      MathJax.startup.output.clearCache();
+      MathJax.typesetClear();
+      MathJax.texReset();
+      MathJax.typesetPromise();
+    }
+  });
+}
