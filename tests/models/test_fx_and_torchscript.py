@@ -6,6 +6,9 @@ covered the moment they are registered). ONNX is in ``tests/export/test_onnx_exp
 
 from __future__ import annotations
 
+import copy
+import io
+
 import pytest
 import torch
 import torch.nn as nn
@@ -172,3 +175,72 @@ def test_injected_torchvision_and_timm_resnets_script_and_trace(source: str) -> 
         torch.testing.assert_close(torch.jit.script(model)(x), ref, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(torch.fx.symbolic_trace(model)(x), ref, rtol=0, atol=0)
     assert len(model.layer2) == 2  # still the two residual blocks, slot aside
+
+
+# Placements by pattern (forward hooks and pre-hooks that call the block, a child of the hooked
+# module) in torchvision and timm networks: timm's EfficientNet mixes DepthwiseSeparableConv and
+# InvertedResidual; CBAM goes through the channel-pooling path that tracing must not record as a
+# Python call; `before` uses pre-hooks. (Open: timm's ConvNeXtBlock with `position: standard`, a
+# pre-hook on its nn.Identity drop_path, is refused by torch.jit.script: "expected exactly 2
+# inputs but it had 3"; an error, not a scripted model without its blocks.)
+PATTERN_CASES = tiered(
+    [
+        (
+            "tv:mobilenet_v3_small",
+            {"name": "se", "after": ["InvertedResidual"], "position": "standard"},
+        ),
+        (
+            "timm:efficientnet_b0",
+            {
+                "name": "cbam",
+                "after": ["DepthwiseSeparableConv", "InvertedResidual"],
+                "position": "standard",
+            },
+        ),
+        ("tv:mobilenet_v3_small", {"name": "eca", "before": "features.*"}),
+    ],
+    keep=lambda case: case[0] == "tv:mobilenet_v3_small",
+    slow=lambda case: case[0].startswith("timm:"),
+)
+
+
+def _without_hooks(model: nn.Module) -> nn.Module:
+    """A copy of ``model`` whose forward hooks and pre-hooks are gone: the host network alone,
+    its blocks idle children."""
+    bare = copy.deepcopy(model)
+    for m in bare.modules():
+        m._forward_hooks.clear()
+        m._forward_pre_hooks.clear()
+    return bare
+
+
+def _reloaded(module: torch.jit.ScriptModule) -> torch.jit.ScriptModule:
+    buf = io.BytesIO()
+    torch.jit.save(module, buf)
+    buf.seek(0)
+    return torch.jit.load(buf)
+
+
+@pytest.mark.parametrize(("name", "placement"), PATTERN_CASES, ids=lambda v: str(v)[:40])
+def test_pattern_injected_network_scripts_and_traces_with_its_attention(
+    name: str, placement: dict
+) -> None:
+    """torch.jit.script (which compiles the hooks), torch.jit.trace (with its own check that two
+    traces agree) and torch.fx.symbolic_trace all give the injected model's output, not the host
+    network's, and the compiled programs keep it through save and load."""
+    model = visattn.create_model(name, num_classes=5, attention=placement, input_size=(3, 64, 64))
+    randomize(model, 1).eval()
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        ref = model(x)
+        bare = _without_hooks(model)(x)
+    assert (bare - ref).abs().max() > 1e-3  # the attention changes the output: it can be missed
+    scripted = torch.jit.script(model)
+    traced = torch.jit.trace(model, x)  # parameters require grad here, as in training
+    gm = torch.fx.symbolic_trace(model)
+    with torch.no_grad():
+        for out in (scripted(x), traced(x), _reloaded(scripted)(x), _reloaded(traced)(x)):
+            torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(gm(x), ref, rtol=0, atol=0)
+        y = torch.randn(3, 3, 48, 48)  # the scripted program is not tied to one input size
+        torch.testing.assert_close(scripted(y), model(y), rtol=1e-5, atol=1e-5)

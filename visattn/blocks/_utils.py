@@ -221,7 +221,9 @@ def channel_mean_max(x: torch.Tensor) -> torch.Tensor:
     does, instead of sharing it.
     """
     if not torch.jit.is_scripting():  # noqa: SIM102 (TorchScript skips the inner test)
-        if x.requires_grad:
+        # not under torch.jit.trace: the trace would hold a Python call (not savable) and
+        # differ between a tracing run with and one without gradients (the trace check)
+        if x.requires_grad and not torch.jit.is_tracing():
             return _ChannelMeanMax.apply(x)
     return torch.cat([x.mean(dim=1, keepdim=True), x.amax(dim=1, keepdim=True)], dim=1)
 

@@ -27,8 +27,11 @@ are new) and attributes that frameworks route by stay on the same object (ultral
 The block is a registered child, so ``state_dict``, ``.to()``, ``train()``/``eval()``,
 ``capture_attention`` and parameter groups see it. The hooks are two module-level functions that
 read the block from the module they are called on (no closures, no references elsewhere), so a
-model pickles (``torch.save`` of the whole module), deep-copies and traces (ONNX export) with
-them.
+model pickles (``torch.save`` of the whole module), deep-copies and traces (ONNX export,
+``torch.jit.trace``, ``torch.fx``) with them. They are typed for TorchScript, which compiles a
+module's forward hooks together with its forward (``torch.jit.script`` of the model runs the
+blocks): the hooked module's forward takes one tensor and returns one, as every torchvision and
+timm CNN block does.
 """
 
 from __future__ import annotations
@@ -64,15 +67,15 @@ AFTER, BEFORE = HOOK_SLOTS
 Adapter = Callable[[nn.Module], SlottedBlock]
 
 
-def run_after(module: nn.Module, args: tuple[Any, ...], output: torch.Tensor) -> torch.Tensor:
+def run_after(module: nn.Module, args: tuple[torch.Tensor], output: torch.Tensor) -> torch.Tensor:
     """Forward hook of an ``after`` site: ``module``'s output through ``module.attn_after``."""
     return module.attn_after(output)
 
 
-def run_before(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
+def run_before(module: nn.Module, args: tuple[torch.Tensor]) -> tuple[torch.Tensor]:
     """Forward pre-hook of a ``before`` site: ``module``'s first input through
     ``module.attn_before`` (other inputs unchanged)."""
-    return (module.attn_before(args[0]), *args[1:])
+    return (module.attn_before(args[0]),) + args[1:]  # noqa: RUF005 (TorchScript: no *args)
 
 
 @dataclass
