@@ -213,10 +213,13 @@ def test_seven_studies_the_cpu_sweeps_and_the_gpu_reproduction_are_shipped(
         "cifar10_reproduce",
         "cifar10_cpu",
         "families_cpu",
+        "families_cpu_10",
     }
     # the CPU sweeps: 5 seeds (a paired interval with 4 degrees of freedom), the variants
     cpu = load_sweep(REPO / "configs" / "ablations" / "families_cpu.yaml")
     assert cpu.seeds == (0, 1, 2, 3, 4) and cpu.overrides["data.dataset"] == "cues_key"
+    ten = load_sweep(REPO / "configs" / "ablations" / "families_cpu_10.yaml")
+    assert ten.seeds == tuple(range(10)) and ten.variants == cpu.variants
     names = {v.name.removeprefix("resnet20_") for v in cpu.variants}
     assert names == {"none", "se", "eca", "cbam", "gsop", "nonlocal", "coord", "simam"}
     c10 = load_sweep(REPO / "configs" / "ablations" / "cifar10_cpu.yaml")
