@@ -22,7 +22,9 @@ LAYOUTS: dict[str, list[str | tuple[str, bool]]] = {
         "pre",
         ("conv1 3x3, BN, ReLU", True),
         "inner",
-        ("conv2 3x3, BN", False),
+        ("conv2 3x3", False),
+        "prenorm",
+        ("BN", False),
         "standard",
         "+",
         "post",
@@ -32,7 +34,9 @@ LAYOUTS: dict[str, list[str | tuple[str, bool]]] = {
     "Bottleneck": [
         "pre",
         ("conv1 1x1, BN, ReLU", False),
-        ("conv2 3x3, BN, ReLU", True),
+        ("conv2 3x3", True),
+        "prenorm",
+        ("BN, ReLU", False),
         "inner",
         ("conv3 1x1, BN", False),
         "standard",
@@ -50,10 +54,12 @@ _SLOT_FILL, _LAYER_FILL, _CONV_STROKE = "#c5cae9", "#eeeeee", "#d81b60"
 def _check(layout: list[str | tuple[str, bool]], block: str) -> None:
     slots = [s for s in layout if isinstance(s, str) and s != "+"]
     on_path = [p for p in BLOCK_POSITIONS if p != "identity"]
-    if slots != on_path:
+    # the order is the block's own (prenorm comes after inner in a BasicBlock, before it in a
+    # Bottleneck); what must agree is the set of main-path slots
+    if sorted(slots) != sorted(on_path) or len(slots) != len(on_path):
         raise ValueError(
             f"placement diagram: {block}'s slots {slots} are not BLOCK_POSITIONS' main-path "
-            f"order {on_path}; update docs/placement_diagram.py LAYOUTS"
+            f"slots {on_path}; update docs/placement_diagram.py LAYOUTS"
         )
     drawn = {*slots, "identity", "stage", "conv"}
     if drawn != set(POSITIONS):

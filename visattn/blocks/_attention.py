@@ -171,32 +171,15 @@ torch.fx.wrap("softmax_attention")
 
 class AttendMixin:
     """``self._attend(q, k, v, bias)`` for a block with ``scale`` and ``attn_impl`` attributes:
-    :func:`softmax_attention` with the block's scale (or ``scale`` when given: 1 for queries
-    scaled beforehand), the factored biases ``q_bias``/``k_bias`` of relative positions, fused
-    unless ``attn_impl`` is ``"math"``, and the weights only while a capture of the block is
-    active (``(out, None)`` otherwise, and always in TorchScript)."""
+    :func:`softmax_attention` with the block's scale, fused unless ``attn_impl`` is ``"math"``,
+    and the weights only while a capture of the block is active (``(out, None)`` otherwise)."""
 
     def _attend(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        bias: torch.Tensor | None = None,
-        q_bias: torch.Tensor | None = None,
-        k_bias: torch.Tensor | None = None,
-        scale: float | None = None,
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         need = False
         if not torch.jit.is_scripting():
             need = is_capturing(self)
         return softmax_attention(
-            q,
-            k,
-            v,
-            self.scale if scale is None else scale,
-            bias=bias,
-            q_bias=q_bias,
-            k_bias=k_bias,
-            need_weights=need,
-            fused=self.attn_impl == "fused",
+            q, k, v, self.scale, bias=bias, need_weights=need, fused=self.attn_impl == "fused"
         )

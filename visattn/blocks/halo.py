@@ -7,14 +7,15 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._attention import AttendMixin
+from ._attention import softmax_attention
 from ._utils import check_choice, check_positive_int, init_conv_io, same_memory_format
-from .capture import record_attention
+from .capture import is_capturing, record_attention
 from .mhsa import ATTN_IMPLS, relative_factors, relative_index
 from .registry import register_block
 
 # format bookkeeping outside the traced graph (torch.fx cannot branch on a proxy)
 torch.fx.wrap("same_memory_format")
+torch.fx.wrap("softmax_attention")
 
 __all__ = ["HaloAttention"]
 
@@ -22,7 +23,7 @@ REL_POS = ("image", "query_grid")
 
 
 @register_block("halo", family="spatial", paper="Vaswani et al., CVPR 2021", replaces_conv=True)
-class HaloAttention(AttendMixin, nn.Module):
+class HaloAttention(nn.Module):
     """HaloNet's blocked local self-attention.
 
     Follows Sec. 2.2 and Fig. 1 of the paper: the map is cut into non-overlapping ``b x b`` query
@@ -142,9 +143,21 @@ class HaloAttention(AttendMixin, nn.Module):
         q_bias, k_bias = relative_factors(
             qs if self.scale_pos else q, self.rel_h, self.rel_w, idx, idx
         )
-        y, a = self._attend(qs.reshape(-1, bq * bq, d), k, v, None, q_bias, k_bias, 1.0)
+        capturing = False
+        if not torch.jit.is_scripting():
+            capturing = is_capturing(self)
+        y, a = softmax_attention(
+            qs.reshape(-1, bq * bq, d),
+            k,
+            v,
+            scale=1.0,
+            q_bias=q_bias,
+            k_bias=k_bias,
+            need_weights=capturing,
+            fused=self.attn_impl == "fused",
+        )
         if not torch.jit.is_scripting():  # noqa: SIM102 (scripting skips the inner test)
-            if a is not None:  # the weights exist exactly while a capture is active
+            if capturing and a is not None:
                 record_attention(self, self._received(a, n, h, w, hq, wq))
         y = y.reshape(n, heads, nh, nw, bq, bq, dv).permute(0, 1, 6, 2, 4, 3, 5)
         y = y.reshape(n, self.out_channels, nh * bq, nw * bq)[..., :hq, :wq]
