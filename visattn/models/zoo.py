@@ -485,22 +485,11 @@ def _register_zoo() -> None:
                 feature_levels=4 if (dataset == "cifar" and placeable) else 5,
             )
         )
-    for name, base, placements, defaults, meta in _PAPER_MODELS:
-        b = get_model_spec(base)
-        register_model(
-            ModelSpec(
-                name=name,
-                builder=b.builder,
-                placeable=True,
-                dataset=b.dataset,
-                fixed=b.fixed,
-                defaults=defaults,
-                attention=placements,
-                meta=meta,
-                feature_levels=b.feature_levels,
-            )
-        )
-    for name, base, placements, fixed, meta in _LAYOUT_MODELS:
+    # paper models set options a caller may override, layout models fix them; both take the
+    # rest of their spec from the base model
+    derived = [(n, b, p, d, {}, m) for n, b, p, d, m in _PAPER_MODELS]
+    derived += [(n, b, p, {}, f, m) for n, b, p, f, m in _LAYOUT_MODELS]
+    for name, base, placements, defaults, fixed, meta in derived:
         b = get_model_spec(base)
         register_model(
             ModelSpec(
@@ -509,6 +498,7 @@ def _register_zoo() -> None:
                 placeable=True,
                 dataset=b.dataset,
                 fixed={**b.fixed, **fixed},
+                defaults=defaults,
                 attention=placements,
                 meta=meta,
                 feature_levels=b.feature_levels,
