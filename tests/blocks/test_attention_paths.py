@@ -403,7 +403,7 @@ def test_primitive_stays_finite_under_fp16_autocast_where_the_logits_overflow_fp
 
 SCRIPTED = [
     (n, impl)
-    for n in ("mhsa", "halo", "danet", "nonlocal", "cc", "external", "lambda", "scsa")
+    for n in ("mhsa", "halo", "bra", "danet", "nonlocal", "cc", "external", "lambda", "scsa")
     for impl in _impls(n)
 ]
 

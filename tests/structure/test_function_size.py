@@ -36,16 +36,8 @@ MANY_PARAMETERS = {
     "visattn/export.py:export_onnx": "export and check options",
 }
 
-#: functions allowed more than MAX_LINES lines, and why
-LONG_FUNCTIONS: dict[str, str] = {
-    # one register_pretrained(PretrainedTag(...)) call per released file: a table written as
-    # calls (each with its URL, checksum, top-1 and proof text), not logic
-    "visattn/models/pretrained.py:_register_authors_tags": "the authors' tags, as data",
-    # not yet split (grew this round with stride_in_1x1 / stem_pool_ceil; make_cues with
-    # key_size): known debt, listed so that the next one is not silent
-    "visattn/models/resnet.py:ResNet.__init__": "to split: stem, stages, init",
-    "visattn/data/cues.py:make_cues": "to split: checks, scene, task drawing",
-}
+#: functions allowed more than MAX_LINES lines, and why (none today)
+LONG_FUNCTIONS: dict[str, str] = {}
 
 
 def _parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:

@@ -210,7 +210,10 @@ def test_no_import_circle_among_visattn_modules() -> None:
     assert not cycles, "import circles:\n" + "\n\n".join("\n".join(w) for w in where.values())
 
 
-@pytest.mark.parametrize("module", ["visattn", "visattn.blocks", "visattn.models"])
+@pytest.mark.parametrize(
+    "module", ["visattn", "visattn.blocks", "visattn.models", "visattn.data", "visattn.export"]
+)
 def test_the_core_needs_no_optional_extra(module: str) -> None:
-    """The blocks and models import only torch, torchvision and timm (and the standard library)."""
+    """The blocks, models, datasets and export import only torch, torchvision and timm (and the
+    standard library, numpy and PIL); their extras are imported where they are used."""
     assert _extras_needed(module) == frozenset()

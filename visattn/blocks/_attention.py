@@ -171,15 +171,37 @@ torch.fx.wrap("softmax_attention")
 
 class AttendMixin:
     """``self._attend(q, k, v, bias)`` for a block with ``scale`` and ``attn_impl`` attributes:
-    :func:`softmax_attention` with the block's scale, fused unless ``attn_impl`` is ``"math"``,
-    and the weights only while a capture of the block is active (``(out, None)`` otherwise)."""
+    :func:`softmax_attention` with the block's scale (``scale=1.0`` for queries scaled
+    beforehand), a dense ``bias`` or the factored ``q_bias``/``k_bias`` of relative positions,
+    fused unless ``attn_impl`` is ``"math"``, and the weights only while a capture of the block
+    is active (``(out, None)`` otherwise, and always in TorchScript).
+
+    A caller records its map under the same test as every block,
+    ``if not torch.jit.is_scripting(): if is_capturing(self): ...``, not under ``weights is not
+    None``: torch.fx traces this call as one leaf whose weights are a proxy, never ``None``, so
+    that test would put the recording into the graph, where the weights are ``None``."""
 
     def _attend(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        q_bias: torch.Tensor | None = None,
+        k_bias: torch.Tensor | None = None,
+        scale: float | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         need = False
         if not torch.jit.is_scripting():
             need = is_capturing(self)
         return softmax_attention(
-            q, k, v, self.scale, bias=bias, need_weights=need, fused=self.attn_impl == "fused"
+            q,
+            k,
+            v,
+            self.scale if scale is None else scale,
+            bias=bias,
+            q_bias=q_bias,
+            k_bias=k_bias,
+            need_weights=need,
+            fused=self.attn_impl == "fused",
         )

@@ -8,21 +8,19 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._attention import ATTN_IMPLS, softmax_attention
+from ._attention import ATTN_IMPLS, AttendMixin
 from ._utils import attention_heads, check_choice, check_positive_int, same_memory_format
 from .capture import is_capturing, record_attention
 from .registry import register_block
 
-# leaves of the traced graph: format bookkeeping (torch.fx cannot branch on a proxy) and the
-# float32 attention region
+# format bookkeeping outside the traced graph (torch.fx cannot branch on a proxy)
 torch.fx.wrap("same_memory_format")
-torch.fx.wrap("softmax_attention")
 
 __all__ = ["BiLevelRoutingAttention"]
 
 
 @register_block("bra", family="spatial", paper="Zhu et al., CVPR 2023 (BiFormer)")
-class BiLevelRoutingAttention(nn.Module):
+class BiLevelRoutingAttention(AttendMixin, nn.Module):
     """BiFormer's bi-level routing attention as a residual block, ``y = x + W_o O``.
 
     Follows Sec. 3.2 of the paper (Eqs. 2-5) and the authors' reference module
@@ -144,17 +142,6 @@ class BiLevelRoutingAttention(nn.Module):
         """``(N, S^2, L, C) -> (N, S^2, heads, L, d)``."""
         n, r, length = t.shape[0], t.shape[1], t.shape[2]
         return t.reshape(n, r, length, self.heads, self.dim_head).transpose(2, 3)
-
-    def _attend(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Token-to-token softmax attention in each region (float32 logits); output, weights."""
-        need = False
-        if not torch.jit.is_scripting():
-            need = is_capturing(self)
-        return softmax_attention(
-            q, k, v, self.scale, bias=None, need_weights=need, fused=self.attn_impl == "fused"
-        )
 
     def _received(
         self, a: torch.Tensor, idx: torch.Tensor, h: int, w: int, rh: int, rw: int

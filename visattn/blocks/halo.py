@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._attention import softmax_attention
+from ._attention import AttendMixin
 from ._utils import check_choice, check_positive_int, init_conv_io, same_memory_format
 from .capture import is_capturing, record_attention
 from .mhsa import ATTN_IMPLS, relative_factors, relative_index
@@ -15,7 +15,6 @@ from .registry import register_block
 
 # format bookkeeping outside the traced graph (torch.fx cannot branch on a proxy)
 torch.fx.wrap("same_memory_format")
-torch.fx.wrap("softmax_attention")
 
 __all__ = ["HaloAttention"]
 
@@ -23,7 +22,7 @@ REL_POS = ("image", "query_grid")
 
 
 @register_block("halo", family="spatial", paper="Vaswani et al., CVPR 2021", replaces_conv=True)
-class HaloAttention(nn.Module):
+class HaloAttention(AttendMixin, nn.Module):
     """HaloNet's blocked local self-attention.
 
     Follows Sec. 2.2 and Fig. 1 of the paper: the map is cut into non-overlapping ``b x b`` query
@@ -143,21 +142,10 @@ class HaloAttention(nn.Module):
         q_bias, k_bias = relative_factors(
             qs if self.scale_pos else q, self.rel_h, self.rel_w, idx, idx
         )
-        capturing = False
-        if not torch.jit.is_scripting():
-            capturing = is_capturing(self)
-        y, a = softmax_attention(
-            qs.reshape(-1, bq * bq, d),
-            k,
-            v,
-            scale=1.0,
-            q_bias=q_bias,
-            k_bias=k_bias,
-            need_weights=capturing,
-            fused=self.attn_impl == "fused",
-        )
+        qs = qs.reshape(-1, bq * bq, d)
+        y, a = self._attend(qs, k, v, q_bias=q_bias, k_bias=k_bias, scale=1.0)
         if not torch.jit.is_scripting():  # noqa: SIM102 (scripting skips the inner test)
-            if capturing and a is not None:
+            if is_capturing(self):
                 record_attention(self, self._received(a, n, h, w, hq, wq))
         y = y.reshape(n, heads, nh, nw, bq, bq, dv).permute(0, 1, 6, 2, 4, 3, 5)
         y = y.reshape(n, self.out_channels, nh * bq, nw * bq)[..., :hq, :wq]

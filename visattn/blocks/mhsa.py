@@ -9,14 +9,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._attention import ATTN_IMPLS, softmax_attention
+from ._attention import ATTN_IMPLS, AttendMixin
 from ._utils import check_choice, check_positive_int, init_conv_io, same_memory_format
 from .capture import is_capturing, record_attention
 from .registry import register_block
 
 # format bookkeeping outside the traced graph (torch.fx cannot branch on a proxy)
 torch.fx.wrap("same_memory_format")
-torch.fx.wrap("softmax_attention")
 
 __all__ = ["ATTN_IMPLS", "BottleneckMHSA", "relative_factors", "relative_index"]
 
@@ -77,7 +76,7 @@ def _pair(v: int | tuple[int, int] | list[int], option: str) -> tuple[int, int]:
 
 
 @register_block("mhsa", family="spatial", paper="Srinivas et al., CVPR 2021", replaces_conv=True)
-class BottleneckMHSA(nn.Module):
+class BottleneckMHSA(AttendMixin, nn.Module):
     """BoTNet's all-to-all multi-head self-attention with 2-D relative position logits.
 
     Follows Fig. 4 of the paper and its reference code (the authors' gist)::
@@ -171,21 +170,9 @@ class BottleneckMHSA(nn.Module):
         q_bias, k_bias = relative_factors(
             (qs if self.scale_pos else q).reshape(-1, h, w, d), self.rel_h, self.rel_w, idx_h, idx_w
         )
-        capturing = False
-        if not torch.jit.is_scripting():
-            capturing = is_capturing(self)
-        y, a = softmax_attention(
-            qs,
-            k,
-            v,
-            scale=1.0,
-            q_bias=q_bias,
-            k_bias=k_bias,
-            need_weights=capturing,
-            fused=self.attn_impl == "fused",
-        )
+        y, a = self._attend(qs, k, v, q_bias=q_bias, k_bias=k_bias, scale=1.0)
         if not torch.jit.is_scripting():  # noqa: SIM102 (scripting skips the inner test)
-            if capturing and a is not None:
+            if is_capturing(self):
                 record_attention(self, a.view(n, heads * h * w, h, w).mean(1, keepdim=True))
         y = y.transpose(1, 2).reshape(n, self.out_channels, h, w)
         if self.stride > 1:

@@ -3,7 +3,8 @@ in-memory images), the registry of the data sets a run can use (``sources``: cla
 size and augmentation, statistics, splits), albumentations pipelines (``transforms``) and the
 ``VisattnDataModule`` used by ``train_cls.py`` (``datamodule``).
 
-The datasets need no optional dependency; ``VisattnDataModule`` and the transforms need the
+The datasets import without any optional dependency (an ImageFolder's images are decoded with
+OpenCV, of the ``train`` extra, when read); ``VisattnDataModule`` and the transforms need the
 ``train`` extra (Lightning, albumentations) and are imported when first used."""
 
 import importlib

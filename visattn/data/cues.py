@@ -82,6 +82,55 @@ def _scene(rng: np.random.Generator, n: int, s: int, distractors: int, lines: in
     return img, grid
 
 
+def _check_options(num_images: int, image_size: int, object_size: float, key_size: float) -> None:
+    """Refuse sizes the scenes cannot be drawn at, naming the option."""
+    if image_size < 24:
+        raise ValueError(f"cues dataset: image_size must be >= 24, got {image_size}")
+    if not 0.08 <= object_size <= 0.3:
+        raise ValueError(f"cues dataset: object_size must be in [0.08, 0.3], got {object_size}")
+    if num_images < 0:
+        raise ValueError("cues dataset: num_images must be >= 0")
+    if not 0.3 <= key_size <= 1.5:
+        raise ValueError(f"cues dataset: key_size must be in [0.3, 1.5], got {key_size}")
+
+
+def _mark_rgb(rng: np.random.Generator, n: int) -> np.ndarray:
+    """The marked shapes' colour, jittered per image: ``(n, 3)``."""
+    return jitter_colors(rng, np.tile(np.array(COLORS[_MARK], np.float32), (n, 1)))
+
+
+def _draw_key(
+    img: np.ndarray, rng: np.random.Generator, grid: tuple, objects: tuple, key_size: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """``key``: the target at the first centres, the key square (``key_size`` times the
+    target's radius) at the second; ``objects`` is ``(first, second, radius)``. Returns the
+    target's mask and the labels ``(shape + key) mod K``."""
+    a, b, r = objects
+    n, k = len(img), len(_KEY_SHAPES)
+    shape_idx = rng.integers(0, k, n)
+    key_idx = rng.integers(0, k, n)
+    mask = _draw(img, shape_idx, a[:, 0], a[:, 1], r, _mark_rgb(rng, n), grid, _KEY_SHAPES)
+    key_rgb = np.array([COLORS[c] for c in _KEY_COLORS], np.float32)[key_idx]
+    _draw(img, np.zeros(n, int), b[:, 0], b[:, 1], r * key_size, key_rgb, grid, ["square"])
+    return mask, (shape_idx + key_idx) % k
+
+
+def _draw_pair(
+    img: np.ndarray, rng: np.random.Generator, grid: tuple, objects: tuple
+) -> tuple[np.ndarray, np.ndarray]:
+    """``pair``: two marked shapes at the two centres, the same shape with probability 1/2.
+    Returns the first shape's mask and the labels (1: same)."""
+    a, b, r = objects
+    n, k = len(img), len(_KEY_SHAPES)
+    same = rng.integers(0, 2, n).astype(bool)
+    first = rng.integers(0, k, n)
+    other = (first + rng.integers(1, k, n)) % k
+    second = np.where(same, first, other)
+    mask = _draw(img, first, a[:, 0], a[:, 1], r, _mark_rgb(rng, n), grid, _KEY_SHAPES)
+    _draw(img, second, b[:, 0], b[:, 1], r, _mark_rgb(rng, n), grid, _KEY_SHAPES)
+    return mask, same.astype(np.int64)
+
+
 def make_cues(
     num_images: int,
     *,
@@ -111,14 +160,7 @@ def make_cues(
     _check_task(task)
     if object_size is None:
         object_size = 0.3 if task == "key" else 0.2
-    if image_size < 24:
-        raise ValueError(f"cues dataset: image_size must be >= 24, got {image_size}")
-    if not 0.08 <= object_size <= 0.3:
-        raise ValueError(f"cues dataset: object_size must be in [0.08, 0.3], got {object_size}")
-    if num_images < 0:
-        raise ValueError("cues dataset: num_images must be >= 0")
-    if not 0.3 <= key_size <= 1.5:
-        raise ValueError(f"cues dataset: key_size must be in [0.3, 1.5], got {key_size}")
+    _check_options(num_images, image_size, object_size, key_size)
     if task == "target":
         return make_shapes(
             num_images,
@@ -134,36 +176,10 @@ def make_cues(
     img, grid = _scene(rng, num_images, s, distractors, lines)
     r = np.full(num_images, object_size * s / 2, np.float32)
     a, b = _far_positions(rng, num_images, s, margin=float(r[0]) + 1)
-    shapes = list(_KEY_SHAPES)
-    k = len(shapes)
-
-    def rgb(name: str) -> np.ndarray:
-        return jitter_colors(rng, np.tile(np.array(COLORS[name], np.float32), (num_images, 1)))
-
     if task == "key":
-        shape_idx = rng.integers(0, k, num_images)
-        key_idx = rng.integers(0, k, num_images)
-        mask = _draw(img, shape_idx, a[:, 0], a[:, 1], r, rgb(_MARK), grid, shapes)
-        key_rgb = np.array([COLORS[c] for c in _KEY_COLORS], np.float32)[key_idx]
-        _draw(
-            img,
-            np.zeros(num_images, int),
-            b[:, 0],
-            b[:, 1],
-            r * key_size,
-            key_rgb,
-            grid,
-            ["square"],
-        )
-        labels = (shape_idx + key_idx) % k
-    else:  # pair
-        same = rng.integers(0, 2, num_images).astype(bool)
-        first = rng.integers(0, k, num_images)
-        other = (first + rng.integers(1, k, num_images)) % k
-        second = np.where(same, first, other)
-        mask = _draw(img, first, a[:, 0], a[:, 1], r, rgb(_MARK), grid, shapes)
-        _draw(img, second, b[:, 0], b[:, 1], r, rgb(_MARK), grid, shapes)
-        labels = same.astype(np.int64)
+        mask, labels = _draw_key(img, rng, grid, (a, b, r), key_size)
+    else:
+        mask, labels = _draw_pair(img, rng, grid, (a, b, r))
     if noise > 0:
         img += noise * rng.standard_normal(img.shape, dtype=np.float32)
     images = np.clip(np.rint(img), 0, 255).astype(np.uint8)

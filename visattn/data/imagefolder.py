@@ -32,14 +32,15 @@ import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-import cv2
 import numpy as np
 import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
+from .._extras import missing_extra
 from .arrays import Transform, to_tensor_uint8
 
 __all__ = [
@@ -69,6 +70,16 @@ PROGRESS_MIN_FILES = 2000
 _CACHE_VERSION = 2  # 2: checks that agree with OpenCV
 #: the cache file's name when it is kept in the checked folder itself.
 CACHE_NAME = ".visattn-verify-images.json"
+
+
+def _opencv() -> ModuleType:
+    """OpenCV, which decodes the images for training (the ``train`` extra): imported when an
+    image is read, so that the folder checks and the rest of ``visattn.data`` work without it."""
+    try:
+        import cv2
+    except ImportError as e:
+        raise missing_extra(e, "train", "reading ImageFolder images (OpenCV)") from e
+    return cv2
 
 
 class BadImageError(ValueError):
@@ -208,7 +219,8 @@ def _check_file(path: str, mode: str) -> str | None:
                         return "truncated JPEG (no end-of-image marker)"
     except Exception as e:  # PIL raises many types (OSError, SyntaxError, ValueError, ...)
         return f"{type(e).__name__}: {e}"
-    if mode == "full" and cv2.imread(path, cv2.IMREAD_COLOR) is None:
+    cv2 = _opencv() if mode == "full" else None
+    if cv2 is not None and cv2.imread(path, cv2.IMREAD_COLOR) is None:
         return "OpenCV, which reads the images for training, cannot decode it"
     return None
 
@@ -288,6 +300,8 @@ def verify_images(
     """
     if mode not in VERIFY_MODES:
         raise ValueError(f"verify_images must be one of {list(VERIFY_MODES)}, got {mode!r}")
+    if mode == "full":
+        _opencv()  # a missing OpenCV is named before any file is checked
     paths = [str(p) for p in paths]
     if mode == "off" or not paths:
         return {}
@@ -435,6 +449,7 @@ class ImageFolderDataset(Dataset):
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         path, label = self.samples[index]
+        cv2 = _opencv()
         bgr = cv2.imread(path, cv2.IMREAD_COLOR)
         if bgr is None:
             raise OSError(f"OpenCV cannot read image {path}: {self._unreadable_hint()}")

@@ -569,8 +569,12 @@ def _register_timm_tags() -> None:
         )
 
 
-def _register_authors_tags() -> None:
-    authors = "released by the authors; download it by hand, then load it with a local file"
+# the authors' releases, one function each: tags built from their READMEs' tables
+_AUTHORS = "released by the authors; download it by hand, then load it with a local file"
+
+
+def _register_attention_module_tags() -> None:
+    """CBAM and BAM, both released in Jongchan/attention-module."""
     register_pretrained(
         PretrainedTag(
             model="cbam_resnet50",
@@ -584,7 +588,7 @@ def _register_authors_tags() -> None:
                 "their parameter names and forward, saved as they save it (state_dict under "
                 "'state_dict', 'module.' prefix): outputs equal after conversion"
             ),
-            notes=f"{authors}; needs the authors' spatial gate: use_bn=True",
+            notes=f"{_AUTHORS}; needs the authors' spatial gate: use_bn=True",
         )
     )
     register_pretrained(
@@ -600,9 +604,12 @@ def _register_authors_tags() -> None:
                 "(ChannelGate/SpatialGate, 1 + sigmoid(M_c * M_s)), saved nested under "
                 "'state_dict' with 'module.': outputs equal after conversion"
             ),
-            notes=f"{authors}; the official code's BAM: combine='product', layout='official'",
+            notes=f"{_AUTHORS}; the official code's BAM: combine='product', layout='official'",
         )
     )
+
+
+def _register_simam_tags() -> None:
     # ZjjConan/SimAM's README: one Google Drive folder (and a Baidu share) holds every file; the
     # README names no file and publishes no checksum
     for depth, top1 in ((18, 71.31), (34, 74.49), (50, 77.45), (101, 78.65)):
@@ -620,11 +627,14 @@ def _register_authors_tags() -> None:
                     "saves it (under 'state_dict' with 'module.'): outputs equal after conversion"
                 ),
                 notes=(
-                    f"{authors} (the folder's SimAM-R{depth} file); also on Baidu pan "
+                    f"{_AUTHORS} (the folder's SimAM-R{depth} file); also on Baidu pan "
                     "(pan.baidu.com/s/1i_imf4Ny4U9SkD5e9nhCJw, extract code 25tp)"
                 ),
             )
         )
+
+
+def _register_fca_tags() -> None:
     # cfzd/FcaNet's README: depth -> (the released file's own top-1, "Evaluation Results"; the
     # paper's, "Reported"); torch.hub downloads the files from the GitHub release v1.0
     for depth, (top1, reported) in {
@@ -652,6 +662,9 @@ def _register_authors_tags() -> None:
                 ),
             )
         )
+
+
+def _register_eca_tags() -> None:
     # BangguWu/ECANet's README (May 2020): depth -> (top-1, Google Drive id, Baidu id, code);
     # an earlier README (Oct 2019) gave 77.48 for an earlier ECA-Net50 file
     for depth, (top1, drive, baidu, code) in {
@@ -663,7 +676,7 @@ def _register_authors_tags() -> None:
     }.items():
         kernels = ECA_RELEASED_KERNELS[depth]
         k = "".join(map(str, kernels))
-        note = f"{authors}; also on Baidu pan (pan.baidu.com/s/{baidu}, extract code {code})"
+        note = f"{_AUTHORS}; also on Baidu pan (pan.baidu.com/s/{baidu}, extract code {code})"
         if depth == 18:  # the authors' eca_resnet18 ignored --ksize until their fix of 2020-05-06
             note += (
                 "; uploaded before the authors' fix that made ResNet-18 use --ksize: if the file "
@@ -686,6 +699,9 @@ def _register_authors_tags() -> None:
                 notes=note,
             )
         )
+
+
+def _register_triplet_tags() -> None:
     register_pretrained(
         PretrainedTag(
             model="triplet_resnet50",
@@ -699,10 +715,14 @@ def _register_authors_tags() -> None:
                 "(ChannelGateH/ChannelGateW/SpatialGate), saved with 'module.': outputs equal "
                 "after conversion"
             ),
-            notes=authors,
+            notes=_AUTHORS,
         )
     )
 
 
 _register_timm_tags()
-_register_authors_tags()
+_register_attention_module_tags()
+_register_simam_tags()
+_register_fca_tags()
+_register_eca_tags()
+_register_triplet_tags()

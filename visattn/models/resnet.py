@@ -19,7 +19,9 @@ are ``nn.Identity`` (no parameters, no state_dict keys) until a placement fills 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import partial
+from typing import NamedTuple
 
 import torch
 import torch.nn as nn
@@ -316,6 +318,87 @@ def _check_output_stride(output_stride: int, block: type, stem: str) -> None:
         )
 
 
+def _check_variant(
+    block: type,
+    stem: str,
+    stride_in_1x1: bool,
+    stem_pool_ceil: bool,
+    drop_rates: tuple[float, float],
+) -> None:
+    """Refuse the Caffe-layout options where they do not apply, and drop rates outside [0, 1)."""
+    if stride_in_1x1 and block is not Bottleneck:
+        raise ValueError(
+            f"stride_in_1x1 needs Bottleneck blocks (a 1x1 conv to stride); this ResNet has "
+            f"{block.__name__} blocks"
+        )
+    if stem_pool_ceil and stem != "imagenet":
+        raise ValueError(f"stem_pool_ceil needs the ImageNet stem's max-pool; stem is {stem!r}")
+    if not all(0.0 <= rate < 1.0 for rate in drop_rates):
+        raise ValueError("drop_rate and drop_path_rate must be in [0, 1)")
+
+
+def _stride_in_1x1(enabled: bool) -> dict[str, bool]:
+    # only Bottleneck takes the option (checked by _check_variant)
+    return {"stride_in_1x1": True} if enabled else {}
+
+
+class StageLayout(NamedTuple):
+    """How a stage downsamples: its first block's ``stride``, the dilation of that block's
+    strided conv (``first_dilation``) and of every other 3x3 conv (``dilation``), and the total
+    stride (``reduction``) of the stage's output."""
+
+    stride: int
+    first_dilation: int
+    dilation: int
+    reduction: int
+
+
+def _stage_layouts(strides: Sequence[int], stem: str, output_stride: int) -> list[StageLayout]:
+    """Each stage's :class:`StageLayout`: a stage whose stride would take the total past
+    ``output_stride`` keeps stride 1 and multiplies the dilation by the stride it gave up
+    (timm's ``output_stride``); the first block keeps the previous dilation."""
+    reduction = 4 if stem == "imagenet" else 1  # the ImageNet stem's conv and max-pool
+    dilation = 1
+    layouts = []
+    for stride in strides:
+        first_dilation = dilation
+        if reduction * stride > output_stride:  # dilate instead of striding
+            dilation, stride = dilation * stride, 1
+        reduction *= stride
+        layouts.append(StageLayout(stride, first_dilation, dilation, reduction))
+    return layouts
+
+
+def _drop_paths(layers: Sequence[int], rate: float) -> list[list[float]]:
+    """Stochastic-depth rates per stage, rising linearly from 0 to ``rate`` over all blocks."""
+    total = sum(layers)
+    rates = [rate * index / max(total - 1, 1) for index in range(total)]
+    starts = [sum(layers[:i]) for i in range(len(layers))]
+    return [rates[start : start + n] for start, n in zip(starts, layers)]
+
+
+def _make_stage(
+    make_block: Callable[..., SlottedBlock],
+    in_channels: int,
+    width: int,
+    layout: StageLayout,
+    drop_paths: Sequence[float],
+) -> ResNetStage:
+    """``len(drop_paths)`` blocks of ``width``; the first takes ``layout.stride`` and
+    ``in_channels``. Dilation is passed only where it is not 1 (the pre-activation block has
+    none)."""
+    blocks = []
+    for j, drop_path in enumerate(drop_paths):
+        dilated = {} if layout.dilation == 1 else {"dilation": layout.dilation}
+        if j == 0 and dilated:
+            dilated["first_dilation"] = layout.first_dilation
+        stride = layout.stride if j == 0 else 1
+        block = make_block(in_channels, width, stride, drop_path=drop_path, **dilated)
+        blocks.append(block)
+        in_channels = width * block.expansion
+    return ResNetStage(blocks)
+
+
 class ResNet(TimmModelMixin, nn.Module):
     """A ResNet with attention slots.
 
@@ -385,71 +468,53 @@ class ResNet(TimmModelMixin, nn.Module):
             strides = (1,) + (2,) * (len(layers) - 1)
         _check_layout(layers, planes, strides, stem, shortcut)
         _check_output_stride(output_stride, block, stem)
-        if stride_in_1x1 and block is not Bottleneck:
-            raise ValueError(
-                f"stride_in_1x1 needs Bottleneck blocks (a 1x1 conv to stride); this ResNet has "
-                f"{block.__name__} blocks"
-            )
-        if stem_pool_ceil and stem != "imagenet":
-            raise ValueError(f"stem_pool_ceil needs the ImageNet stem's max-pool; stem is {stem!r}")
-        if not 0.0 <= drop_rate < 1.0 or not 0.0 <= drop_path_rate < 1.0:
-            raise ValueError("drop_rate and drop_path_rate must be in [0, 1)")
+        _check_variant(block, stem, stride_in_1x1, stem_pool_ceil, (drop_rate, drop_path_rate))
         preact = block is PreActBottleneck
         self.num_classes = num_classes
         self.in_chans = in_chans
         self.drop_rate = drop_rate
         self.default_input_size = (in_chans, 224, 224) if stem == "imagenet" else (in_chans, 32, 32)
-        if stem == "imagenet":
-            self.conv1 = nn.Conv2d(in_chans, stem_channels, 7, 2, 3, bias=False)
-            self.maxpool: nn.Module = (
-                nn.MaxPool2d(3, 2, ceil_mode=True) if stem_pool_ceil else nn.MaxPool2d(3, 2, 1)
-            )
-        else:
-            self.conv1 = _conv3x3(in_chans, stem_channels)
-            self.maxpool = nn.Identity()
-        self.bn1 = nn.Identity() if preact else nn.BatchNorm2d(stem_channels)
-        self.relu = nn.Identity() if preact else nn.ReLU(inplace=True)
-
-        total = sum(layers)
-        index = 0
-        cin = stem_channels
-        reduction = 2 if stem == "imagenet" else 1
+        self._make_stem(stem, in_chans, stem_channels, stem_pool_ceil, preact)
         self.feature_info = [
             {
                 "num_chs": stem_channels,
-                "reduction": reduction,
+                "reduction": 2 if stem == "imagenet" else 1,
                 "module": "conv1" if preact else "relu",
             }
         ]
-        if stem == "imagenet":
-            reduction *= 2  # the max-pool
         self.stage_names: tuple[str, ...] = tuple(f"layer{i + 1}" for i in range(len(layers)))
-        dilation = 1
-        for i, (n, width) in enumerate(zip(layers, planes)):
-            first_dilation, stage_stride = dilation, strides[i]
-            if reduction * stage_stride > output_stride:  # dilate instead of striding
-                dilation, stage_stride = dilation * stage_stride, 1
-            kw = {"dilation": dilation, "first_dilation": first_dilation} if dilation > 1 else {}
-            v1 = {"stride_in_1x1": True} if stride_in_1x1 else {}
-            blocks = []
-            for j in range(n):
-                dp = drop_path_rate * index / max(total - 1, 1)
-                stride = stage_stride if j == 0 else 1
-                blocks.append(
-                    block(cin, width, stride, shortcut=shortcut, drop_path=dp, **kw, **v1)
-                )
-                kw = {"dilation": dilation} if dilation > 1 else {}
-                cin = width * block.expansion
-                index += 1
-            setattr(self, self.stage_names[i], ResNetStage(blocks))
-            reduction *= stage_stride
-            name = "relu_final" if (preact and i == len(layers) - 1) else self.stage_names[i]
-            self.feature_info.append({"num_chs": cin, "reduction": reduction, "module": name})
+        make_block = partial(block, shortcut=shortcut, **_stride_in_1x1(stride_in_1x1))
+        layouts = _stage_layouts(strides, stem, output_stride)
+        drop_paths = _drop_paths(layers, drop_path_rate)
+        cin = stem_channels
+        for i, name in enumerate(self.stage_names):
+            setattr(self, name, _make_stage(make_block, cin, planes[i], layouts[i], drop_paths[i]))
+            cin = planes[i] * block.expansion
+            last = "relu_final" if (preact and i == len(layers) - 1) else name
+            self.feature_info.append(
+                {"num_chs": cin, "reduction": layouts[i].reduction, "module": last}
+            )
         self.num_features = cin
         self.bn_final = nn.BatchNorm2d(cin) if preact else nn.Identity()
         self.relu_final = nn.ReLU(inplace=True) if preact else nn.Identity()
         self.avgpool, self.fc = classifier_head(cin, num_classes)
         self._init_weights(zero_init_residual)
+
+    def _make_stem(
+        self, stem: str, in_chans: int, channels: int, pool_ceil: bool, preact: bool
+    ) -> None:
+        """``conv1``, ``maxpool``, ``bn1``, ``relu`` (the last two ``nn.Identity`` for
+        pre-activation networks, whose first block normalises the stem's output)."""
+        if stem == "imagenet":
+            self.conv1 = nn.Conv2d(in_chans, channels, 7, 2, 3, bias=False)
+            self.maxpool: nn.Module = (
+                nn.MaxPool2d(3, 2, ceil_mode=True) if pool_ceil else nn.MaxPool2d(3, 2, 1)
+            )
+        else:
+            self.conv1 = _conv3x3(in_chans, channels)
+            self.maxpool = nn.Identity()
+        self.bn1 = nn.Identity() if preact else nn.BatchNorm2d(channels)
+        self.relu = nn.Identity() if preact else nn.ReLU(inplace=True)
 
     def _init_weights(self, zero_init_residual: bool) -> None:
         # torchvision's initialisation (He et al., ICCV 2015, fan-out) for conv and norm layers
