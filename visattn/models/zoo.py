@@ -458,6 +458,22 @@ _LAYOUT_MODELS: list[tuple[str, str, tuple[dict[str, Any], ...], dict[str, Any],
             "published_params": "28.09M",
         },
     ),
+    (
+        "gct_resnet50_official",
+        "resnet50",
+        ({"name": "gct", "before": "Conv2d", "args": {"norm": "official"}},),
+        {"stride_in_1x1": True},
+        {
+            "paper": "Yang et al., CVPR 2020",
+            "follows": "the authors' released GCT-ResNet-50 (z-x-yang/GCT, PyTorch/resnet.py, "
+            "from maskrcnn-benchmark): a GCT on the input of every conv (the stem conv, conv1, "
+            "conv2, conv3 and the downsample conv of every block), eps on the channel mean "
+            "(norm='official'), a downsampling bottleneck strides its first 1x1 conv",
+            "differs": "from gct_resnet50 (GCT before conv1 and conv3 only, torchvision's "
+            "strides): GCTs are hooked on the convs (conv.attn_before), not in ResNet slots",
+            "official_params": 25_624_625,
+        },
+    ),
 ]
 
 # timm's SK-ResNets: (name, depth)
