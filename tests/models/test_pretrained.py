@@ -506,6 +506,13 @@ def test_the_weights_page_agrees_with_list_pretrained():
     }
 
 
+def test_the_readme_counts_the_tags_of_list_pretrained():
+    readme = (REPO / "README.md").read_text()
+    (count,) = re.findall(r"^\| \*\*Released weights\*\* \| (\d+) tags: ", readme, flags=re.M)
+    assert int(count) == len(list_pretrained())
+    assert "(docs/guides/weights.md)" in readme.split("**Released weights**", 1)[1].split("\n")[0]
+
+
 def test_list_pretrained_filters_and_is_public():
     assert visattn.list_pretrained is list_pretrained
     names = [t.name for t in visattn.list_pretrained("se_resnet50.*")]

@@ -618,14 +618,17 @@ def _register_authors_tags() -> None:
             tag="official_in1k",
             source="cbam_official",
             top1=77.62,
-            page="https://www.dropbox.com/s/bt6zty02h9ibufi/RESNET50_CBAM_new_name_wrap.pth?dl=0",
+            page="https://drive.google.com/file/d/1mvAVvhLR_2XY_bPYxh-SEz4vDmGzSArO/view",
             publisher="Woo et al., ECCV 2018 (Jongchan/attention-module)",
             proof=(
                 "a reference network written in the test from the authors' model code, with "
                 "their parameter names and forward, saved as they save it (state_dict under "
                 "'state_dict', 'module.' prefix): outputs equal after conversion"
             ),
-            notes=f"{authors}; needs the authors' spatial gate: use_bn=True",
+            notes=(
+                f"{authors}; needs the authors' spatial gate: use_bn=True; the README's link "
+                "since September 2022 (earlier: Dropbox, RESNET50_CBAM_new_name_wrap.pth)"
+            ),
         )
     )
     register_pretrained(
