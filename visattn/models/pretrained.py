@@ -423,6 +423,29 @@ def _gct_official(state: dict[str, torch.Tensor], model: nn.Module) -> dict:
     )
 
 
+@register_converter("sk_pytorchinsight")
+def _sk_pytorchinsight(state: dict[str, torch.Tensor], model: nn.Module) -> dict:
+    """Li's released SK-ResNet-50 (implus/PytorchInsight, ``resnet_sk.py``, saved under
+    ``state_dict`` with DataParallel's ``module.``): each Bottleneck holds its two 3x3 paths
+    ``conv2``/``bn2`` (dense) and ``conv2g``/``bn2g`` (32 groups) and the fuse/select layers
+    ``conv_fc1``, ``bn_fc1``, ``conv_fc2`` flat in the block; visattn's ``sk_resnet50`` holds them
+    in the SK conv that replaces ``conv2`` (``paths.0``, ``paths.1``, ``fc_reduce``, ``bn``,
+    ``fc_select``)."""
+    block = r"^(layer\d+\.\d+)\."
+    return _rename(
+        state,
+        [
+            (block + r"conv2\.weight$", r"\1.conv2.paths.0.0.weight"),
+            (block + r"bn2\.", r"\1.conv2.paths.0.1."),
+            (block + r"conv2g\.weight$", r"\1.conv2.paths.1.0.weight"),
+            (block + r"bn2g\.", r"\1.conv2.paths.1.1."),
+            (block + r"conv_fc1\.", r"\1.conv2.fc_reduce."),
+            (block + r"bn_fc1\.", r"\1.conv2.bn."),
+            (block + r"conv_fc2\.", r"\1.conv2.fc_select."),
+        ],
+    )
+
+
 @register_converter("cbam_official")
 def _cbam_official(state: dict[str, torch.Tensor], model: nn.Module) -> dict:
     """Woo et al.'s released CBAM ResNets (Jongchan/attention-module): ``layerX.Y.cbam`` with
@@ -763,6 +786,28 @@ def _register_authors_tags() -> None:
                 "after conversion"
             ),
             notes=f"{authors}; their training script evaluates at Resize(256), CenterCrop(224)",
+        )
+    )
+
+    # implus/PytorchInsight's README (Li, SKNet's first author): "SK-ResNet50*", a modified SKNet
+    # on the ResNet-50 backbone, 26.15M parameters, 77.5380 top-1 (224 crop of the 256 side)
+    register_pretrained(
+        PretrainedTag(
+            model="sk_resnet50",
+            tag="pytorchinsight_in1k",
+            source="sk_pytorchinsight",
+            top1=77.538,
+            page="https://drive.google.com/file/d/1DGYWPeKc7dyJ9i-zPJcPPa2engExPOnJ/view",
+            publisher="Li et al. (implus/PytorchInsight, SK-ResNet50*; SKNet: CVPR 2019)",
+            proof=(
+                "a reference SK-ResNet-50 written in the test from the authors' resnet_sk.py "
+                "(conv2/conv2g paths, conv_fc1/bn_fc1/conv_fc2 in the block), saved nested "
+                "under 'state_dict' with 'module.': outputs equal after conversion"
+            ),
+            notes=(
+                f"{authors}; not the paper's SKNet-50 (a ResNeXt, Caffe only); also on Baidu pan "
+                "(pan.baidu.com/s/1Lx5CNUeRQXOSWjzTlcO2HQ, extract code tfwn)"
+            ),
         )
     )
 
