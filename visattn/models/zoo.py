@@ -395,7 +395,8 @@ _PAPER_MODELS: list[tuple[str, str, tuple[dict[str, Any], ...], dict[str, Any], 
         {
             "paper": "Yang et al., CVPR 2020",
             "differs": "GCT before conv1 and conv3 of every block (visattn's slots); the "
-            "official code also puts one before conv2, the stem conv and the downsample convs",
+            "official code also puts one before conv2, the stem conv and the downsample convs "
+            "(gct_resnet50_official)",
             "official_params": 25_624_625,
         },
     ),
