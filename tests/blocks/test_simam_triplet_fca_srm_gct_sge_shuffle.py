@@ -279,6 +279,29 @@ def test_gct_matches_eqs_1_to_3(mode: str) -> None:
     close(y, x * a)
 
 
+@pytest.mark.parametrize("mode", ["l2", "l1"])
+def test_gct_official_norm_adds_eps_to_the_channel_mean(mode: str) -> None:
+    """The official code's normalisation (z-x-yang/GCT, PyTorch/GCT.py), written out; a large
+    eps makes it differ visibly from the paper's form."""
+    eps = 0.5
+    blk = randomized("gct", 12, mode=mode, eps=eps, norm="official")
+    paper = randomized("gct", 12, mode=mode, eps=eps)
+    paper.load_state_dict(blk.state_dict())
+    x = randn64(2, 12, 5, 4) * 0.1
+    alpha, gamma, beta = (p.detach().flatten() for p in (blk.alpha, blk.gamma, blk.beta))
+    if mode == "l2":
+        s = alpha * torch.sqrt((x**2).sum((2, 3)) + eps)
+        s_hat = s / torch.sqrt((s**2).mean(1, keepdim=True) + eps)
+    else:
+        s = alpha * x.abs().sum((2, 3))
+        s_hat = s / (s.abs().mean(1, keepdim=True) + eps)
+    gate = 1 + torch.tanh(gamma * s_hat + beta)
+    close(blk(x), x * gate[:, :, None, None])
+    assert (paper(x) - blk(x)).abs().max() > 1e-4
+    with pytest.raises(ValueError, match="block 'gct': option 'norm'"):
+        visattn.create_block("gct", 8, norm="mean")
+
+
 def test_gct_starts_as_the_identity_and_counts_3c_parameters() -> None:
     blk = visattn.create_block("gct", 64)
     assert n_params(blk) == 3 * 64

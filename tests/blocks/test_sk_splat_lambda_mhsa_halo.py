@@ -455,13 +455,19 @@ def _params(name: str, c: int, **options) -> int:
 
 @pytest.mark.parametrize(
     ("c", "o", "options"),
-    [(64, 64, {}), (64, 128, {"split_input": True}), (32, 48, {"groups": 4, "reduction": 4})],
+    [
+        (64, 64, {}),
+        (64, 128, {"split_input": True}),
+        (32, 48, {"groups": 4, "reduction": 4}),
+        (64, 64, {"groups": (1, 32), "kernel_sizes": (3, 3)}),
+    ],
 )
 def test_sk_parameter_count_closed_form(c: int, o: int, options: dict) -> None:
     m, g = 2, options.get("groups", 1)
+    groups = g if isinstance(g, tuple) else (g,) * m
     d = max(o // options.get("reduction", 16), 32)
     cp = c // m if options.get("split_input") else c
-    expected = m * (9 * cp * o // g + 2 * o) + o * d + 2 * d + d * m * o
+    expected = sum(9 * cp * o // g + 2 * o for g in groups) + o * d + 2 * d + d * m * o
     assert _params("sk", c, out_channels=o, **options) == expected
 
 
@@ -556,6 +562,8 @@ def test_sk_and_splat_maps_are_the_first_paths_weight() -> None:
         ("sk", {"kernel_sizes": (3,)}, "kernel_sizes"),
         ("sk", {"kernel_sizes": (3, 4)}, "kernel_sizes"),
         ("sk", {"groups": 5}, "groups"),
+        ("sk", {"groups": (1, 2, 4)}, "one per path"),
+        ("sk", {"groups": (1, 0)}, "groups"),
         ("sk", {"split_input": True, "kernel_sizes": (3, 5, 7)}, "split_input"),
         ("splat", {"radix": 0}, "radix"),
         ("splat", {"groups": 5}, "groups"),

@@ -103,7 +103,13 @@ def test_sk_resnet34_converter_covers_every_key():
 # --------------------------------------------------------------------------- reference nets
 
 
-LAYOUTS = {18: (2, 2, 2, 2), 34: (3, 4, 6, 3), 50: (3, 4, 6, 3), 101: (3, 4, 23, 3)}
+LAYOUTS = {
+    18: (2, 2, 2, 2),
+    34: (3, 4, 6, 3),
+    50: (3, 4, 6, 3),
+    101: (3, 4, 23, 3),
+    152: (3, 8, 36, 3),
+}
 
 
 class _RefBlock(nn.Module):
@@ -395,6 +401,7 @@ def test_authors_tag_loads_through_timm(tmp_path: Path, source: str):
         pytest.param("simam_official", 101, marks=pytest.mark.slow),
         ("fca_official", 50),
         pytest.param("fca_official", 101, marks=pytest.mark.slow),
+        pytest.param("fca_official", 152, marks=pytest.mark.slow),
     ],
 )
 def test_authors_layout_of_other_depths(tmp_path: Path, source: str, depth: int):
@@ -497,6 +504,13 @@ def test_the_weights_page_agrees_with_list_pretrained():
     assert {(n, s, float(t)) for n, s, t in rows} == {
         (t.name, t.source, t.top1) for t in list_pretrained()
     }
+
+
+def test_the_readme_counts_the_tags_of_list_pretrained():
+    readme = (REPO / "README.md").read_text()
+    (count,) = re.findall(r"^\| \*\*Released weights\*\* \| (\d+) tags: ", readme, flags=re.M)
+    assert int(count) == len(list_pretrained())
+    assert "(docs/guides/weights.md)" in readme.split("**Released weights**", 1)[1].split("\n")[0]
 
 
 def test_list_pretrained_filters_and_is_public():

@@ -147,6 +147,11 @@ REFUSALS = {
     ),
     "bam_official": ("bam_resnet50_official", r"missing key\(s\): layer1\.attn_stage\.channel"),
     "fca_official": ("fca_resnet50", r"missing key\(s\): layer1\.0\.attn_standard\.fc1\.weight"),
+    "gct_official": ("gct_resnet50_official", r"missing key\(s\): conv1\.attn_before\.alpha"),
+    "sk_pytorchinsight": (
+        "sk_resnet50",
+        r"missing key\(s\): layer1\.0\.conv2\.paths\.1\.0\.weight",
+    ),
     "timm_legacy_senet": (
         "legacy_se_resnet50",
         r"missing key\(s\): layer1\.0\.attn_standard\.fc1\.weight",

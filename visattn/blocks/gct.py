@@ -27,9 +27,11 @@ class GatedChannelTransformation(nn.Module):
     ``mode="l1"`` is the paper's l1 variant: ``s_c = alpha_c sum_ij |x_c(i, j)|``,
     ``s^_c = C s_c / (sum_c |s_c| + eps)``.
 
-    The official code writes the normalisation with a channel mean, ``gamma s / (mean_c s^2 +
-    eps)^(1/2)``, which is the paper's formula with ``eps`` scaled by ``C`` (``C eps`` in place of
-    ``eps``); the difference is of the order of ``eps`` and is not offered as an option.
+    The official code (``z-x-yang/GCT``, ``PyTorch/GCT.py``) normalises with a channel mean,
+    ``s^_c = s_c / (mean_c s_c^2 + eps)^(1/2)`` (l1: ``s_c / (mean_c |s_c| + eps)``), which is
+    the paper's formula with ``eps`` scaled by ``C`` (``C eps`` in place of ``eps``). The
+    difference is of the order of ``eps``; ``norm="official"`` computes the official form, so
+    that the authors' released GCT-ResNet-50 computes exactly its function.
 
     Initialisation (the paper's and the official code's): ``alpha = 1``, ``gamma = beta = 0``, so
     the gate is exactly 1: a fresh GCT is the identity.
@@ -42,16 +44,24 @@ class GatedChannelTransformation(nn.Module):
         channels: input channels ``C``.
         mode: ``"l2"`` (paper's main form) or ``"l1"``.
         eps: the ``epsilon`` of Eqs. (1)-(2).
+        norm: ``"paper"`` (``eps`` added to the channel sum) or ``"official"`` (added to the
+            channel mean, as the official code).
     """
 
-    def __init__(self, channels: int, mode: str = "l2", eps: float = 1e-5) -> None:
+    def __init__(
+        self, channels: int, mode: str = "l2", eps: float = 1e-5, norm: str = "paper"
+    ) -> None:
         super().__init__()
         check_choice("mode", mode, ("l2", "l1"))
+        check_choice("norm", norm, ("paper", "official"))
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or eps <= 0:
             raise ValueError(f"option 'eps' must be a positive number, got {eps!r}")
         self.l2 = mode == "l2"
+        self.official = norm == "official"
         self.eps = float(eps)
-        self.scale = math.sqrt(channels) if self.l2 else float(channels)
+        # the channel sum divided by C is the official code's channel mean
+        self.scale = 1.0 if self.official else math.sqrt(channels) if self.l2 else float(channels)
+        self.reduce_by = float(channels) if self.official else 1.0
         self.alpha = nn.Parameter(torch.ones(1, channels, 1, 1))
         self.gamma = nn.Parameter(torch.zeros(1, channels, 1, 1))
         self.beta = nn.Parameter(torch.zeros(1, channels, 1, 1))
@@ -64,14 +74,16 @@ class GatedChannelTransformation(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.l2:
             s = (x.pow(2).sum((2, 3), keepdim=True) + self.eps).sqrt() * self.alpha
-            norm = self.scale / (s.pow(2).sum(1, keepdim=True) + self.eps).sqrt()
+            total = s.pow(2).sum(1, keepdim=True) / self.reduce_by
+            norm = self.scale / (total + self.eps).sqrt()
         else:
             s = x.abs().sum((2, 3), keepdim=True) * self.alpha
-            norm = self.scale / (s.abs().sum(1, keepdim=True) + self.eps)
+            norm = self.scale / (s.abs().sum(1, keepdim=True) / self.reduce_by + self.eps)
         g = 1.0 + torch.tanh(self.gamma * s * norm + self.beta)
         if not torch.jit.is_scripting():
             record_attention(self, g)
         return x * g
 
     def extra_repr(self) -> str:
-        return f"mode={'l2' if self.l2 else 'l1'!r}, eps={self.eps}"
+        norm = "official" if self.official else "paper"
+        return f"mode={'l2' if self.l2 else 'l1'!r}, eps={self.eps}, norm={norm!r}"

@@ -36,6 +36,20 @@ def _check_kernels(kernel_sizes: Sequence[int]) -> tuple[int, ...]:
     return tuple(kernel_sizes)
 
 
+def _check_groups(groups: int | Sequence[int], paths: int) -> tuple[int, ...]:
+    """One group count per path: an int for every path, or a list of ``paths`` of them."""
+    if isinstance(groups, (tuple, list)):
+        if len(groups) != paths:
+            raise ValueError(
+                f"option 'groups' must be one int or one per path ({paths}), got {groups!r}"
+            )
+        for g in groups:
+            check_positive_int("groups", g)
+        return tuple(groups)
+    check_positive_int("groups", groups)
+    return (groups,) * paths
+
+
 @register_block(
     "sk",
     family="channel",
@@ -75,7 +89,8 @@ class SelectiveKernel(nn.Module):
     ``a_1`` of the first path (with two paths the second is ``1 - a_1``).
 
     Parameters (``M`` paths of kernel 3 (``dilate``), ``G`` groups, ``C_p = C / M`` with
-    ``split_input`` else ``C``): ``M * (9 * C_p * C' / G + 2 * C') + C' * d + 2 * d + d * M * C'``.
+    ``split_input`` else ``C``): ``M * (9 * C_p * C' / G + 2 * C') + C' * d + 2 * d + d * M * C'``
+    (with one ``G_m`` per path, ``sum_m (9 * C_p * C' / G_m + 2 * C')`` for the first term).
 
     Args:
         channels: input channels ``C``.
@@ -84,7 +99,8 @@ class SelectiveKernel(nn.Module):
         kernel_sizes: one kernel size per path (paper: 3 and 5).
         dilate: a kernel ``k > 3`` becomes a 3x3 conv with dilation ``(k - 1) / 2`` (paper).
         groups: groups of the path convs (SKNet-50 uses 32 on its ResNeXt backbone; 1 replaces
-            a plain ResNet conv).
+            a plain ResNet conv), or one per path (the SK-ResNet-50 of Li's PytorchInsight:
+            ``(1, 32)``, a dense and a grouped 3x3).
         reduction: ``r`` in ``d = max(C' / r, L)`` (paper 16).
         min_rd_channels: ``L`` (paper 32).
         rd_channels: explicit ``d`` (overrides ``reduction`` and ``min_rd_channels``).
@@ -100,7 +116,7 @@ class SelectiveKernel(nn.Module):
         stride: int = 1,
         kernel_sizes: Sequence[int] = (3, 5),
         dilate: bool = True,
-        groups: int = 1,
+        groups: int | Sequence[int] = 1,
         reduction: float = 16,
         min_rd_channels: int = 32,
         rd_channels: int | None = None,
@@ -108,10 +124,10 @@ class SelectiveKernel(nn.Module):
     ) -> None:
         super().__init__()
         out = init_conv_io(self, channels, out_channels, stride)
-        check_positive_int("groups", groups)
         check_positive_int("min_rd_channels", min_rd_channels)
         kernels = _check_kernels(kernel_sizes)
         paths = len(kernels)
+        path_groups = _check_groups(groups, paths)
         path_in = channels
         if split_input:
             if channels % paths:
@@ -119,11 +135,12 @@ class SelectiveKernel(nn.Module):
                     f"option 'split_input' needs channels={channels} divisible by the {paths} paths"
                 )
             path_in = channels // paths
-        if path_in % groups or out % groups:
-            raise ValueError(
-                f"option 'groups'={groups} must divide the path's input ({path_in}) and output "
-                f"({out}) channels"
-            )
+        for g in path_groups:
+            if path_in % g or out % g:
+                raise ValueError(
+                    f"option 'groups'={g} must divide the path's input ({path_in}) and output "
+                    f"({out}) channels"
+                )
         if rd_channels is not None:
             check_positive_int("rd_channels", rd_channels)
             d = rd_channels
@@ -132,7 +149,7 @@ class SelectiveKernel(nn.Module):
         self.split_input, self.rd_channels = split_input, d
 
         self.paths = nn.ModuleList()
-        for k in kernels:
+        for k, g in zip(kernels, path_groups):
             dil = (k - 1) // 2 if dilate and k > 3 else 1
             size = 3 if dilate and k > 3 else k
             self.paths.append(
@@ -144,7 +161,7 @@ class SelectiveKernel(nn.Module):
                         stride,
                         padding=dil * (size - 1) // 2,
                         dilation=dil,
-                        groups=groups,
+                        groups=g,
                         bias=False,
                     ),
                     nn.BatchNorm2d(out),

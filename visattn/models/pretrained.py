@@ -32,6 +32,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from ..blocks.gct import GatedChannelTransformation
 from .checkpoint import _mismatch_phrases, _shape_mismatches, read_state_dict, unwrap_state_dict
 from .zoo import ECA_RELEASED_KERNELS
 
@@ -352,6 +353,13 @@ def _timm(state: dict[str, torch.Tensor], model: nn.Module) -> dict:
     )
 
 
+def _strides_first_1x1(model: nn.Module) -> bool:
+    """Whether the model's first downsampling bottleneck (``layer2.0``) strides its first 1x1
+    conv (the original MSRA ResNet, ``stride_in_1x1=True``) rather than its 3x3."""
+    first = getattr(getattr(model, "layer2", None), "0", None)
+    return getattr(getattr(first, "conv1", None), "stride", (1, 1)) == (2, 2)
+
+
 @register_converter("timm_legacy_senet")
 def _timm_legacy_senet(state: dict[str, torch.Tensor], model: nn.Module) -> dict:
     """timm's ``legacy_seresnet*`` (its port of Hu et al.'s Caffe SENets, from Cadene's
@@ -360,12 +368,8 @@ def _timm_legacy_senet(state: dict[str, torch.Tensor], model: nn.Module) -> dict
     and the classifier ``last_linear``. The network itself differs from torchvision's (stride on
     the first 1x1 conv, a ceil-mode stem pool): load it into ``legacy_se_resnet50``; a model of
     torchvision's layout has the same keys but computes another function, so it is refused."""
-    pool = getattr(model, "maxpool", None)
-    first = getattr(getattr(model, "layer2", None), "0", None)
-    caffe = getattr(pool, "ceil_mode", False) and getattr(
-        getattr(first, "conv1", None), "stride", (1, 1)
-    ) == (2, 2)
-    if not caffe:
+    caffe = getattr(getattr(model, "maxpool", None), "ceil_mode", False)
+    if not (caffe and _strides_first_1x1(model)):
         raise ValueError(
             f"timm's legacy SENet weights need the Caffe layout (stride on the first 1x1 conv, "
             f"a ceil-mode stem pool); {getattr(model, 'model_name', type(model).__name__)} has "
@@ -378,6 +382,66 @@ def _timm_legacy_senet(state: dict[str, torch.Tensor], model: nn.Module) -> dict
             (r"^layer0\.(conv1|bn1)\.", r"\1."),
             (r"\.se_module\.", ".attn_standard."),
             (r"^last_linear\.", "fc."),
+        ],
+    )
+
+
+@register_converter("gct_official")
+def _gct_official(state: dict[str, torch.Tensor], model: nn.Module) -> dict:
+    """Yang et al.'s released GCT-ResNet-50 (z-x-yang/GCT, ``PyTorch/resnet.py``, saved by their
+    ``main.py`` under ``state_dict`` with DDP's ``module.``): every conv is wrapped as
+    ``nn.Sequential(GCT, conv)`` (``convN.0``/``convN.1``; ``downsample.0`` GCT, ``.1`` conv,
+    ``.2`` BN) and the stem sits under ``stem``. visattn's ``gct_resnet50_official`` hooks each
+    GCT on its conv (``<conv>.attn_before``). The network strides a downsampling bottleneck's
+    first 1x1 conv and its GCTs add eps to the channel mean: a model built otherwise has the
+    same keys but another function, so it is refused."""
+    name = getattr(model, "model_name", type(model).__name__)
+    if not _strides_first_1x1(model):
+        raise ValueError(
+            f"the authors' GCT-ResNet-50 strides the first 1x1 conv of a downsampling "
+            f"bottleneck; {name} strides its 3x3 (the same keys, another function): build "
+            "gct_resnet50_official (or resnet options stride_in_1x1=True)"
+        )
+    gcts = [(p, m) for p, m in model.named_modules() if isinstance(m, GatedChannelTransformation)]
+    paper = [p for p, m in gcts if not m.official]
+    if paper and any(k.endswith(".0.alpha") for k in state):  # the file holds the authors' GCTs
+        raise ValueError(
+            f"the authors' GCTs add eps to the channel mean; {name}'s at {', '.join(paper[:3])}"
+            + (f" (and {len(paper) - 3} more)" if len(paper) > 3 else "")
+            + " use the paper's form: build gct_resnet50_official (gct option norm='official')"
+        )
+    return _rename(
+        state,
+        [
+            (r"^stem\.", ""),
+            (r"(^|\.)(conv\d)\.0\.(alpha|gamma|beta)$", r"\1\2.attn_before.\3"),
+            (r"\.downsample\.0\.(alpha|gamma|beta)$", r".downsample.0.attn_before.\1"),
+            (r"(^|\.)(conv\d)\.1\.weight$", r"\1\2.weight"),
+            (r"\.downsample\.1\.weight$", ".downsample.0.weight"),
+            (r"\.downsample\.2\.", ".downsample.1."),
+        ],
+    )
+
+
+@register_converter("sk_pytorchinsight")
+def _sk_pytorchinsight(state: dict[str, torch.Tensor], model: nn.Module) -> dict:
+    """Li's released SK-ResNet-50 (implus/PytorchInsight, ``resnet_sk.py``, saved under
+    ``state_dict`` with DataParallel's ``module.``): each Bottleneck holds its two 3x3 paths
+    ``conv2``/``bn2`` (dense) and ``conv2g``/``bn2g`` (32 groups) and the fuse/select layers
+    ``conv_fc1``, ``bn_fc1``, ``conv_fc2`` flat in the block; visattn's ``sk_resnet50`` holds them
+    in the SK conv that replaces ``conv2`` (``paths.0``, ``paths.1``, ``fc_reduce``, ``bn``,
+    ``fc_select``)."""
+    block = r"^(layer\d+\.\d+)\."
+    return _rename(
+        state,
+        [
+            (block + r"conv2\.weight$", r"\1.conv2.paths.0.0.weight"),
+            (block + r"bn2\.", r"\1.conv2.paths.0.1."),
+            (block + r"conv2g\.weight$", r"\1.conv2.paths.1.0.weight"),
+            (block + r"bn2g\.", r"\1.conv2.paths.1.1."),
+            (block + r"conv_fc1\.", r"\1.conv2.fc_reduce."),
+            (block + r"bn_fc1\.", r"\1.conv2.bn."),
+            (block + r"conv_fc2\.", r"\1.conv2.fc_select."),
         ],
     )
 
@@ -581,14 +645,17 @@ def _register_attention_module_tags() -> None:
             tag="official_in1k",
             source="cbam_official",
             top1=77.62,
-            page="https://www.dropbox.com/s/bt6zty02h9ibufi/RESNET50_CBAM_new_name_wrap.pth?dl=0",
+            page="https://drive.google.com/file/d/1mvAVvhLR_2XY_bPYxh-SEz4vDmGzSArO/view",
             publisher="Woo et al., ECCV 2018 (Jongchan/attention-module)",
             proof=(
                 "a reference network written in the test from the authors' model code, with "
                 "their parameter names and forward, saved as they save it (state_dict under "
                 "'state_dict', 'module.' prefix): outputs equal after conversion"
             ),
-            notes=f"{_AUTHORS}; needs the authors' spatial gate: use_bn=True",
+            notes=(
+                f"{_AUTHORS}; needs the authors' spatial gate: use_bn=True; the README's link "
+                "since September 2022 (earlier: Dropbox, RESNET50_CBAM_new_name_wrap.pth)"
+            ),
         )
     )
     register_pretrained(
@@ -720,9 +787,57 @@ def _register_triplet_tags() -> None:
     )
 
 
+def _register_gct_tags() -> None:
+    # z-x-yang/GCT's PyTorch/README.md: one Google Drive file, "top-1 acc: 77.2%" (the authors'
+    # TensorFlow GCT-ResNet-50 of the paper is another network, not released as a file)
+    register_pretrained(
+        PretrainedTag(
+            model="gct_resnet50_official",
+            tag="in1k",
+            source="gct_official",
+            top1=77.2,
+            page="https://drive.google.com/file/d/1y5a56UzBjUWlWwlrU42lxueJY_cBpWLL/view",
+            publisher="Yang et al., CVPR 2020 (z-x-yang/GCT, PyTorch GCT-ResNet-50)",
+            proof=(
+                "a reference GCT-ResNet-50 written in the test from the authors' PyTorch code "
+                "(nn.Sequential(GCT, conv) for every conv, stem under 'stem', stride on the "
+                "first 1x1), saved nested under 'state_dict' with 'module.': outputs equal "
+                "after conversion"
+            ),
+            notes=f"{_AUTHORS}; their training script evaluates at Resize(256), CenterCrop(224)",
+        )
+    )
+
+
+def _register_sk_pytorchinsight_tags() -> None:
+    # implus/PytorchInsight's README (Li, SKNet's first author): "SK-ResNet50*", a modified SKNet
+    # on the ResNet-50 backbone, 26.15M parameters, 77.5380 top-1 (224 crop of the 256 side)
+    register_pretrained(
+        PretrainedTag(
+            model="sk_resnet50",
+            tag="pytorchinsight_in1k",
+            source="sk_pytorchinsight",
+            top1=77.538,
+            page="https://drive.google.com/file/d/1DGYWPeKc7dyJ9i-zPJcPPa2engExPOnJ/view",
+            publisher="Li et al. (implus/PytorchInsight, SK-ResNet50*; SKNet: CVPR 2019)",
+            proof=(
+                "a reference SK-ResNet-50 written in the test from the authors' resnet_sk.py "
+                "(conv2/conv2g paths, conv_fc1/bn_fc1/conv_fc2 in the block), saved nested "
+                "under 'state_dict' with 'module.': outputs equal after conversion"
+            ),
+            notes=(
+                f"{_AUTHORS}; not the paper's SKNet-50 (a ResNeXt, Caffe only); also on Baidu pan "
+                "(pan.baidu.com/s/1Lx5CNUeRQXOSWjzTlcO2HQ, extract code tfwn)"
+            ),
+        )
+    )
+
+
 _register_timm_tags()
 _register_attention_module_tags()
 _register_simam_tags()
 _register_fca_tags()
 _register_eca_tags()
 _register_triplet_tags()
+_register_gct_tags()
+_register_sk_pytorchinsight_tags()

@@ -22,7 +22,7 @@ from .builders import (
     resnet_imagenet,
 )
 from .registry import ModelSpec, get_model_spec, register_model
-from .resnet import ResNet
+from .resnet import Bottleneck, ResNet
 
 __all__ = [
     "ECA_NET50_KERNELS",
@@ -113,17 +113,16 @@ def fca_placements(dct_sizes: tuple[int, ...] | None = (56, 28, 14, 7)) -> tuple
 
 @forwards_options(resnet_imagenet, drop=("width",))
 def resnet_imagenet_sk(*, depth: int, **options: Any) -> ResNet:
-    """:func:`resnet_imagenet` laid out for SK at position ``conv`` as timm's ``skresnet18`` /
-    ``skresnet34``: the norm after each BasicBlock's first conv (``bn1``) is removed, since SK's
-    paths end in their own BN and ReLU (the ReLU that stays is then the identity on SK's
-    non-negative output). A generic placement (``create_model("resnet18", attention={"name":
-    "sk", "position": "conv"})``) keeps ``bn1``: 2 parameters per channel more."""
-    if depth not in (18, 34):
-        raise ValueError(f"SK-ResNet depth must be 18 or 34 (BasicBlock layouts), got {depth}")
+    """:func:`resnet_imagenet` laid out for SK at position ``conv``: the norm after the conv SK
+    replaces is removed, since SK's paths end in their own BN and ReLU (the ReLU that stays is
+    then the identity on SK's non-negative output): a BasicBlock's ``bn1`` (timm's
+    ``skresnet18`` / ``skresnet34``), a Bottleneck's ``bn2`` (the SK-ResNet-50 of Li's
+    PytorchInsight). A generic placement (``create_model("resnet18", attention={"name": "sk",
+    "position": "conv"})``) keeps that norm: 2 parameters per channel more."""
     model = resnet_imagenet(depth=depth, **options)
     for stage in (model.layer1, model.layer2, model.layer3, model.layer4):
         for block in stage:
-            block.bn1 = nn.Identity()
+            setattr(block, "bn2" if isinstance(block, Bottleneck) else "bn1", nn.Identity())
     return model
 
 
@@ -396,7 +395,8 @@ _PAPER_MODELS: list[tuple[str, str, tuple[dict[str, Any], ...], dict[str, Any], 
         {
             "paper": "Yang et al., CVPR 2020",
             "differs": "GCT before conv1 and conv3 of every block (visattn's slots); the "
-            "official code also puts one before conv2, the stem conv and the downsample convs",
+            "official code also puts one before conv2, the stem conv and the downsample convs "
+            "(gct_resnet50_official)",
             "official_params": 25_624_625,
         },
     ),
@@ -458,14 +458,48 @@ _LAYOUT_MODELS: list[tuple[str, str, tuple[dict[str, Any], ...], dict[str, Any],
             "published_params": "28.09M",
         },
     ),
+    (
+        "gct_resnet50_official",
+        "resnet50",
+        ({"name": "gct", "before": "Conv2d", "args": {"norm": "official"}},),
+        {"stride_in_1x1": True},
+        {
+            "paper": "Yang et al., CVPR 2020",
+            "follows": "the authors' released GCT-ResNet-50 (z-x-yang/GCT, PyTorch/resnet.py, "
+            "from maskrcnn-benchmark): a GCT on the input of every conv (the stem conv, conv1, "
+            "conv2, conv3 and the downsample conv of every block), eps on the channel mean "
+            "(norm='official'), a downsampling bottleneck strides its first 1x1 conv",
+            "differs": "from gct_resnet50 (GCT before conv1 and conv3 only, torchvision's "
+            "strides): GCTs are hooked on the convs (conv.attn_before), not in ResNet slots",
+            "official_params": 25_624_625,
+        },
+    ),
 ]
 
-# timm's SK-ResNets: (name, depth)
-_SK_MODELS = [("sk_resnet18", 18), ("sk_resnet34", 34)]
-_SK_FOLLOWS = (
-    "timm's skresnet{d}: SK (r=8, min 16, split input) replaces each BasicBlock's first conv, "
-    "whose BN is dropped"
-)
+#: the SK options of the SK-ResNet-50 in Li's PytorchInsight (``resnet_sk.py``, "SK-ResNet50*"):
+#: a dense and a 32-group 3x3 path, d = C' / 16 with no lower bound
+_SK_INSIGHT_ARGS = {"kernel_sizes": (3, 3), "groups": (1, 32), "min_rd_channels": 1}
+# SK-ResNets: (name, depth, SK options, what they follow)
+_SK_MODELS = [
+    *[
+        (
+            f"sk_resnet{d}",
+            d,
+            _SK_TIMM_ARGS,
+            f"timm's skresnet{d}: SK (r=8, min 16, split input) replaces each BasicBlock's first "
+            "conv, whose BN is dropped",
+        )
+        for d in (18, 34)
+    ],
+    (
+        "sk_resnet50",
+        50,
+        _SK_INSIGHT_ARGS,
+        "sk_resnet50 of Li's PytorchInsight (SK-ResNet50*, implus/PytorchInsight, with released "
+        "weights): SK with a dense and a 32-group 3x3 path (no dilation), r=16 without a minimum, "
+        "replaces each Bottleneck's 3x3 conv, whose BN is dropped",
+    ),
+]
 
 
 def _register_zoo() -> None:
@@ -504,7 +538,7 @@ def _register_zoo() -> None:
                 feature_levels=b.feature_levels,
             )
         )
-    for name, depth in _SK_MODELS:
+    for name, depth, args, follows in _SK_MODELS:
         register_model(
             ModelSpec(
                 name=name,
@@ -512,8 +546,8 @@ def _register_zoo() -> None:
                 placeable=True,
                 dataset="imagenet",
                 fixed={"depth": depth},
-                attention=({"name": "sk", "position": "conv", "args": dict(_SK_TIMM_ARGS)},),
-                meta={"paper": "Li et al., CVPR 2019", "follows": _SK_FOLLOWS.format(d=depth)},
+                attention=({"name": "sk", "position": "conv", "args": dict(args)},),
+                meta={"paper": "Li et al., CVPR 2019", "follows": follows},
             )
         )
 
