@@ -18,6 +18,7 @@ import torch
 
 import visattn
 from visattn.blocks import block_info, create_block, list_blocks
+from visattn.blocks.registry import FAMILIES
 from visattn.blocks.twins import TWINS, block_of, timm_type_of
 from visattn.profile import count_macs, count_params
 
@@ -178,33 +179,55 @@ def block_page(name: str, params: int, macs: int) -> str:
     return "\n".join(lines)
 
 
+def _picture_entry(name: str, params: int, macs: int) -> list[str]:
+    """A block in the gallery: its heading, paper and cost, and its picture at the page's
+    width (or, on the same line as the paper, how to make it)."""
+    about = f"{block_info(name).paper} · {params:,} params, {_fmt(macs)} MACs"
+    if not (ASSETS / f"{name}.png").exists():
+        make = f"`python docs/make_pictures.py --blocks {name}`"
+        return [f"### [{name}]({name}.md)", "", f"{about} · no picture yet ({make} makes it)", ""]
+    picture = (
+        f"![{name}: captured attention maps](../assets/attention/{name}.png){{ loading=lazy }}"
+    )
+    return [f"### [{name}]({name}.md)", "", about, "", f"[{picture}]({name}.md)", ""]
+
+
 def gallery() -> None:
-    rows = []
+    rows, entries = [], {family: [] for family in FAMILIES}
     for name in list_blocks():
         info = block_info(name)
         params, macs = _cost(name)
         with mkdocs_gen_files.open(f"blocks/{name}.md", "w") as f:
             f.write(block_page(name, params, macs))
-        thumb = (
-            f'<img src="../assets/attention/{name}.png" width="240">'
-            if (ASSETS / f"{name}.png").exists()
-            else ""
-        )
+        shown = "yes" if (ASSETS / f"{name}.png").exists() else "not yet"
         rows.append(
             f"| [{name}]({name}.md) | {info.family} | {info.paper} | {params:,} "
-            f"| {_fmt(macs)} | {thumb} |"
+            f"| {_fmt(macs)} | [{shown}](#{name}) |"
         )
+        entries[info.family] += _picture_entry(name, params, macs)
+    table = [
+        f'??? abstract "The {len(rows)} blocks in one table"',
+        "",
+        "    | block | family | paper | params | MACs | picture |",
+        "    |---|---|---|---|---|---|",
+        *(f"    {row}" for row in rows),
+        "",
+    ]
+    sections = [
+        part
+        for family, lines in entries.items()
+        if lines
+        for part in (f"## {family.capitalize()} attention", "", *lines)
+    ]
     with mkdocs_gen_files.open("blocks/index.md", "w") as f:
         f.write(
-            "# Block gallery\n\n"
+            "---\nhide:\n  - toc\n---\n\n# Block gallery\n\n"
             f"{len(rows)} registered blocks, one page each, generated from the registry. "
             f"Parameters and multiply-accumulates at C={CHANNELS}, {SIZE}x{SIZE} "
-            "(`torch.utils.flop_counter`). The attention column is what the block applied in a "
-            "small network trained on the embedded `shapes` data (`docs/make_pictures.py`; "
-            "each page says how it was made).\n\n"
-            "| block | family | paper | params | MACs | attention |\n|---|---|---|---|---|---|\n"
-            + "\n".join(rows)
-            + "\n"
+            "(`torch.utils.flop_counter`). Each picture is what the block applied in a small "
+            "network trained on the embedded `shapes` data (`docs/make_pictures.py`; each page "
+            "says how it was made): spatial maps over the image, channel weights as heat "
+            "strips.\n\n" + "\n".join(table + sections)
         )
 
 
