@@ -278,6 +278,25 @@ def reference() -> None:
         f.write("\n".join(index) + "\n")
 
 
+#: a line that starts a list item (``- ``, ``* ``, ``1. ``), at the margin
+_LIST_ITEM = re.compile(r"^(?:[-*]|\d+\.) ")
+
+
+def blank_line_before_lists(markdown: str) -> str:
+    """GitHub starts a list right after a paragraph's last line; Python-Markdown needs a blank
+    line first, or the items run into the paragraph. The results tables are written for GitHub:
+    a blank line is put before each list that follows a paragraph (code blocks left alone)."""
+    out, fenced = [], False
+    for line in markdown.split("\n"):
+        fenced ^= line.lstrip().startswith("```")
+        prev = out[-1] if out else ""
+        in_paragraph = prev.strip() and not prev.startswith((" ", "|"))
+        if not fenced and _LIST_ITEM.match(line) and in_paragraph and not _LIST_ITEM.match(prev):
+            out.append("")
+        out.append(line)
+    return "\n".join(out)
+
+
 def benchmarks() -> None:
     """One page per results table, with the CSVs beside it so the tables' links resolve."""
     results = ROOT / "benchmarks" / "results"
@@ -291,8 +310,9 @@ def benchmarks() -> None:
     for path in sorted(results.iterdir()):
         if path.suffix not in (".md", ".csv"):
             continue
+        text = path.read_text()
         with mkdocs_gen_files.open(f"results/{path.name}", "w") as f:
-            f.write(path.read_text())
+            f.write(blank_line_before_lists(text) if path.suffix == ".md" else text)
         if path.suffix == ".md":
             first = next((ln for ln in path.read_text().splitlines() if ln.startswith("#")), "")
             index.append(f"- [{path.stem}]({path.name}): {first.lstrip('# ').strip()}")
