@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
             check=True,
         )
         pages = {
-            "home": (site / "index.html", 1400),
+            "home": (site / "index.html", 1000),
             "gallery": (site / "blocks" / "index.html", 1400),
             f"block_{args.block}": (site / "blocks" / args.block / "index.html", 2200),
             "guide_placement": (site / "guides" / "placement" / "index.html", 1800),

@@ -19,6 +19,7 @@ from visattn.constants import POSITIONS
 pytest.importorskip("mkdocs")
 pytest.importorskip("mkdocs_gen_files")
 pytest.importorskip("mkdocstrings")
+pytest.importorskip("latex2mathml")  # docs/mathml.py, the build's hook
 
 
 @pytest.fixture(scope="module")
