@@ -95,10 +95,37 @@ def _equations_section(name: str) -> list[str]:
     ]
 
 
+def _make_picture(name: str) -> str:
+    """The command that makes a block's missing picture."""
+    return f"`python docs/make_pictures.py --blocks {name}`"
+
+
+def _picture_section(name: str) -> list[str]:
+    """A block page's picture and how it was made, or how to make it."""
+    if not (ASSETS / f"{name}.png").exists():
+        return [
+            f"No picture yet: {_make_picture(name)} makes it (every block records a map, so "
+            "every block can have one)."
+        ]
+    return [
+        f"![{name}: captured attention maps](../assets/attention/{name}.png)",
+        "",
+        "Captured with `visattn.capture_attention` on a held-out `shapes` image (the dashed "
+        "box is the target, which alone decides the label), from a ResNet-20 with this "
+        "block at the last residual block of each stage, trained briefly from random "
+        "weights on the embedded data. A spatial map is overlaid on the image, one panel "
+        "per block; channel weights `(N, C, 1, 1)` have no spatial extent and are drawn as "
+        "a heat strip per stage, one column per channel. The title gives the network's "
+        "held-out accuracy (9 classes, chance 0.11): a few dozen steps, so the maps are "
+        "early ones. Regenerate with "
+        f"`nice -n 19 env OMP_NUM_THREADS=1 python docs/make_pictures.py --blocks {name} "
+        "--force`.",
+    ]
+
+
 def block_page(name: str, params: int, macs: int) -> str:
     info = block_info(name)
     cls = info.cls
-    picture = ASSETS / f"{name}.png"
     lines = [
         f"# {name}",
         "",
@@ -126,26 +153,7 @@ def block_page(name: str, params: int, macs: int) -> str:
         "## What it attends to",
         "",
     ]
-    if picture.exists():
-        lines += [
-            f"![{name}: captured attention maps](../assets/attention/{name}.png)",
-            "",
-            "Captured with `visattn.capture_attention` on a held-out `shapes` image (the dashed "
-            "box is the target, which alone decides the label), from a ResNet-20 with this "
-            "block at the last residual block of each stage, trained briefly from random "
-            "weights on the embedded data. A spatial map is overlaid on the image, one panel "
-            "per block; channel weights `(N, C, 1, 1)` have no spatial extent and are drawn as "
-            "a heat strip per stage, one column per channel. The title gives the network's "
-            "held-out accuracy (9 classes, chance 0.11): a few dozen steps, so the maps are "
-            "early ones. Regenerate with "
-            f"`nice -n 19 env OMP_NUM_THREADS=1 python docs/make_pictures.py --blocks {name} "
-            "--force`.",
-        ]
-    else:
-        lines += [
-            "No picture yet: `python docs/make_pictures.py --blocks " + name + "` makes it "
-            "(every block records a map, so every block can have one)."
-        ]
+    lines += _picture_section(name)
     lines += [
         "",
         "## Cost",
@@ -184,8 +192,8 @@ def _picture_entry(name: str, params: int, macs: int) -> list[str]:
     width (or, on the same line as the paper, how to make it)."""
     about = f"{block_info(name).paper} · {params:,} params, {_fmt(macs)} MACs"
     if not (ASSETS / f"{name}.png").exists():
-        make = f"`python docs/make_pictures.py --blocks {name}`"
-        return [f"### [{name}]({name}.md)", "", f"{about} · no picture yet ({make} makes it)", ""]
+        missing = f"{about} · no picture yet ({_make_picture(name)} makes it)"
+        return [f"### [{name}]({name}.md)", "", missing, ""]
     picture = (
         f"![{name}: captured attention maps](../assets/attention/{name}.png){{ loading=lazy }}"
     )
