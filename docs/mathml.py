@@ -6,7 +6,7 @@ HTML-escaped, in ``<div class="arithmatex">\\[ ... \\]</div>`` (display) or
 ``<span class="arithmatex">\\( ... \\)</span>`` (inline), on the pages and in the docstrings
 that mkdocstrings renders. This hook replaces each wrapper's content with the MathML that
 ``latex2mathml`` converts it to, keeping the TeX as the formula's ``alttext``; a display
-formula of several equations set apart by ``\\qquad`` becomes one formula per equation, which
+formula of several equations set apart by ``, \\qquad`` becomes one formula per equation, which
 the stylesheet stacks. A formula that does not convert (an exception, an ``<merror>``, or an
 unknown command left as text) is logged as a warning naming the page and the TeX, which fails
 ``mkdocs build --strict``.
@@ -36,18 +36,20 @@ _WRAPPED = re.compile(
 
 
 def split_display(tex: str) -> list[str]:
-    """A display formula's parts: the docstrings set equations side by side with ``\\qquad``;
-    split there (outside braces and ``\\left ... \\right``), each part is its own formula, and
-    they stand one below the other instead of running off a narrow page."""
+    """A display formula's parts: the docstrings set equations side by side, a comma and a
+    ``\\quad`` or ``\\qquad`` between them; split there (outside braces and ``\\left ...
+    \\right``), each part is its own formula, and they stand one below the other instead of
+    running off a narrow page. A space with no comma before it (``x \\quad (\\text{Eq. 1})``)
+    stays inside its equation."""
     parts, depth, start = [], 0, 0
-    for m in re.finditer(r"[{}]|\\left\b|\\right\b|\\qquad\b", tex):
+    for m in re.finditer(r"[{}]|\\left\b|\\right\b|,\s*\\q?quad\b", tex):
         token = m[0]
         if token in ("{", r"\left"):
             depth += 1
         elif token in ("}", r"\right"):
             depth -= 1
         elif depth == 0:
-            parts.append(tex[start : m.start()])
+            parts.append(tex[start : m.start() + 1])  # the comma ends the equation before
             start = m.end()
     parts.append(tex[start:])
     return [p.strip() for p in parts if p.strip()]

@@ -89,15 +89,13 @@ def test_block_equations_convert_to_mathml(name: str) -> None:
             assert "\\" not in out.split(">", 1)[1], (name, part)  # no TeX command left over
 
 
-def test_display_equations_split_at_top_level_qquad_only() -> None:
+def test_display_equations_split_after_a_comma_and_a_top_level_quad_only() -> None:
     pytest.importorskip("latex2mathml")
     split = _script("mathml").split_display
-    assert split(r"a = b, \qquad c = \left( d \qquad e \right) \qquad f = {g \qquad h}") == [
-        "a = b,",
-        r"c = \left( d \qquad e \right)",
-        r"f = {g \qquad h}",
-    ]
-    assert split(r"x \qquadx") == [r"x \qquadx"]  # another command, not \qquad
+    tex = r"a = b, \qquad c = \left( d, \qquad e \right), \quad f = {g, \qquad h}"
+    assert split(tex) == ["a = b,", r"c = \left( d, \qquad e \right),", r"f = {g, \qquad h}"]
+    assert split(r"x = 1 \quad (\text{Eq. 1})") == [r"x = 1 \quad (\text{Eq. 1})"]  # no comma
+    assert split(r"x, \qquadx") == [r"x, \qquadx"]  # another command, not \qquad
 
 
 def test_a_formula_that_does_not_convert_is_refused() -> None:
