@@ -18,6 +18,7 @@ import torch
 
 import visattn
 from visattn.blocks import block_info, create_block, list_blocks
+from visattn.blocks.registry import FAMILIES
 from visattn.blocks.twins import TWINS, block_of, timm_type_of
 from visattn.profile import count_macs, count_params
 
@@ -94,10 +95,37 @@ def _equations_section(name: str) -> list[str]:
     ]
 
 
+def _make_picture(name: str) -> str:
+    """The command that makes a block's missing picture."""
+    return f"`python docs/make_pictures.py --blocks {name}`"
+
+
+def _picture_section(name: str) -> list[str]:
+    """A block page's picture and how it was made, or how to make it."""
+    if not (ASSETS / f"{name}.png").exists():
+        return [
+            f"No picture yet: {_make_picture(name)} makes it (every block records a map, so "
+            "every block can have one)."
+        ]
+    return [
+        f"![{name}: captured attention maps](../assets/attention/{name}.png)",
+        "",
+        "Captured with `visattn.capture_attention` on a held-out `shapes` image (the dashed "
+        "box is the target, which alone decides the label), from a ResNet-20 with this "
+        "block at the last residual block of each stage, trained briefly from random "
+        "weights on the embedded data. A spatial map is overlaid on the image, one panel "
+        "per block; channel weights `(N, C, 1, 1)` have no spatial extent and are drawn as "
+        "a heat strip per stage, one column per channel. The title gives the network's "
+        "held-out accuracy (9 classes, chance 0.11): a few dozen steps, so the maps are "
+        "early ones. Regenerate with "
+        f"`nice -n 19 env OMP_NUM_THREADS=1 python docs/make_pictures.py --blocks {name} "
+        "--force`.",
+    ]
+
+
 def block_page(name: str, params: int, macs: int) -> str:
     info = block_info(name)
     cls = info.cls
-    picture = ASSETS / f"{name}.png"
     lines = [
         f"# {name}",
         "",
@@ -125,26 +153,7 @@ def block_page(name: str, params: int, macs: int) -> str:
         "## What it attends to",
         "",
     ]
-    if picture.exists():
-        lines += [
-            f"![{name}: captured attention maps](../assets/attention/{name}.png)",
-            "",
-            "Captured with `visattn.capture_attention` on a held-out `shapes` image (the dashed "
-            "box is the target, which alone decides the label), from a ResNet-20 with this "
-            "block at the last residual block of each stage, trained briefly from random "
-            "weights on the embedded data. A spatial map is overlaid on the image, one panel "
-            "per block; channel weights `(N, C, 1, 1)` have no spatial extent and are drawn as "
-            "a heat strip per stage, one column per channel. The title gives the network's "
-            "held-out accuracy (9 classes, chance 0.11): a few dozen steps, so the maps are "
-            "early ones. Regenerate with "
-            f"`nice -n 19 env OMP_NUM_THREADS=1 python docs/make_pictures.py --blocks {name} "
-            "--force`.",
-        ]
-    else:
-        lines += [
-            "No picture yet: `python docs/make_pictures.py --blocks " + name + "` makes it "
-            "(every block records a map, so every block can have one)."
-        ]
+    lines += _picture_section(name)
     lines += [
         "",
         "## Cost",
@@ -178,33 +187,55 @@ def block_page(name: str, params: int, macs: int) -> str:
     return "\n".join(lines)
 
 
+def _picture_entry(name: str, params: int, macs: int) -> list[str]:
+    """A block in the gallery: its heading, paper and cost, and its picture at the page's
+    width (or, on the same line as the paper, how to make it)."""
+    about = f"{block_info(name).paper} · {params:,} params, {_fmt(macs)} MACs"
+    if not (ASSETS / f"{name}.png").exists():
+        missing = f"{about} · no picture yet ({_make_picture(name)} makes it)"
+        return [f"### [{name}]({name}.md)", "", missing, ""]
+    picture = (
+        f"![{name}: captured attention maps](../assets/attention/{name}.png){{ loading=lazy }}"
+    )
+    return [f"### [{name}]({name}.md)", "", about, "", f"[{picture}]({name}.md)", ""]
+
+
 def gallery() -> None:
-    rows = []
+    rows, entries = [], {family: [] for family in FAMILIES}
     for name in list_blocks():
         info = block_info(name)
         params, macs = _cost(name)
         with mkdocs_gen_files.open(f"blocks/{name}.md", "w") as f:
             f.write(block_page(name, params, macs))
-        thumb = (
-            f'<img src="../assets/attention/{name}.png" width="240">'
-            if (ASSETS / f"{name}.png").exists()
-            else ""
-        )
+        shown = "yes" if (ASSETS / f"{name}.png").exists() else "not yet"
         rows.append(
             f"| [{name}]({name}.md) | {info.family} | {info.paper} | {params:,} "
-            f"| {_fmt(macs)} | {thumb} |"
+            f"| {_fmt(macs)} | [{shown}](#{name}) |"
         )
+        entries[info.family] += _picture_entry(name, params, macs)
+    table = [
+        f'??? abstract "The {len(rows)} blocks in one table"',
+        "",
+        "    | block | family | paper | params | MACs | picture |",
+        "    |---|---|---|---|---|---|",
+        *(f"    {row}" for row in rows),
+        "",
+    ]
+    sections = [
+        part
+        for family, lines in entries.items()
+        if lines
+        for part in (f"## {family.capitalize()} attention", "", *lines)
+    ]
     with mkdocs_gen_files.open("blocks/index.md", "w") as f:
         f.write(
-            "# Block gallery\n\n"
+            "---\nhide:\n  - toc\n---\n\n# Block gallery\n\n"
             f"{len(rows)} registered blocks, one page each, generated from the registry. "
             f"Parameters and multiply-accumulates at C={CHANNELS}, {SIZE}x{SIZE} "
-            "(`torch.utils.flop_counter`). The attention column is what the block applied in a "
-            "small network trained on the embedded `shapes` data (`docs/make_pictures.py`; "
-            "each page says how it was made).\n\n"
-            "| block | family | paper | params | MACs | attention |\n|---|---|---|---|---|---|\n"
-            + "\n".join(rows)
-            + "\n"
+            "(`torch.utils.flop_counter`). Each picture is what the block applied in a small "
+            "network trained on the embedded `shapes` data (`docs/make_pictures.py`; each page "
+            "says how it was made): spatial maps over the image, channel weights as heat "
+            "strips.\n\n" + "\n".join(table + sections)
         )
 
 
@@ -255,6 +286,25 @@ def reference() -> None:
         f.write("\n".join(index) + "\n")
 
 
+#: a line that starts a list item (``- ``, ``* ``, ``1. ``), at the margin
+_LIST_ITEM = re.compile(r"^(?:[-*]|\d+\.) ")
+
+
+def blank_line_before_lists(markdown: str) -> str:
+    """GitHub starts a list right after a paragraph's last line; Python-Markdown needs a blank
+    line first, or the items run into the paragraph. The results tables are written for GitHub:
+    a blank line is put before each list that follows a paragraph (code blocks left alone)."""
+    out, fenced = [], False
+    for line in markdown.split("\n"):
+        fenced ^= line.lstrip().startswith("```")
+        prev = out[-1] if out else ""
+        in_paragraph = prev.strip() and not prev.startswith((" ", "|"))
+        if not fenced and _LIST_ITEM.match(line) and in_paragraph and not _LIST_ITEM.match(prev):
+            out.append("")
+        out.append(line)
+    return "\n".join(out)
+
+
 def benchmarks() -> None:
     """One page per results table, with the CSVs beside it so the tables' links resolve."""
     results = ROOT / "benchmarks" / "results"
@@ -268,8 +318,9 @@ def benchmarks() -> None:
     for path in sorted(results.iterdir()):
         if path.suffix not in (".md", ".csv"):
             continue
+        text = path.read_text()
         with mkdocs_gen_files.open(f"results/{path.name}", "w") as f:
-            f.write(path.read_text())
+            f.write(blank_line_before_lists(text) if path.suffix == ".md" else text)
         if path.suffix == ".md":
             first = next((ln for ln in path.read_text().splitlines() if ln.startswith("#")), "")
             index.append(f"- [{path.stem}]({path.name}): {first.lstrip('# ').strip()}")

@@ -31,6 +31,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
+from matplotlib.text import Text
 
 import visattn
 from visattn.constants import STATS
@@ -40,6 +41,9 @@ from visattn.visualize import attention_figures
 OUT = Path(__file__).resolve().parent / "assets" / "attention"
 BATCH = 32
 DPI = 100
+#: the gallery shows a picture at the page's width (about 750 px for a 950 px picture): its
+#: text, drawn for a picture seen at full size, is enlarged by this much to stay readable
+FONT_SCALE = 1.4
 
 
 def _data(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -75,6 +79,14 @@ def train(name: str, steps: int, num_train: int, seed: int = 0) -> torch.nn.Modu
     return net.eval()
 
 
+def legible(fig: plt.Figure, scale: float = FONT_SCALE) -> None:
+    """Enlarge every text of ``fig`` by ``scale`` and lay the panels out again, so that no
+    title or label is cut or overlaps a neighbour (the saved box is then fitted to them)."""
+    for text in fig.findobj(Text):
+        text.set_fontsize(text.get_fontsize() * scale)
+    fig.tight_layout(pad=0.4)
+
+
 def picture(name: str, *, steps: int, num_train: int) -> tuple[Path, float]:
     """Train ``name``'s network and write ``OUT/<name>.png``; returns the path and the
     held-out accuracy (256 images of another seed than the training set's)."""
@@ -93,8 +105,10 @@ def picture(name: str, *, steps: int, num_train: int) -> tuple[Path, float]:
         labels=[int(y[i])],
         gradcam=False,
     )
+    legible(fig)
     path = OUT / f"{name}.png"
-    fig.savefig(path, dpi=DPI, bbox_inches="tight", pad_inches=0.05)  # two-line titles kept
+    # the box fitted to what was drawn: a two-line title above a panel is kept whole
+    fig.savefig(path, dpi=DPI, bbox_inches="tight", pad_inches=0.08)
     plt.close(fig)
     return path, acc
 

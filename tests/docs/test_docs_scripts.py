@@ -73,6 +73,46 @@ def test_main_blocks_state_their_paper_equations_in_tex(name: str) -> None:
         assert "``" not in tex and "$" not in tex, f"{name}: text markup inside TeX: {tex!r}"
 
 
+def _display_equations(name: str) -> list[str]:
+    doc = inspect.getdoc(visattn.block_info(name).cls) or ""
+    return re.findall(r"^\$\$\n(.+?)\n\$\$$", doc, re.M | re.S)
+
+
+@pytest.mark.parametrize("name", [n for n in visattn.list_blocks() if _display_equations(n)])
+def test_block_equations_convert_to_mathml(name: str) -> None:
+    pytest.importorskip("latex2mathml")
+    mathml = _script("mathml")
+    for tex in _display_equations(name):
+        for part in mathml.split_display(tex):
+            out = mathml.tex_to_mathml(part, display=True)
+            assert out.startswith("<math alttext=") and 'display="block"' in out, (name, part)
+            assert "\\" not in out.split(">", 1)[1], (name, part)  # no TeX command left over
+
+
+def test_display_equations_split_after_a_comma_and_a_top_level_quad_only() -> None:
+    pytest.importorskip("latex2mathml")
+    split = _script("mathml").split_display
+    tex = r"a = b, \qquad c = \left( d, \qquad e \right), \quad f = {g, \qquad h}"
+    assert split(tex) == ["a = b,", r"c = \left( d, \qquad e \right),", r"f = {g, \qquad h}"]
+    assert split(r"x = 1 \quad (\text{Eq. 1})") == [r"x = 1 \quad (\text{Eq. 1})"]  # no comma
+    assert split(r"x, \qquadx") == [r"x, \qquadx"]  # another command, not \qquad
+
+
+def test_a_formula_that_does_not_convert_is_refused() -> None:
+    pytest.importorskip("latex2mathml")
+    to_mathml = _script("mathml").tex_to_mathml
+    with pytest.raises(ValueError, match=r"Error"):
+        to_mathml(r"\frac{1}{", display=True)  # latex2mathml's own exception, wrapped
+    with pytest.raises(ValueError, match=r"does not know: \['\\\\sigmoid'\]"):
+        to_mathml(r"\sigmoid(x)", display=True)  # passed through as text: refused
+
+
+def test_a_prime_is_written_after_its_base_not_as_a_superscript() -> None:
+    pytest.importorskip("latex2mathml")
+    out = _script("mathml").tex_to_mathml("F'' = F'", display=False)
+    assert "<msup>" not in out and "<mo>&#x02033;</mo>" in out and "<mo>&#x02032;</mo>" in out
+
+
 def _sweep_folder(root: Path, plots: list[str]) -> Path:
     root.mkdir()
     links = "\n".join(f"![{p}]({p}.png)" for p in plots)

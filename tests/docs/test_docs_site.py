@@ -4,6 +4,7 @@ generated page per registered block."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from html import escape as html_escape
@@ -18,6 +19,7 @@ from visattn.constants import POSITIONS
 pytest.importorskip("mkdocs")
 pytest.importorskip("mkdocs_gen_files")
 pytest.importorskip("mkdocstrings")
+pytest.importorskip("latex2mathml")  # docs/mathml.py, the build's hook
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +61,39 @@ def test_block_pages_show_their_pictures_and_typeset_equations(site: Path):
         else:
             assert f"make_pictures.py --blocks {name}" in html, name
     se = (site / "blocks" / "se" / "index.html").read_text()
-    assert '<div class="arithmatex">' in se and r"\frac{1}{HW}" in se  # TeX for MathJax
-    assert "javascripts/mathjax.js" in se
+    assert '<div class="arithmatex"><math alttext="z_c = \\frac{1}{HW}' in se  # MathML, built
+    assert "<mfrac>" in se and "mathjax" not in se.lower()  # no script, no network
+
+
+@pytest.mark.slow
+def test_every_equation_of_the_site_is_mathml(site: Path):
+    pages = {p: p.read_text() for p in site.rglob("*.html")}
+    with_math = [p for p, html in pages.items() if 'class="arithmatex"><math ' in html]
+    assert len(with_math) >= 11, with_math  # at least the main blocks' pages
+    tex_left = re.compile(r'class="arithmatex">\\[\[(]')  # TeX a script would have typeset
+    assert not [p for p, html in pages.items() if tex_left.search(html)]
+
+
+@pytest.mark.slow
+def test_no_list_runs_into_the_paragraph_before_it(site: Path):
+    # Python-Markdown needs a blank line before a list (GitHub does not): without it the
+    # items are printed inside the paragraph, as "- item" text
+    run_in = re.compile(r"<p>(?:(?!</p>).)*\n(?:[-*]|\d+\.) ", re.S)
+    found = {str(p.relative_to(site)) for p in site.rglob("*.html") if run_in.search(p.read_text())}
+    # known: ACmix's docstring continues its first item at 2 spaces after a literal block (a
+    # docstring fix, left to the block's owner)
+    assert found <= {"blocks/acmix/index.html"}, found
+
+
+@pytest.mark.slow
+def test_gallery_shows_every_picture_and_says_which_are_missing(site: Path):
+    gallery = (site / "blocks" / "index.html").read_text()
+    assets = REPO / "docs" / "assets" / "attention"
+    for name in visattn.list_blocks():
+        if (assets / f"{name}.png").is_file():
+            assert f'src="../assets/attention/{name}.png"' in gallery, name
+        else:
+            assert f"make_pictures.py --blocks {name}" in gallery, name
 
 
 @pytest.mark.slow
