@@ -80,9 +80,7 @@ def test_no_list_runs_into_the_paragraph_before_it(site: Path):
     # items are printed inside the paragraph, as "- item" text
     run_in = re.compile(r"<p>(?:(?!</p>).)*\n(?:[-*]|\d+\.) ", re.S)
     found = {str(p.relative_to(site)) for p in site.rglob("*.html") if run_in.search(p.read_text())}
-    # known: ACmix's docstring continues its first item at 2 spaces after a literal block (a
-    # docstring fix, left to the block's owner)
-    assert found <= {"blocks/acmix/index.html"}, found
+    assert not found, found
 
 
 @pytest.mark.slow

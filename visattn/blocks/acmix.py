@@ -55,12 +55,12 @@ class ACmix(nn.Module):
     (``C'`` channels, ``h`` heads of ``d = C'/h``). Stage II, two paths:
 
     * attention: local self-attention in a ``k_a x k_a`` window (``kernel_att``, 7) around each
-      query, with relative positions from a 1x1 conv ``W_p`` of the coordinate grid ``p``
+      query, the windows padded by reflection (the map's edge not repeated) as in the authors'
+      code, with relative positions from a 1x1 conv ``W_p`` of the coordinate grid ``p``
       (``linspace(-1, 1)``)::
 
           a_ij = softmax_j(q_i . (k_j + W_p p_i - W_p p_j) / sqrt(d)),  o_i = sum_j a_ij v_j
 
-      windows are padded by reflection (the map's edge not repeated), as in the authors' code;
     * convolution: a 1x1 conv (``fc``, no bias) maps the ``3h`` head features of ``q, k, v``
       to ``k_c^2`` features per channel of a head, which a grouped ``k_c x k_c`` conv (groups
       ``d``, with bias) shifts and sums; it starts as the shift kernels of the paper (each of the
