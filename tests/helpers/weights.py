@@ -56,3 +56,15 @@ def randomize(
             normal(m.running_mean, 0.3)
             uniform(m.running_var, 0.5)
     return module
+
+
+def assert_same_outputs(
+    ours: nn.Module, ref: nn.Module, x: torch.Tensor, tol: float = 1e-10
+) -> None:
+    """``ours`` (converted from a released file) and the authors' reference ``ref`` give the same
+    eval-mode outputs on ``x``, in float64."""
+    ours = ours.double().eval()
+    with torch.no_grad():
+        torch.testing.assert_close(
+            ours(x.double()), ref.double().eval()(x.double()), rtol=tol, atol=tol
+        )

@@ -15,7 +15,7 @@ import timm
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from helpers.weights import randomize
+from helpers.weights import assert_same_outputs, randomize
 
 import visattn
 from visattn.models.pretrained import load_pretrained
@@ -116,18 +116,12 @@ def _authors_file(path: Path, seed: int = 3) -> tuple[nn.Module, Path]:
     return ref.double().eval(), path
 
 
-def _same_outputs(ours: nn.Module, ref: nn.Module) -> None:
-    ours = ours.double().eval()
-    with torch.no_grad():
-        torch.testing.assert_close(ours(X), ref(X), rtol=1e-10, atol=1e-10)
-
-
 def test_authors_gct_resnet50_converts_to_equal_outputs(tmp_path: Path):
     ref, path = _authors_file(tmp_path / "gct_resnet50.pth.tar")
     ours = load_pretrained(
         visattn.create_model("gct_resnet50_official"), path, source="gct_official"
     )
-    _same_outputs(ours, ref)
+    assert_same_outputs(ours, ref, X)
     with visattn.capture_attention(ours) as maps, torch.no_grad():
         ours(X)
     assert len(maps) == 53  # the stem conv, 3 convs in each of 16 blocks, 4 downsample convs
@@ -141,7 +135,7 @@ def test_authors_gct_tag_loads_through_timm(tmp_path: Path):
         pretrained=True,
         pretrained_cfg_overlay={"file": str(path)},
     )
-    _same_outputs(ours, ref)
+    assert_same_outputs(ours, ref, X)
 
 
 def test_the_named_model_places_gct_on_every_conv_the_authors_do():

@@ -14,7 +14,7 @@ import timm
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from helpers.weights import randomize
+from helpers.weights import assert_same_outputs, randomize
 
 import visattn
 from visattn.models.pretrained import load_pretrained
@@ -84,17 +84,11 @@ def _authors_file(path: Path, seed: int = 5) -> tuple[nn.Module, Path]:
     return ref.double().eval(), path
 
 
-def _same_outputs(ours: nn.Module, ref: nn.Module) -> None:
-    ours = ours.double().eval()
-    with torch.no_grad():
-        torch.testing.assert_close(ours(X), ref(X), rtol=1e-10, atol=1e-10)
-
-
 def test_authors_sk_resnet50_converts_to_equal_outputs(tmp_path: Path):
     ref, path = _authors_file(tmp_path / "sk_resnet50.pth.tar")
     model = visattn.create_model("sk_resnet50")
     ours = load_pretrained(model, path, source="sk_pytorchinsight")
-    _same_outputs(ours, ref)
+    assert_same_outputs(ours, ref, X)
     with visattn.capture_attention(ours) as maps, torch.no_grad():
         ours(X)
     assert len(maps) == 16
@@ -108,7 +102,7 @@ def test_authors_sk_tag_loads_through_timm(tmp_path: Path):
         pretrained=True,
         pretrained_cfg_overlay={"file": str(path)},
     )
-    _same_outputs(ours, ref)
+    assert_same_outputs(ours, ref, X)
 
 
 def test_sk_resnet50_has_the_published_parameter_count_and_paths():
