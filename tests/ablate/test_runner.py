@@ -210,6 +210,7 @@ def test_seven_studies_the_cpu_sweeps_and_the_gpu_reproduction_are_shipped(
 ) -> None:
     monkeypatch.chdir(REPO)
     assert {p.stem for p in SWEEP_FILES} - {p.stem for p in STUDY_FILES} == {
+        "backbones_cpu",
         "cifar10_reproduce",
         "cifar10_cpu",
         "families_cpu",
@@ -222,6 +223,13 @@ def test_seven_studies_the_cpu_sweeps_and_the_gpu_reproduction_are_shipped(
     assert ten.seeds == tuple(range(10)) and ten.variants == cpu.variants
     names = {v.name.removeprefix("resnet20_") for v in cpu.variants}
     assert names == {"none", "se", "eca", "cbam", "gsop", "nonlocal", "coord", "simam"}
+    # backbones_cpu is the part of backbones_quick a CPU finishes: the same runs, so a finished
+    # backbones_cpu folder resumes as backbones_quick
+    bb_cpu = load_sweep(REPO / "configs" / "ablations" / "backbones_cpu.yaml")
+    bb_quick = load_sweep(REPO / "configs" / "ablations" / "backbones_quick.yaml")
+    shared = {r.key: r.args for r in bb_cpu.runs("out")}
+    assert {v.name for v in bb_cpu.variants} < {v.name for v in bb_quick.variants}
+    assert shared == {r.key: r.args for r in bb_quick.runs("out") if r.key in shared}
     c10 = load_sweep(REPO / "configs" / "ablations" / "cifar10_cpu.yaml")
     assert c10.seeds == (0, 1, 2, 3, 4) and c10.test and c10.baseline == "resnet20_none"
     assert {v.name for v in c10.variants} == {
