@@ -61,10 +61,8 @@ def randomize(
 def assert_same_outputs(
     ours: nn.Module, ref: nn.Module, x: torch.Tensor, tol: float = 1e-10
 ) -> None:
-    """``ours`` (converted from a released file) and the authors' reference ``ref`` give the same
-    eval-mode outputs on ``x``, in float64."""
-    ours = ours.double().eval()
+    """``ours`` (loaded from a file: converted, through a tag, a hub or a round trip) and the
+    reference ``ref`` give the same outputs on ``x``; both are cast to float64 and set to eval."""
+    ours, ref = ours.double().eval(), ref.double().eval()
     with torch.no_grad():
-        torch.testing.assert_close(
-            ours(x.double()), ref.double().eval()(x.double()), rtol=tol, atol=tol
-        )
+        torch.testing.assert_close(ours(x.double()), ref(x.double()), rtol=tol, atol=tol)

@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from helpers.paths import REPO
-from helpers.weights import randomize
+from helpers.weights import assert_same_outputs, randomize
 
 import visattn
 from visattn.models.pretrained import (
@@ -33,12 +33,6 @@ from visattn.models.pretrained import (
 from visattn.models.zoo import fca_placements
 
 X = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-
-
-def _same_outputs(ours: nn.Module, ref: nn.Module, tol: float = 1e-10) -> None:
-    ours, ref = ours.double().eval(), ref.double().eval()
-    with torch.no_grad():
-        torch.testing.assert_close(ours(X), ref(X), rtol=tol, atol=tol)
 
 
 #: FcaNet's files hold their DCT filters in float32, visattn computes them in float64: outputs
@@ -69,7 +63,7 @@ def test_timm_tag_loads_timm_layout_and_equals_timm(tmp_path: Path, tag: str, ti
     ours = timm.create_model(
         f"visattn_{tag}", pretrained=True, pretrained_cfg_overlay={"file": str(path)}
     )
-    _same_outputs(ours, ref)
+    assert_same_outputs(ours, ref, X)
 
 
 def test_timm_tag_carries_the_eval_transform():
@@ -378,7 +372,7 @@ def test_authors_layout_converts_to_equal_outputs(tmp_path: Path, source: str):
     ref = _authors_reference(source)
     path = _save(ref.state_dict(), tmp_path / "authors.pth", **saving)
     ours = load_pretrained(visattn.create_model(name), path, source=source)
-    _same_outputs(ours, ref, TOLERANCE.get(source, 1e-10))
+    assert_same_outputs(ours, ref, X, TOLERANCE.get(source, 1e-10))
 
 
 @pytest.mark.parametrize("source", sorted(AUTHORS))
@@ -390,7 +384,7 @@ def test_authors_tag_loads_through_timm(tmp_path: Path, source: str):
     ours = timm.create_model(
         f"visattn_{tag.name}", pretrained=True, pretrained_cfg_overlay={"file": str(path)}
     )
-    _same_outputs(ours, ref, TOLERANCE.get(source, 1e-10))
+    assert_same_outputs(ours, ref, X, TOLERANCE.get(source, 1e-10))
 
 
 @pytest.mark.parametrize(
@@ -412,7 +406,7 @@ def test_authors_layout_of_other_depths(tmp_path: Path, source: str, depth: int)
     path = _save(ref.state_dict(), tmp_path / "authors.pth", **saving)
     model_name = name.rstrip("0123456789") + str(depth)
     ours = load_pretrained(visattn.create_model(model_name), path, source=source)
-    _same_outputs(ours, ref, TOLERANCE.get(source, 1e-10))
+    assert_same_outputs(ours, ref, X, TOLERANCE.get(source, 1e-10))
 
 
 def test_fca_filters_of_other_frequencies_are_named(tmp_path: Path):
@@ -531,7 +525,7 @@ def test_hubconf_loads_a_tag_offline(tmp_path: Path, name: str, tag: str | None,
         str(REPO), name, source="local", pretrained=True, tag=tag, file=str(path)
     )
     assert model.pretrained_cfg["tag"] == (tag or list_pretrained(f"{name}.*")[0].tag)
-    _same_outputs(model, ref)
+    assert_same_outputs(model, ref, X)
 
 
 def test_hubconf_builds_without_weights_and_names_the_tags(tmp_path: Path):
@@ -549,4 +543,4 @@ def test_save_for_hf_round_trips_offline(tmp_path: Path):
     model = randomize(visattn.create_model("se_resnet50"), 5, norms_only=True).eval()
     timm.models.save_for_hf(model, tmp_path / "hf")
     again = timm.create_model(f"local-dir:{tmp_path / 'hf'}", pretrained=True)
-    _same_outputs(again, model)
+    assert_same_outputs(again, model, X)

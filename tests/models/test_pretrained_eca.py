@@ -12,7 +12,7 @@ import timm
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from helpers.weights import randomize
+from helpers.weights import assert_same_outputs, randomize
 
 import visattn
 from visattn.models.pretrained import get_pretrained, load_pretrained
@@ -95,12 +95,6 @@ def _authors_file(depth: int, path: Path) -> tuple[nn.Module, Path]:
     return ref, path
 
 
-def _same_outputs(ours: nn.Module, ref: nn.Module) -> None:
-    ours, ref = ours.double().eval(), ref.double().eval()
-    with torch.no_grad():
-        torch.testing.assert_close(ours(X), ref(X), rtol=1e-10, atol=1e-10)
-
-
 @pytest.mark.parametrize(
     "depth",
     [18, 34, pytest.param(101, marks=pytest.mark.slow), pytest.param(152, marks=pytest.mark.slow)],
@@ -111,7 +105,7 @@ def test_released_eca_net_loads_through_its_tag_with_equal_outputs(tmp_path: Pat
     ours = timm.create_model(
         f"visattn_{tag.name}", pretrained=True, pretrained_cfg_overlay={"file": str(path)}
     )
-    _same_outputs(ours, ref)
+    assert_same_outputs(ours, ref, X)
 
 
 def test_eca_kernels_of_each_named_model_are_the_released_ones():

@@ -23,6 +23,7 @@ Checks, all run by :class:`~visattn.data.VisattnDataModule` before the first ste
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -72,9 +73,11 @@ _CACHE_VERSION = 2  # 2: checks that agree with OpenCV
 CACHE_NAME = ".visattn-verify-images.json"
 
 
+@functools.cache
 def _opencv() -> ModuleType:
-    """OpenCV, which decodes the images for training (the ``train`` extra): imported when an
-    image is read, so that the folder checks and the rest of ``visattn.data`` work without it."""
+    """OpenCV, which decodes the images for training (the ``train`` extra): imported when the
+    first image is read (once; every image of a data loader asks), so that the folder checks and
+    the rest of ``visattn.data`` work without it."""
     try:
         import cv2
     except ImportError as e:
