@@ -87,3 +87,32 @@ def test_data_num_classes_is_checked_against_the_data() -> None:
     assert VisattnDataModule("cifar100", num_classes=100).num_classes == 100
     with pytest.raises(ValueError, match="num_classes 5 given, but the shapes data has 9"):
         VisattnDataModule("shapes", num_classes=5)
+
+
+def _target_sides(dm: VisattnDataModule) -> np.ndarray:
+    """The longer side of each training target's box, in pixels."""
+    dm.setup("fit")
+    b = dm.train_dataset.boxes.numpy()
+    return np.maximum(b[:, 2] - b[:, 0], b[:, 3] - b[:, 1])
+
+
+def test_target_size_sets_the_range_of_the_targets_side() -> None:
+    """A target's side is at most ``target_size[1] x image_size`` (+1 for rasterisation) and,
+    from ``[0.22, 0.32]`` (the default) to ``[0.28, 0.4]``, the mean side grows with the mean
+    of the range: (0.34 - 0.27) x 32 = 2.2 px."""
+    options = dict(num_train=400, num_val=8, num_test=8, image_size=32, num_workers=0)
+    big = _target_sides(VisattnDataModule("shapes", target_size=[0.28, 0.4], **options))
+    default = _target_sides(VisattnDataModule("shapes", **options))
+    assert big.max() <= 0.4 * 32 + 1 and default.max() <= 0.32 * 32 + 1
+    assert 1.5 < big.mean() - default.mean() < 3.0, (big.mean(), default.mean())
+
+
+@pytest.mark.parametrize("size", [[0.4, 0.28], [0.0, 0.3], [0.3, 1.0], [0.3], "big"])
+def test_impossible_target_size_is_refused_before_any_data_is_made(size) -> None:
+    with pytest.raises(ValueError, match="target_size"):
+        VisattnDataModule("shapes", target_size=size, num_workers=0)
+
+
+def test_target_size_is_refused_for_data_without_targets(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="target_size is an option of the shapes data"):
+        VisattnDataModule("cues_key", target_size=[0.3, 0.4], num_workers=0)

@@ -111,6 +111,9 @@ class VisattnDataModule(pl.LightningDataModule):
         seed: seed of shapes' generation and of the subset/hold-out permutations.
         target_shapes, target_colors: shapes' classes (``len(shapes) * len(colors)``).
         distractors, lines, noise: shapes' clutter.
+        target_size: shapes: ``[lo, hi]``, the range of the target's side as fractions of
+            ``image_size`` (None = ``[0.22, 0.32]``, :func:`~visattn.data.shapes.make_shapes`'
+            default); larger targets make an easier task.
         drop_last: drop the last incomplete training batch. A last batch of one image is
             always dropped (BatchNorm cannot train on one image).
         pin_memory: default: when CUDA is available.
@@ -154,6 +157,7 @@ class VisattnDataModule(pl.LightningDataModule):
         distractors: int = 4,
         lines: int = 2,
         noise: float = 12.0,
+        target_size: list[float] | None = None,
         drop_last: bool = False,
         pin_memory: bool | None = None,
         eval_transform: str | dict[str, Any] = "dataset",
@@ -422,6 +426,7 @@ def _check_options(source: DataSource, h: Mapping[str, Any], augment: str) -> No
     for key in ("num_train", "num_val", "num_test"):
         if h[key] is not None and h[key] < 1:
             raise ValueError(f"{key} must be >= 1 (or null for the default), got {h[key]}")
+    _check_target_size(source, h["target_size"])
     if h["verify_images"] not in VERIFY_MODES:
         raise ValueError(
             f"verify_images must be one of {list(VERIFY_MODES)}, got {h['verify_images']!r}"
@@ -430,6 +435,19 @@ def _check_options(source: DataSource, h: Mapping[str, Any], augment: str) -> No
         _check_device_augment(source, augment, h["color_jitter"])
     if source.root_help is not None and h["root"] is None:
         raise ValueError(f"dataset {source.name!r} needs --data.root PATH ({source.root_help})")
+
+
+def _check_target_size(source: DataSource, target_size: Any) -> None:
+    if target_size is None:
+        return
+    if source.name != "shapes":
+        raise ValueError(f"target_size is an option of the shapes data, not of {source.name!r}")
+    try:
+        lo, hi = (float(v) for v in target_size)
+    except (TypeError, ValueError):
+        raise ValueError(f"target_size must be [lo, hi], got {target_size!r}") from None
+    if not 0 < lo <= hi < 1:
+        raise ValueError(f"target_size must satisfy 0 < lo <= hi < 1, got {list(target_size)}")
 
 
 def _check_device_augment(source: DataSource, augment: str, color_jitter: float) -> None:

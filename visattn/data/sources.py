@@ -155,6 +155,7 @@ def _build_shapes(dm: Any) -> Splits:
             distractors=h.distractors,
             lines=h.lines,
             noise=h.noise,
+            **({} if h.target_size is None else {"target_size": tuple(h.target_size)}),
         ),
     )
 
