@@ -24,6 +24,7 @@ except ImportError as _err:
 
 from .arrays import ArrayDataset
 from .imagefolder import VERIFY_MODES
+from .shapes import check_target_size
 from .sources import DataSource, get_source, list_datasets
 from .transforms import (
     AUGMENTS,
@@ -440,14 +441,12 @@ def _check_options(source: DataSource, h: Mapping[str, Any], augment: str) -> No
 def _check_target_size(source: DataSource, target_size: Any) -> None:
     if target_size is None:
         return
-    if source.name != "shapes":
-        raise ValueError(f"target_size is an option of the shapes data, not of {source.name!r}")
-    try:
-        lo, hi = (float(v) for v in target_size)
-    except (TypeError, ValueError):
-        raise ValueError(f"target_size must be [lo, hi], got {target_size!r}") from None
-    if not 0 < lo <= hi < 1:
-        raise ValueError(f"target_size must satisfy 0 < lo <= hi < 1, got {list(target_size)}")
+    if not source.sized_target:
+        takers = [n for n in list_datasets() if get_source(n).sized_target]
+        raise ValueError(
+            f"target_size is an option of the {', '.join(takers)} data, not of {source.name!r}"
+        )
+    check_target_size(target_size)
 
 
 def _check_device_augment(source: DataSource, augment: str, color_jitter: float) -> None:

@@ -17,6 +17,7 @@ __all__ = [
     "DEFAULT_SHAPES",
     "DEFAULT_SPLIT_SIZES",
     "SHAPES",
+    "check_target_size",
     "make_shapes",
     "shapes_classes",
 ]
@@ -173,6 +174,25 @@ def draw_clutter(
         _draw(img, rng.integers(0, len(all_shapes), n), cx, cy, r, rgb, grid, all_shapes)
 
 
+def check_target_size(target_size: Any) -> tuple[float, float]:
+    """``target_size`` as ``(lo, hi)``: two fractions of the image side, ``0 < lo <= hi < 1``.
+
+    Raises:
+        ValueError: not two numbers, or outside that range.
+    """
+    try:
+        lo, hi = (float(v) for v in target_size)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"shapes dataset: target_size must be [lo, hi], got {target_size!r}"
+        ) from None
+    if not 0 < lo <= hi < 1:
+        raise ValueError(
+            f"shapes dataset: target_size must satisfy 0 < lo <= hi < 1, got {list(target_size)}"
+        )
+    return lo, hi
+
+
 def _check_options(
     shapes: Sequence[str],
     colors: Sequence[str],
@@ -191,11 +211,7 @@ def _check_options(
         )
     if image_size < 16:
         raise ValueError(f"shapes dataset: image_size must be >= 16, got {image_size}")
-    lo, hi = target_size
-    if not 0 < lo <= hi < 1:
-        raise ValueError(
-            f"shapes dataset: target_size must satisfy 0 < lo <= hi < 1, got {target_size}"
-        )
+    check_target_size(target_size)
     if min(counts) < 0:
         raise ValueError("shapes dataset: num_images, distractors and lines must be >= 0")
 

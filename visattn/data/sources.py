@@ -63,6 +63,7 @@ class DataSource:
         in_memory: the images are arrays in memory (``device_augment`` can work on them).
         resize_eval: evaluation resizes then centre-crops (files of any size).
         root_help: set when the source needs ``--data.root``: what the folder holds.
+        sized_target: the images hold one target whose size ``--data.target_size`` sets.
         prepare: fetches the files (``download=True``), once, before ``build``.
     """
 
@@ -77,6 +78,7 @@ class DataSource:
     in_memory: bool = True
     resize_eval: bool = False
     root_help: str | None = None
+    sized_target: bool = False
     prepare: Callable[[Any], None] | None = None
 
     def __post_init__(self) -> None:
@@ -244,6 +246,7 @@ for _source in (
         augment="flip",
         image_size=32,
         classes=_shapes_classes,
+        sized_target=True,
     ),
     DataSource(
         "cifar10",
