@@ -512,6 +512,32 @@ def test_test_subcommand_runs_on_the_best_checkpoint_when_asked(
     assert "test/acc (%)" in (tmp_path / "out" / "report.md").read_text()
 
 
+@pytest.mark.parametrize(("test", "ckpt"), [("best", "best.ckpt"), ("last", "last.ckpt")])
+def test_test_runs_on_the_checkpoint_the_sweep_names(
+    tmp_path: Path, fake: FakeTrainer, test: str, ckpt: str
+) -> None:
+    """``test: last`` scores the final network, whatever the best epoch on val was."""
+
+    def train(args: list[str]) -> dict:
+        if args[0] == "test":
+            return {"test_acc": 0.9 if arg(args, "ckpt_path").endswith("last.ckpt") else 0.1}
+        summary = fake(args)
+        best = Path(summary["log_dir"]) / "checkpoints" / "best.ckpt"
+        best.write_bytes(b"best")
+        return {**summary, "best_ckpt": str(best)}
+
+    path = write_sweep(tmp_path, [{"name": "none"}], seeds=(0,), test=test)
+    rows = run_sweep(path, tmp_path / "out", train_fn=train, echo=lambda s: None)
+    assert rows[0]["test/acc"] == (0.9 if ckpt == "last.ckpt" else 0.1)
+
+
+@pytest.mark.parametrize("bad", ["final", 1, "yes"])
+def test_an_unknown_test_checkpoint_is_refused(tmp_path: Path, bad: object) -> None:
+    path = write_sweep(tmp_path, [{"name": "none"}], seeds=(0,), test=bad)
+    with pytest.raises(ValueError, match=r"test must be false, true \(= 'best'\) or one of"):
+        run_sweep(path, tmp_path / "out", dry_run=True, echo=lambda s: None)
+
+
 def test_command_line_set_overrides_every_run(
     tmp_path: Path, fake: FakeTrainer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

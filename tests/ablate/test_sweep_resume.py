@@ -1,10 +1,13 @@
 """Sweeps that survive moves and damage: a copied folder resumes, changed settings are named,
-a damaged checkpoint is retrained, --report-only rebuilds a damaged results.csv."""
+a damaged checkpoint is retrained, results committed without checkpoints resume in a fresh clone,
+--report-only rebuilds a damaged results.csv."""
 
 from __future__ import annotations
 
 import csv
+import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -127,3 +130,77 @@ def test_report_only_refuses_a_damaged_results_csv_without_markers(
     assert "results.csv is damaged" in err and "no completion markers" in err
     with open(out / "results.csv", newline="") as f:
         assert list(csv.reader(f)) == [["garbage"], ["1", "2", "3"]]  # left as it was
+
+
+def _git(cwd: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+    )
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_a_fresh_clone_of_committed_results_reruns_only_unfinished_runs(
+    tmp_path: Path,
+    fake,
+) -> None:
+    """Results committed with the project's .gitignore (no checkpoints, no locks) and cloned on
+    another machine: the finished runs stay finished, a damaged checkpoint that is there is still
+    refused, and a run that had not finished trains."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    shutil.copy(Path(__file__).parents[2] / ".gitignore", repo / ".gitignore")
+    path, out = _trained(repo, fake)
+    shutil.rmtree(out / "runs/se/seed1")  # cut off before it finished: nothing committed
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "results")
+    clone = tmp_path / "clone"
+    _git(tmp_path, "clone", "-q", str(repo), str(clone))
+    cloned_out = clone / out.relative_to(repo)
+    assert not list(cloned_out.rglob("*.ckpt"))  # never committed
+    sweep = clone / path.relative_to(repo)
+    sweep.write_text(sweep.read_text().replace(str(repo), str(clone)))  # base.yaml's path
+    lines: list[str] = []
+    rows = run_sweep(sweep, cloned_out, train_fn=fake, echo=lines.append)
+    assert _keys(fake.calls) == ["se/seed1"]
+    assert [r["status"] for r in rows] == ["ok"] * 4
+    assert any("3 done earlier (3 without their checkpoints), 1 to run" in ln for ln in lines)
+    # a checkpoint that is there again but is not the one that finished is still refused
+    fake.calls.clear()
+    ckpt = cloned_out / "runs/none/seed0/lightning_logs/version_0/checkpoints/last.ckpt"
+    ckpt.parent.mkdir()
+    ckpt.write_bytes(b"ckpX")
+    lines.clear()
+    run_sweep(sweep, cloned_out, train_fn=fake, echo=lines.append)
+    assert _keys(fake.calls) == ["none/seed0"]
+    assert any("none/seed0 (its checkpoint" in ln and "SHA-256 differs" in ln for ln in lines)
+
+
+def test_a_finished_run_without_its_metrics_csv_trains_again(tmp_path: Path, fake) -> None:
+    path, out = _trained(tmp_path, fake)
+    for ckpt in out.rglob("*.ckpt"):
+        ckpt.unlink()
+    (out / "runs/se/seed0/lightning_logs/version_0/metrics.csv").unlink()
+    lines: list[str] = []
+    run_sweep(path, out, train_fn=fake, echo=lines.append)
+    assert _keys(fake.calls) == ["se/seed0"]
+    assert any("se/seed0 (its metrics.csv is missing)" in ln for ln in lines)
+
+
+def test_the_data_folder_is_where_data_lives_not_a_setting(tmp_path: Path, fake) -> None:
+    """data.root moves with the machine (its CIFAR copy elsewhere): finished runs stay finished,
+    also those whose markers (older visattn) recorded it among their settings."""
+    path, out = _trained(tmp_path, fake)
+    run_sweep(path, out, overrides={"data.root": "/one/place"}, train_fn=fake, echo=print)
+    assert fake.calls == []
+    marker = out / "runs/none/seed0/result.json"
+    record = json.loads(marker.read_text())
+    record["settings"]["data.root"] = json.dumps("/old/machine")
+    marker.write_text(json.dumps(record))
+    lines: list[str] = []
+    run_sweep(path, out, overrides={"data.root": "/another"}, train_fn=fake, echo=lines.append)
+    assert fake.calls == []
+    assert any("4 done earlier" in ln for ln in lines)

@@ -36,6 +36,16 @@ def test_cosine_schedule_with_linear_warmup() -> None:
     assert lr_factor(4, **kw) == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.25)))
 
 
+def test_linear_schedule_is_a_triangle_after_the_warm_up() -> None:
+    kw = dict(schedule="linear", max_epochs=10, warmup_epochs=1, warmup_start=0.1)
+    assert lr_factor(0, **kw) == pytest.approx(0.1)
+    assert lr_factor(0.5, **kw) == pytest.approx(0.55)
+    assert lr_factor(1, **kw) == pytest.approx(1.0)
+    assert lr_factor(5.5, **kw) == pytest.approx(0.5)  # half-way down
+    assert lr_factor(10, **kw) == pytest.approx(0.0, abs=1e-12)
+    assert lr_factor(7, min_lr_ratio=0.2, **kw) == pytest.approx(1 - 0.8 * 6 / 9)
+
+
 def test_no_weight_decay_on_norms_and_biases() -> None:
     m = ClassificationModule("resnet20_cifar", num_classes=10, no_weight_decay_norm_bias=True)
     groups = m._param_groups()

@@ -116,6 +116,10 @@ def fmt_time(seconds: float) -> str:
 
 # --------------------------------------------------------------------------- settings
 
+#: Options that say where files live, not what a run computes: a sweep moved to another machine
+#: (its data elsewhere, the repository cloned into another folder) keeps its finished runs.
+LOCATION_KEYS = ("trainer.default_root_dir", "data.root")
+
 
 def _assign(flat: dict[str, Any], key: str, value: Any) -> None:
     """Set ``key`` to ``value`` (a mapping is spread into dotted leaves), dropping what it
@@ -153,7 +157,8 @@ def run_settings(args: Sequence[str]) -> dict[str, str]:
     """What decides a run's result: the options its ``train_cls.py`` arguments resolve to, as
     ``{dotted key: JSON value}``, with every ``--config`` file expanded into its ``_base_``
     pieces (as the CLI does: pieces first, later values win, a placement replaced whole) and the
-    log directory left out.
+    options that only say where files live (:data:`LOCATION_KEYS`: the log directory and the
+    data folder) left out.
 
     Files enter by content, not by path, so a copied or moved sweep folder (or a repository
     cloned elsewhere) resumes, while any change that alters an option (in an override, a base
@@ -175,8 +180,11 @@ def run_settings(args: Sequence[str]) -> dict[str, str]:
             value, i = expanded[i + 1], i + 1  # "--key value"
         _assign(flat, key, yaml.safe_load(value) if value else value)
         i += 1
-    flat.pop("trainer.default_root_dir", None)
-    return {k: json.dumps(flat[k], sort_keys=True, default=str) for k in sorted(flat)}
+    return {
+        k: json.dumps(flat[k], sort_keys=True, default=str)
+        for k in sorted(flat)
+        if k not in LOCATION_KEYS
+    }
 
 
 def _short(text: str, limit: int = 60) -> str:
@@ -226,8 +234,11 @@ def completed(run: Run, out: Path) -> tuple[dict[str, Any] | None, str]:
     """The run's recorded ok row if it can be skipped, else ``None`` and why it must run.
 
     A run is skipped when its marker says ``ok``, its settings (:func:`run_settings`) are
-    unchanged, its ``metrics.csv`` exists and its checkpoint has the size and SHA-256 recorded
-    when it finished.
+    unchanged, its ``metrics.csv`` exists and its checkpoint either has the size and SHA-256
+    recorded when it finished or is not there at all: a sweep's results move between machines
+    as their markers, ``metrics.csv`` files and ``results.csv`` (a git commit, a copy without
+    the ``*.ckpt`` files), and a run that finished stays finished without its checkpoint. A
+    checkpoint that is there but damaged is refused and the run trains again.
     """
     if not (run.root / MARKER).is_file():
         return None, "new" if not run.root.exists() else "cut off before it finished"
@@ -238,14 +249,20 @@ def completed(run: Run, out: Path) -> tuple[dict[str, Any] | None, str]:
     old = record.get("settings") or {}
     if any(k.startswith("config[") for k in old):
         return None, "its marker predates resolved settings (written by an older visattn)"
+    old = {k: v for k, v in old.items() if k not in LOCATION_KEYS}  # markers of older visattn
     changed = describe_changes(old, run_settings(run.args))
     if changed:
         return None, f"its settings changed: {changed}"
     if row.get("status") != "ok":
         return None, "it failed before"
-    for key in ("metrics_csv", "ckpt"):
-        if not row.get(key) or not (out / row[key]).is_file():
-            return None, f"its {key.replace('_', '.')} is missing"
+    if not row.get("metrics_csv") or not (out / row["metrics_csv"]).is_file():
+        return None, "its metrics.csv is missing"
+    if not row.get("ckpt"):
+        return None, "it recorded no checkpoint"
+    if not (out / row["ckpt"]).is_file():
+        # Results are committed without checkpoints (they are large and never tracked): the
+        # run finished, and its row and metrics.csv say what it measured.
+        return row, "done (its checkpoint was not kept)"
     damage = _damaged_checkpoint(row, out)
     return (None, damage) if damage else (row, "done")
 
@@ -331,6 +348,15 @@ def _last_losses(metrics_csv: str | None) -> dict[str, float | None]:
     return {"train/loss": last.get("train/loss"), "val/loss": last.get("val/loss")}
 
 
+def _tested_checkpoint(summary: dict[str, Any], which: str) -> str | None:
+    """The checkpoint ``test`` runs on: the final network (``"last"``) or the best by val/acc."""
+    if which == "last":
+        if not summary.get("last_ckpt"):
+            raise RuntimeError("test: last needs last.ckpt (keep checkpoint.save_last on)")
+        return summary["last_ckpt"]
+    return summary.get("best_ckpt") or summary.get("last_ckpt")
+
+
 def _train_one(run: Run, sweep: Sweep, out: Path, train_fn: TrainFn) -> dict[str, Any]:
     """Train, test (if asked) and evaluate one run. An ``Exception`` makes a ``failed`` row;
     ``KeyboardInterrupt`` and ``SystemExit`` (Ctrl+C, and SIGTERM, which the sweep turns into
@@ -340,7 +366,7 @@ def _train_one(run: Run, sweep: Sweep, out: Path, train_fn: TrainFn) -> dict[str
     try:
         summary = train_fn(list(run.args))
         if sweep.test and summary.get("test_acc") is None:
-            ckpt = summary.get("best_ckpt") or summary.get("last_ckpt")
+            ckpt = _tested_checkpoint(summary, sweep.test)
             test_args = ["test", *run.args[1:-1], f"--trainer.default_root_dir={run.root / 'test'}"]
             summary["test_acc"] = train_fn([*test_args, f"--ckpt_path={ckpt}"]).get("test_acc")
         wall = time.perf_counter() - t0

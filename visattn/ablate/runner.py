@@ -11,7 +11,8 @@ Layout of the output folder ``DIR``::
 
 One run (its settings, marker, lock and train-and-mark) is :mod:`visattn.ablate.job`. Running
 the sweep again skips a run whose marker says ``ok``, whose settings are unchanged and whose
-``metrics.csv`` and intact checkpoint still exist; any other run (failed, cut off before its
+``metrics.csv`` still exists, with its checkpoint intact or not there at all (results committed
+or copied without ``*.ckpt`` files stay finished); any other run (failed, cut off before its
 marker, artefacts deleted or damaged, or its settings edited, in which case the changed keys
 are named) is trained again from scratch in a clean folder. A sweep folder that was copied or
 moved resumes as it was. A run whose lock is held by a live process (a worker left by a driver
@@ -256,6 +257,7 @@ class _Session:
     echo: Callable[[str], None]
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)
     todo: list[tuple[int, Run, str]] = field(default_factory=list)
+    without_ckpt: int = 0  # finished runs whose checkpoints were not kept (results moved)
     start: float = field(default_factory=time.perf_counter)
 
     @property
@@ -275,6 +277,7 @@ class _Session:
             row, why = completed(run, self.out)
             if row is not None:
                 self.rows[run.key] = row
+                self.without_ckpt += why != "done"
                 continue
             self.todo.append((i, run, why))
             record = read_marker(run.root)  # a failed run's old row stays until retried
@@ -459,9 +462,10 @@ def run_sweep(
     if real_training if validate is None else validate:
         check_variants([run for _, run, _ in session.todo], f"sweep {sweep.path}")
     n, todo = len(session.runs), len(session.todo)
+    kept = f" ({session.without_ckpt} without their checkpoints)" if session.without_ckpt else ""
     echo(
         f"{session.tag} {n} runs ({len(sweep.variants)} variants x {len(sweep.seeds)} seeds): "
-        f"{n - todo} done earlier, {todo} to run; output in {out}"
+        f"{n - todo} done earlier{kept}, {todo} to run; output in {out}"
     )
     _execute(session, plan, train_fn)
     final = session.ordered()

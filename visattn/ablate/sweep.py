@@ -20,7 +20,9 @@ that backbone's plain version in one sweep), a variant's ``match`` (an equal-bud
 ``{name: resnet20_wide, match: {params: resnet20_gsop}}`` trains the variant's baseline with its
 channels widened until it has as many parameters, or ``macs``, as ``resnet20_gsop``, within 2%;
 see :func:`visattn.ablate.resolve.match_width`),
-``test`` (also run the ``test`` subcommand on the best checkpoint when ``fit`` did not test),
+``test`` (also run the ``test`` subcommand when ``fit`` did not test: ``true`` or ``best`` on
+the best checkpoint by val/acc, ``last`` on the final network, so that nothing is chosen on the
+data that val/acc is measured on),
 ``profile`` (``{device, batch, warmup, repeats}`` of the latency measurement), ``localization``
 (``{max_images, tolerance}`` or ``false``) and ``description``.
 
@@ -59,6 +61,8 @@ _TOP_KEYS = (
     "profile",
     "localization",
 )
+#: ``test``'s values once normalised: no test, the best checkpoint by val/acc, the final network.
+TEST_CHECKPOINTS = (None, "best", "last")
 _PROFILE_KEYS = {"device": "cpu", "batch": 32, "warmup": 3, "repeats": 10}
 _LOCALIZATION_KEYS = {"max_images": 512, "tolerance": 0.0}
 #: Seeds ``seed_everything`` takes as given (outside it Lightning silently draws another).
@@ -183,7 +187,7 @@ class Sweep:
     overrides: dict[str, Any]
     variants: tuple[Variant, ...]
     baseline: str | None = None
-    test: bool = False
+    test: bool | str = False
     profile: dict[str, Any] | None = None
     localization: dict[str, Any] | bool | None = True
     description: str = ""
@@ -207,8 +211,17 @@ class Sweep:
         names = [v.name for v in self.variants]
         set_(self, "baseline", str(names[0] if self.baseline is None else self.baseline))
         _check_baselines(self.variants, self.baseline)
-        if not isinstance(self.test, bool):
-            raise ValueError(f"test must be true or false, got {self.test!r}")
+        test = (
+            {True: "best", False: None}.get(self.test, self.test)
+            if isinstance(self.test, bool)
+            else self.test
+        )
+        if test not in TEST_CHECKPOINTS:
+            raise ValueError(
+                f"test must be false, true (= 'best') or one of {list(TEST_CHECKPOINTS[1:])}, "
+                f"got {self.test!r}"
+            )
+        set_(self, "test", test)
         set_(self, "profile", _options(self.profile, _PROFILE_KEYS, "profile"))
         loc = self.localization
         if loc is False or loc is None:

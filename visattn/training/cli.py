@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 from jsonargparse import Namespace
-from lightning.pytorch import Trainer
+from lightning.pytorch import Trainer, seed_everything
 from lightning.pytorch.callbacks import (
     Callback,
     ModelCheckpoint,
@@ -57,7 +57,15 @@ from .callbacks import (
 )
 from .loggers import TENSORBOARD, RememberRunIds, build_loggers
 from .module import ClassificationModule
-from .resume import RUNS, find_last_checkpoint, keep_recorded_options, next_version
+from .resume import (
+    RUNS,
+    RunFolderLock,
+    claim_version,
+    find_last_checkpoint,
+    keep_recorded_options,
+    keep_recorded_seed,
+    next_version,
+)
 
 __all__ = ["SaveConfigInRun", "VisattnCLI", "cli_main", "run"]
 
@@ -142,6 +150,16 @@ def expand_config_args(args: list[str]) -> list[str]:
     return out
 
 
+def _remove_if_empty(*folders: Path) -> None:
+    """Remove each folder, in order, that is empty (a claimed run folder nothing was written to,
+    then its ``lightning_logs``)."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (or gone): keep it
+            return
+
+
 class _VersionAsText:
     """Progress-bar mixin: the logger's version shown as written (``v_num: 3``); Rich formats
     every number with three decimals (``v_num: 0.000``)."""
@@ -223,11 +241,18 @@ class VisattnCLI(LightningCLI):
         self._root: Path | None = None  # --trainer.default_root_dir
         self._resuming = False  # --ckpt_path last: the run and its logger runs continue
         self._version = 0  # the run's N: lightning_logs/version_N
+        self._lock: RunFolderLock | None = None  # held on version_N while this process writes
         kwargs.setdefault("save_config_callback", SaveConfigInRun)
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
         kwargs.setdefault("seed_everything_default", 0)
         kwargs.setdefault("auto_configure_optimizers", False)  # the module's options own them
-        super().__init__(ClassificationModule, VisattnDataModule, *args, **kwargs)
+        try:
+            super().__init__(ClassificationModule, VisattnDataModule, *args, **kwargs)
+        finally:
+            if self._lock is not None:
+                self._lock.release()
+                if not self._resuming:  # a run refused before it wrote anything leaves nothing
+                    _remove_if_empty(self._lock.path.parent, self._lock.path.parent.parent)
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         if isinstance(args, (dict, Namespace)):
@@ -284,7 +309,13 @@ class VisattnCLI(LightningCLI):
             )
         self._root = save_dir
         self._resuming = version is not None  # its MLflow / W&B runs continue too
-        self._version = next_version(save_dir) if version is None else version
+        if version is not None or trainer.get("fast_dev_run"):  # a smoke test writes nothing
+            self._version = next_version(save_dir) if version is None else version
+        else:  # a folder of its own, even when runs start together in one default_root_dir
+            self._version = claim_version(save_dir)
+        if not trainer.get("fast_dev_run"):
+            self._lock = RunFolderLock(save_dir / RUNS / f"version_{self._version}")
+            self._lock.acquire()  # a second process resuming the same run is refused here
         # built in _instantiate_trainer (visattn.training.loggers), where its own errors show;
         # config.yaml keeps the option as given
         self._logger_spec, trainer.logger = trainer.logger, False
@@ -295,6 +326,10 @@ class VisattnCLI(LightningCLI):
         the checkpoint is read here, before ``config.yaml`` or anything else is written."""
         saved = training_checkpoint(read_checkpoint(cfg.ckpt_path), cfg.ckpt_path)
         kept = keep_recorded_options(cfg, saved, cfg.ckpt_path)
+        seed = keep_recorded_seed(cfg, cfg.ckpt_path)
+        if seed:  # LightningCLI seeded before this hook: seed again with the recorded value
+            seed_everything(cfg.seed_everything, workers=True)
+            kept.append(seed)
         if kept:
             rank_zero_warn(
                 f"resuming {cfg.ckpt_path}: these options would not take effect, the run keeps "

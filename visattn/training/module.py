@@ -18,7 +18,7 @@ from .parameters import PARAM_KINDS, split_parameters
 __all__ = ["ClassificationModule", "NonFiniteLossError", "lr_factor"]
 
 OPTIMIZERS = ("sgd", "adamw")
-SCHEDULES = ("multistep", "cosine", "constant")
+SCHEDULES = ("multistep", "cosine", "linear", "constant")
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -43,15 +43,19 @@ def lr_factor(
     * ``multistep``: ``gamma ** (number of milestones <= epoch)`` (He et al., CVPR 2016);
     * ``cosine``: ``min + (1 - min) * (1 + cos(pi * t)) / 2`` with ``t`` the fraction of the
       epochs after warm-up (Loshchilov & Hutter, SGDR, ICLR 2017, without restarts);
+    * ``linear``: ``1 - (1 - min) * t``, a straight decay to ``min`` over the same ``t`` (with
+      the warm-up, the triangular one-cycle shape of Smith & Topin, "Super-Convergence", 2019);
     * ``constant``: 1.
     """
     if warmup_epochs > 0 and epoch < warmup_epochs:
         return warmup_start + (1.0 - warmup_start) * epoch / warmup_epochs
     if schedule == "multistep":
         return gamma ** sum(epoch >= m for m in milestones)
-    if schedule == "cosine":
+    if schedule in ("cosine", "linear"):
         span = max(max_epochs - warmup_epochs, 1e-8)
         t = min(max((epoch - warmup_epochs) / span, 0.0), 1.0)
+        if schedule == "linear":
+            return 1.0 - (1.0 - min_lr_ratio) * t
         return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * t))
     return 1.0
 

@@ -17,12 +17,15 @@ resumed run keeps.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
 
+import yaml
 from jsonargparse import Namespace
 
+from ..locks import FolderLock
 from ..models.checkpoint import read_checkpoint
 from ..models.placement import placements_to_config
 
@@ -30,13 +33,23 @@ __all__ = [
     "FREE_ON_RESUME",
     "NETWORK_OPTIONS",
     "RUNS",
+    "RUN_LOCK",
+    "VERSION_ENV",
+    "RunFolderLock",
+    "claim_version",
     "find_last_checkpoint",
     "keep_recorded_options",
+    "keep_recorded_seed",
     "next_version",
 ]
 
 #: the folder under ``default_root_dir`` that holds the runs, one ``version_N`` each
 RUNS = "lightning_logs"
+
+#: the lock file a training process holds in its ``version_N`` folder
+RUN_LOCK = ".visattn_run.lock"
+#: the version rank 0 claimed, passed to the processes it launches (DDP's other ranks)
+VERSION_ENV = "VISATTN_RUN_VERSION"
 
 #: model options that define the network: a resumed run must have the recorded ones
 NETWORK_OPTIONS = ("model", "attention", "model_kwargs")
@@ -65,6 +78,72 @@ def next_version(save_dir: str | Path, name: str = RUNS) -> int:
         if d.is_dir() and (m := re.fullmatch(r"version_(\d+)", d.name))
     ]
     return max(taken, default=-1) + 1
+
+
+def claim_version(save_dir: str | Path, name: str = RUNS) -> int:
+    """Create ``save_dir/name/version_N`` for a new run and return ``N``: the first unused ``N``,
+    taken by an exclusive ``mkdir``, so that runs started together in one ``save_dir`` (a shell
+    loop, a job array) each get a folder of their own, never the same one.
+
+    In a process launched by rank 0 of a multi-process run (DDP: ``LOCAL_RANK``/``NODE_RANK`` >
+    0), the version rank 0 claimed (:data:`VERSION_ENV`) is returned and nothing is created.
+    """
+    if _launched_rank() and os.environ.get(VERSION_ENV, "").isdigit():
+        return int(os.environ[VERSION_ENV])
+    root = Path(save_dir) / name
+    root.mkdir(parents=True, exist_ok=True)
+    n = next_version(save_dir, name)
+    while True:
+        try:
+            (root / f"version_{n}").mkdir()
+        except FileExistsError:
+            n += 1
+            continue
+        os.environ[VERSION_ENV] = str(n)  # for the ranks this process launches
+        return n
+
+
+def _launched_rank() -> bool:
+    """Whether this process is a rank other than 0 of a multi-process run."""
+    return any(os.environ.get(k, "0") not in ("", "0") for k in ("LOCAL_RANK", "NODE_RANK", "RANK"))
+
+
+class RunFolderLock(FolderLock):
+    """The lock of one run folder ``version_N`` (``version_N/.visattn_run.lock``), held by the
+    process that trains or tests into it, so that a second process (a second resume of the same
+    run, say) is refused with the holder named instead of writing into the same files.
+    Ranks other than 0 of a multi-process run take no lock: rank 0 holds it for the run."""
+
+    def __init__(self, run_dir: str | Path) -> None:
+        super().__init__(Path(run_dir) / RUN_LOCK, f"run folder {run_dir}")
+
+    def busy_message(self, holder: dict[str, Any]) -> str:
+        return (
+            f"run folder {self.path.parent} is being written by another process (host "
+            f"{holder.get('host')}, pid {holder.get('pid')}); wait for it to finish, or start a "
+            f"new run (without --ckpt_path), or delete {self.path} if that process is gone"
+        )
+
+    def acquire(self) -> None:
+        if not _launched_rank():
+            super().acquire()
+
+
+def keep_recorded_seed(config: Namespace, ckpt_path: str | Path) -> str | None:
+    """A resumed fit keeps the seed its run trained with: ``config.seed_everything`` is set back
+    to the one in the run's ``config.yaml`` (beside ``checkpoints/``) when it differs; returns
+    the line for the warning, or ``None``. Without a recorded config nothing is compared."""
+    recorded_path = Path(ckpt_path).resolve().parent.parent / "config.yaml"
+    try:
+        recorded = yaml.safe_load(recorded_path.read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    old = recorded.get("seed_everything") if isinstance(recorded, dict) else None
+    given = config.get("seed_everything")
+    if old is None or isinstance(old, bool) or given == old:
+        return None
+    config.seed_everything = old
+    return f"--seed_everything {given!r} (the run keeps {old!r})"
 
 
 def find_last_checkpoint(save_dir: str | Path, name: str = RUNS) -> tuple[int, Path] | None:
