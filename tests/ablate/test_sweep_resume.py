@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers.ablate import arg, write_sweep
+from helpers.ablate import arg, parse_report, write_sweep
 from helpers.files import read_csv
 
 from visattn.ablate import run_sweep
@@ -204,3 +204,37 @@ def test_the_data_folder_is_where_data_lives_not_a_setting(tmp_path: Path, fake)
     run_sweep(path, out, overrides={"data.root": "/another"}, train_fn=fake, echo=lines.append)
     assert fake.calls == []
     assert any("4 done earlier" in ln for ln in lines)
+
+
+def _report_only(path: Path, out: Path) -> str:
+    assert ablate_main([str(path), "--out", str(out), "--report-only"]) == 0
+    return (out / "report.md").read_text()
+
+
+def test_report_only_reports_the_sweep_as_it_stands_after_seeds_were_removed(
+    tmp_path: Path, fake
+) -> None:
+    path = write_sweep(tmp_path, VARIANTS, seeds=(0, 1, 2))
+    out = tmp_path / "out"
+    run_sweep(path, out, train_fn=fake, echo=lambda s: None)
+    path = write_sweep(tmp_path, VARIANTS, seeds=(0, 1))  # seed 2 taken out of the file
+    report = _report_only(path, out)
+    assert "Runs: 4 ok, 0 failed, 0 not run yet (of 4 planned)" in report
+    assert "2 row(s) of results.csv belong to runs this sweep no longer has" in report
+    assert parse_report(report)["none"]["n"] == "2"
+    assert len(read_csv(out / "results.csv")) == 6  # kept, only left out of the report
+    fake.calls.clear()
+    run_sweep(path, out, train_fn=fake, echo=lambda s: None)  # a normal pass: the same report
+    assert fake.calls == []
+    assert (out / "report.md").read_text() == report
+    assert len(read_csv(out / "results.csv")) == 6
+
+
+def test_a_results_row_without_a_completion_marker_is_not_trusted(tmp_path: Path, fake) -> None:
+    path, out = _trained(tmp_path, fake)
+    clean = _report_only(path, out)
+    (out / "runs/se/seed1/result.json").unlink()  # nothing says se/seed1 finished
+    report = _report_only(path, out)
+    assert "Runs: 3 ok, 0 failed, 1 not run yet (of 4 planned)" in report
+    assert "1 row(s) of results.csv have no completion marker (se/seed1)" in report
+    assert parse_report(report)["se"]["n"] == "1" and parse_report(clean)["se"]["n"] == "2"

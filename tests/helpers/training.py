@@ -4,10 +4,17 @@ trainer, so a run costs seconds."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+from lightning.pytorch.callbacks import Callback
+
 from visattn.training import run
+
+REPO = Path(__file__).resolve().parents[2]
 
 # the data part: 16 px images, 3 training steps per epoch, no worker processes
 TINY_DATA = [
@@ -39,3 +46,40 @@ TINY = [
 def tiny_fit(root: Path, *extra: str) -> dict[str, Any]:
     """``fit`` with :data:`TINY` in ``root``; ``extra`` arguments come last (they win)."""
     return run(["fit", *TINY, f"--trainer.default_root_dir={root}", *extra])
+
+
+class KillAtEpoch(Callback):
+    """Ends the process at once (``os._exit``, no clean-up, as SIGKILL would) when epoch
+    ``epoch`` starts: the run is left as a killed run leaves it, checkpoints of the epochs before
+    on disk, for a resume test."""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        if trainer.current_epoch == self.epoch:
+            os._exit(9)
+
+
+def killed_fit(root: Path, epoch: int, *extra: str) -> None:
+    """``train_cls.py fit`` with :data:`TINY` in a process of its own that dies as epoch
+    ``epoch`` starts (:class:`KillAtEpoch`)."""
+    kill = "{class_path: helpers.training.KillAtEpoch, init_args: {epoch: " + f"{epoch}}}}}"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+    env["OMP_NUM_THREADS"] = "1"  # as the in-process runs it is compared with (conftest)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "train_cls.py"),
+            "fit",
+            *TINY,
+            f"--trainer.default_root_dir={root}",
+            f"--trainer.callbacks=[{kill}]",
+            *extra,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 9, done.stdout + done.stderr

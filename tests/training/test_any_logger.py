@@ -18,7 +18,7 @@ import torch
 
 pytest.importorskip("lightning")
 
-from helpers.training import tiny_fit
+from helpers.training import killed_fit, tiny_fit
 from lightning.pytorch.loggers import CSVLogger
 
 from visattn.training.loggers import RUN_IDS, LoggerConfigError, build_loggers
@@ -258,3 +258,44 @@ def test_loggers_under_the_run_tree_share_the_run_version(tmp_path: Path) -> Non
     (other,) = build_loggers(elsewhere, tmp_path, 3)
     assert Path(other.log_dir) == tmp_path / "csv_logs" / "lightning_logs" / "version_0"
     assert build_loggers(False, tmp_path, 3) == []
+
+
+def _logged_rows(kind: str, run_dir: Path, store: Path) -> object:
+    """What the logger kept of a run, in a form to compare row by row."""
+    if kind == "csv":
+        return (run_dir / "csv" / "metrics.csv").read_text()
+    if kind == "tensorboard":
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        acc = EventAccumulator(str(run_dir))
+        acc.Reload()
+        return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{store / 'mlflow.db'}")
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    return {
+        key: sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
+        for key in sorted(run.data.metrics)
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("kind", "left"),
+    [("csv", "some"), ("csv", "none"), ("tensorboard", "some"), ("mlflow", "some")],
+)
+def test_a_killed_and_resumed_run_keeps_every_logger_row(
+    tmp_path: Path, kind: str, left: str
+) -> None:
+    """Killed (os._exit, no clean-up) as epoch 2 starts, then ``--ckpt_path last``: the logger
+    holds what an uninterrupted 3-epoch run's holds, row by row. ``none``: the resume has nothing
+    left to train (max_epochs 2), and the logger keeps the rows it had."""
+    epochs = 3 if left == "some" else 2
+    whole_root, root = tmp_path / "whole", tmp_path / "run"
+    tiny_fit(whole_root, f"--trainer.max_epochs={epochs}", *_logger_args(kind, whole_root))
+    killed_fit(root, 2, "--trainer.max_epochs=3", *_logger_args(kind, root))
+    tiny_fit(root, f"--trainer.max_epochs={epochs}", "--ckpt_path=last", *_logger_args(kind, root))
+    got = _logged_rows(kind, root / "lightning_logs/version_0", tmp_path / "run_store")
+    want = _logged_rows(kind, whole_root / "lightning_logs/version_0", tmp_path / "whole_store")
+    assert got == want

@@ -473,12 +473,15 @@ def render_report(
 
 
 def write_report(
-    results_csv: str | Path,
+    rows: str | Path | Sequence[dict[str, Any]],
     report_md: str | Path,
     **kwargs: Any,
 ) -> str:
-    """Read ``results_csv``, render the report (:func:`render_report` keywords) and write it to
-    ``report_md`` atomically. Returns the markdown."""
-    text = render_report(read_results(results_csv), **kwargs)
+    """Render the report of ``rows`` (a results.csv to read, or its rows) with the
+    :func:`render_report` keywords and write it to ``report_md`` atomically. Returns the
+    markdown."""
+    if isinstance(rows, (str, Path)):
+        rows = read_results(rows)
+    text = render_report(rows, **kwargs)
     atomic_write_text(report_md, text)
     return text

@@ -145,15 +145,55 @@ def write_outputs(
     """Write a sweep's outputs into ``out_dir``: ``results.csv`` from ``rows`` (``None``: keep
     the file as it is), ``report.md`` computed from results.csv, and with ``plots`` the PNGs."""
     out = Path(out_dir)
+    runs = sweep.runs(out, overrides)
     if rows is not None:
-        write_results(out / "results.csv", rows, baseline=sweep.baselines)
-    planned = len(sweep.runs(out, overrides))
+        keys = {r.key for r in runs}
+        kept = [r for r in _readable_rows(out / "results.csv") if r.get("run") not in keys]
+        write_results(out / "results.csv", [*rows, *kept], baseline=sweep.baselines)
+    reported, notes = _reported_rows(read_results(out / "results.csv"), runs)
     kwargs = report_kwargs(sweep, overrides)
-    write_report(out / "results.csv", out / "report.md", planned=planned, **kwargs)
-    if plots:
-        final = read_results(out / "results.csv")
-        if final:
-            write_plots(final, out, baseline=sweep.baselines)
+    kwargs["notes"] = [*kwargs["notes"], *notes]
+    write_report(reported, out / "report.md", planned=len(runs), **kwargs)
+    if plots and reported:
+        write_plots(reported, out, baseline=sweep.baselines)
+
+
+def _readable_rows(path: Path) -> list[dict[str, Any]]:
+    """results.csv's rows, or none when it is missing or unreadable."""
+    try:
+        return read_results(path)
+    except (OSError, ValueError, TypeError, UnicodeDecodeError, csv.Error):
+        return []
+
+
+def _reported_rows(
+    rows: Sequence[dict[str, Any]], runs: Sequence[Run]
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The rows a report may count: those of runs the sweep plans now that have a completion
+    marker, in results.csv's order (hand edits of their values kept). The others stay in
+    results.csv and are counted in the returned notes: rows of runs the sweep no longer has (a
+    seed or variant removed from the file), and rows without a marker (nothing says that run
+    finished)."""
+    planned = {r.key: r for r in runs}
+    gone = [r for r in rows if r.get("run") not in planned]
+    unmarked = [
+        r for r in rows if r.get("run") in planned and read_marker(planned[r["run"]].root) is None
+    ]
+    left_out = {id(r) for r in (*gone, *unmarked)}
+    notes = []
+    if gone:
+        notes.append(
+            f"{len(gone)} row(s) of results.csv belong to runs this sweep no longer has "
+            f"({', '.join(r.get('run', '?') for r in gone[:4])}{', ...' if len(gone) > 4 else ''}"
+            "): kept in results.csv, left out of this report."
+        )
+    if unmarked:
+        notes.append(
+            f"{len(unmarked)} row(s) of results.csv have no completion marker "
+            f"({', '.join(r['run'] for r in unmarked[:4])}{', ...' if len(unmarked) > 4 else ''}"
+            "): nothing says those runs finished, so they are left out of this report."
+        )
+    return [r for r in rows if id(r) not in left_out], notes
 
 
 # --------------------------------------------------------------------------- --report-only

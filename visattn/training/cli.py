@@ -55,11 +55,12 @@ from .callbacks import (
     RunSummary,
     run_directory,
 )
-from .loggers import TENSORBOARD, RememberRunIds, build_loggers
+from .loggers import TENSORBOARD, FlushLoggersOnCheckpoint, RememberRunIds, build_loggers
 from .module import ClassificationModule
 from .resume import (
     RUNS,
     RunFolderLock,
+    checkpoint_progress,
     claim_version,
     find_last_checkpoint,
     keep_recorded_options,
@@ -242,6 +243,7 @@ class VisattnCLI(LightningCLI):
         self._resuming = False  # --ckpt_path last: the run and its logger runs continue
         self._version = 0  # the run's N: lightning_logs/version_N
         self._lock: RunFolderLock | None = None  # held on version_N while this process writes
+        self._resumed_at: tuple[int, int] | None = None  # (epoch, step) of the resumed ckpt
         kwargs.setdefault("save_config_callback", SaveConfigInRun)
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
         kwargs.setdefault("seed_everything_default", 0)
@@ -299,6 +301,7 @@ class VisattnCLI(LightningCLI):
                 )
             if self.subcommand == "fit":
                 version = last[0]  # resume into the same version: its metrics.csv continues
+                self._resumed_at = checkpoint_progress(last[1])
             cfg.ckpt_path = str(last[1])
         if self.subcommand == "fit" and cfg.get("ckpt_path") and Path(cfg.ckpt_path).is_file():
             self._keep_recorded_options(cfg)
@@ -349,7 +352,13 @@ class VisattnCLI(LightningCLI):
             cfg = self.config[self.subcommand] if self.subcommand else self.config
             cfg.trainer.logger = self._logger_spec  # what config.yaml records
             config["logger"] = (
-                build_loggers(self._logger_spec, self._root, self._version, resume=self._resuming)
+                build_loggers(
+                    self._logger_spec,
+                    self._root,
+                    self._version,
+                    resume=self._resuming,
+                    resumed_at=self._resumed_at,
+                )
                 or False
             )
         if config.get("fast_dev_run"):
@@ -360,7 +369,7 @@ class VisattnCLI(LightningCLI):
             run_dir = []
             if self._root is not None:
                 path = self._root / RUNS / f"version_{self._version}"
-                run_dir = [RunDirectory(path), RememberRunIds(path)]
+                run_dir = [RunDirectory(path), RememberRunIds(path), FlushLoggersOnCheckpoint()]
             callbacks = [*run_dir, *callbacks, EpochMetricsCSV(), RunSummary()]
         callbacks += _default_progress_bar(config, callbacks)
         return super()._instantiate_trainer(config, callbacks)

@@ -16,12 +16,19 @@ own errors are shown, kept out of the run's own files, and sent pictures where t
   directory (:data:`RUN_IDS`) when the fit starts, and :func:`build_loggers` with ``resume=True``
   passes them back, so metrics and pictures go on in the same MLflow / W&B run instead of a new
   one. An id given on the command line wins.
+* A resumed run's CSV log goes on in the same file: Lightning's CSV writer deletes an existing
+  ``metrics.csv`` when it starts, so a resumed run's CSV logger gets a writer that keeps the rows
+  up to the checkpoint it resumes from (:class:`ContinuedCSVWriter`; later rows, logged after
+  that checkpoint by the run that was killed, are dropped, since the resumed run logs them
+  again), and :class:`FlushLoggersOnCheckpoint` writes every logger's buffered rows whenever a
+  checkpoint is saved, so that a kill after a checkpoint loses none of the rows it covers.
 * :func:`log_image`: one picture to a logger that takes images (TensorBoard's ``add_image``,
   MLflow's ``log_image``, W&B's ``log_image``); False for the others.
 """
 
 from __future__ import annotations
 
+import csv
 import importlib
 import json
 from pathlib import Path
@@ -38,6 +45,7 @@ from lightning.pytorch.loggers import (
     TensorBoardLogger,
     WandbLogger,
 )
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
 from ..files import atomic_write_text
 from .resume import RUNS
@@ -45,6 +53,8 @@ from .resume import RUNS
 __all__ = [
     "RUN_IDS",
     "TENSORBOARD",
+    "ContinuedCSVWriter",
+    "FlushLoggersOnCheckpoint",
     "LoggerConfigError",
     "RememberRunIds",
     "build_loggers",
@@ -116,6 +126,53 @@ class RememberRunIds(Callback):
             atomic_write_text(self.run_dir / RUN_IDS, json.dumps(ids, indent=2) + "\n")
 
 
+class FlushLoggersOnCheckpoint(Callback):
+    """Writes every logger's buffered rows out whenever a checkpoint is saved (Lightning's CSV
+    logger otherwise writes every ``flush_logs_every_n_steps`` steps, TensorBoard's writer every
+    two minutes), so that a run killed after a checkpoint has every row that checkpoint covers
+    on disk for its resume."""
+
+    def on_save_checkpoint(self, trainer: pl.Trainer, pl_module: Any, checkpoint: dict) -> None:
+        if trainer.is_global_zero:
+            for logger in trainer.loggers:
+                logger.save()  # CSV: its buffered rows; TensorBoard: flush the event file
+
+
+class ContinuedCSVWriter(ExperimentWriter):
+    """Lightning's CSV ``ExperimentWriter`` for a resumed run: the existing ``metrics.csv`` is
+    kept (Lightning's writer deletes it), less its rows after the checkpoint the run resumes
+    from (epoch ``> epoch``, or without an epoch, step ``>= step``), which the resumed run logs
+    again; new rows are appended under the same header."""
+
+    def __init__(self, log_dir: str, epoch: int, step: int) -> None:
+        path = Path(log_dir) / self.NAME_METRICS_FILE
+        kept: list[dict[str, str]] = []
+        keys: list[str] = []
+        if path.is_file():
+            with open(path, newline="") as f:
+                reader = csv.DictReader(f)
+                keys = list(reader.fieldnames or [])
+                kept = [r for r in reader if _before(r, epoch, step)]
+            path.unlink()  # rewritten below, with the rows the checkpoint covers
+        super().__init__(log_dir=log_dir)
+        if keys:
+            with open(path, "w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=keys)
+                writer.writeheader()
+                writer.writerows(kept)
+            self.metrics_keys = keys
+
+
+def _before(row: dict[str, str], epoch: int, step: int) -> bool:
+    """Whether a CSV log row was logged up to the end of ``epoch`` (at most ``step`` steps)."""
+    try:
+        if row.get("epoch") not in (None, ""):
+            return float(row["epoch"]) <= epoch
+        return float(row.get("step") or 0) < step
+    except ValueError:
+        return True
+
+
 class LoggerConfigError(ValueError):
     """A ``--trainer.logger`` that could not be built; the message is the logger's own."""
 
@@ -158,7 +215,9 @@ def _into_run(cls: type, args: dict[str, Any], root: Path, version: int) -> dict
     return args
 
 
-def _build_one(spec: Any, root: Path, version: int, ids: dict[str, list[str]]) -> Logger:
+def _build_one(
+    spec: Any, root: Path, version: int, ids: dict[str, list[str]], resume: bool
+) -> Logger:
     if isinstance(spec, Logger):
         return spec
     spec = _plain(spec)
@@ -168,6 +227,8 @@ def _build_one(spec: Any, root: Path, version: int, ids: dict[str, list[str]]) -
     args = _into_run(
         cls, {k: _plain(v) for k, v in (spec.get("init_args") or {}).items()}, root, version
     )
+    if resume and issubclass(cls, TensorBoardLogger):
+        args.setdefault("default_hp_metric", False)  # its placeholder is there from the start
     option = _id_option(cls)
     recorded = ids.get(_class_path(cls))
     if option is not None and recorded and args.get(option) is None:
@@ -181,7 +242,12 @@ def _build_one(spec: Any, root: Path, version: int, ids: dict[str, list[str]]) -
 
 
 def build_loggers(
-    spec: Any, root: str | Path, version: int, *, resume: bool = False
+    spec: Any,
+    root: str | Path,
+    version: int,
+    *,
+    resume: bool = False,
+    resumed_at: tuple[int, int] | None = None,
 ) -> list[Logger]:
     """The loggers of a run whose directory is ``root/lightning_logs/version_<version>``.
 
@@ -193,6 +259,8 @@ def build_loggers(
         version: the run's ``N``.
         resume: the run continues (``--ckpt_path last``): an MLflow or W&B logger without an
             id of its own continues the run recorded in the run's :data:`RUN_IDS`.
+        resumed_at: ``(epoch, global step)`` of the checkpoint a resumed run starts from: a CSV
+            logger continues its ``metrics.csv`` up to there (:class:`ContinuedCSVWriter`).
 
     Raises:
         LoggerConfigError: a logger could not be created (its own message follows), or the
@@ -205,7 +273,13 @@ def build_loggers(
         spec = {"class_path": TENSORBOARD, "init_args": {"save_dir": str(root), "name": RUNS}}
     specs = spec if isinstance(spec, (list, tuple)) else [spec]
     ids = read_run_ids(root / RUNS / f"version_{version}") if resume else {}
-    return [_build_one(s, root, version, ids) for s in specs]
+    loggers = [_build_one(s, root, version, ids, resume) for s in specs]
+    if resume and resumed_at is not None:
+        for logger in loggers:
+            if isinstance(logger, CSVLogger) and logger._experiment is None:
+                logger._fs.makedirs(logger.root_dir, exist_ok=True)
+                logger._experiment = ContinuedCSVWriter(logger.log_dir, *resumed_at)
+    return loggers
 
 
 def _hwc_uint8(image: np.ndarray) -> np.ndarray:

@@ -36,6 +36,7 @@ __all__ = [
     "RUN_LOCK",
     "VERSION_ENV",
     "RunFolderLock",
+    "checkpoint_progress",
     "claim_version",
     "find_last_checkpoint",
     "keep_recorded_options",
@@ -60,6 +61,11 @@ FREE_ON_RESUME = {
 }
 # (section of the config, key of the recorded hyper-parameters in a Lightning checkpoint)
 _SECTIONS = (("model", "hyper_parameters"), ("data", "datamodule_hyper_parameters"))
+
+
+def checkpoint_progress(path: str | Path) -> tuple[int, int]:
+    """``(epoch, global step)`` recorded in a training checkpoint (``(-1, -1)`` when not one)."""
+    return _progress(Path(path))
 
 
 def _progress(path: Path) -> tuple[int, int]:
