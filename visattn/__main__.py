@@ -12,6 +12,7 @@ import sys
 import torch
 
 from . import block_info, create_block, create_model, list_blocks, list_models
+from .constants import MAX_IMAGE_SIZE
 from .export import ExportError, export_onnx, export_program
 from .models import get_model_spec
 from .profile import count_macs, count_params
@@ -87,6 +88,8 @@ def load_for_export(
     """
     if (ckpt is None) == (model is None):
         raise ValueError("give exactly one of --ckpt PATH and --model NAME")
+    if num_classes is not None and (isinstance(num_classes, bool) or num_classes < 1):
+        raise ValueError(f"--num-classes must be an integer >= 1, got {num_classes}")
     if model is not None:
         spec = get_model_spec(model)
         net = create_model(model, num_classes=num_classes or spec.num_classes)
@@ -114,6 +117,11 @@ def load_for_export(
 
 def export_command(args: argparse.Namespace) -> int:
     try:
+        if args.image_size is not None and not 1 <= args.image_size <= MAX_IMAGE_SIZE:
+            raise ValueError(
+                f"--image-size must be in [1, {MAX_IMAGE_SIZE}] (the training limit), "
+                f"got {args.image_size}"
+            )
         net, size, what = load_for_export(args.ckpt, args.model, args.num_classes)
     except (ValueError, KeyError, FileNotFoundError, ImportError) as e:
         print(f"error: {e}", file=sys.stderr)
@@ -143,6 +151,9 @@ def export_command(args: argparse.Namespace) -> int:
     except ExportError as e:
         print(f"FAILED: {e}", file=sys.stderr)
         return 1
+    except ValueError as e:  # an impossible option (opset, size), refused before any work
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print(report.summary())
     print("ok")
     return 0

@@ -12,10 +12,15 @@ __all__ = [
     "HOOK_SLOTS",
     "IMAGENET_MEAN",
     "IMAGENET_STD",
+    "MAX_IMAGE_SIZE",
     "POSITIONS",
     "SLOT_POSITIONS",
     "STATS",
 ]
+
+#: the largest image side accepted (training, export): 4096 px is past any classification recipe
+#: (ImageNet models train at 224-600 px), and one 4096 px float batch of 64 already needs 12 GiB.
+MAX_IMAGE_SIZE = 4096
 
 #: where a placement may put a block (names from the SE paper's integration study, plus
 #: ``stage``, ``conv``, ``output`` and ``prenorm``); see :mod:`visattn.models.placement`

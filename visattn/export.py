@@ -39,11 +39,13 @@ from typing import Any
 
 import torch
 import torch.nn as nn
+from torch.onnx import _constants as _onnx_constants
 
 from ._errors import first_line
 from ._nets import eval_mode
 from .blocks.capture import is_capturing
 from .blocks.registry import is_block
+from .constants import MAX_IMAGE_SIZE
 
 __all__ = ["ExportError", "ExportReport", "export_onnx", "export_program"]
 
@@ -101,7 +103,36 @@ def _input_size(model: nn.Module, input_size: Sequence[int] | None) -> tuple[int
     size = tuple(int(s) for s in size)
     if len(size) != 3 or min(size) < 1:
         raise ValueError(f"export: input_size must be (C, H, W) of positive ints, got {size}")
+    if max(size[1:]) > MAX_IMAGE_SIZE:
+        raise ValueError(
+            f"export: input_size {size} is over the image-size limit: height and width must be "
+            f"in [1, {MAX_IMAGE_SIZE}] (the training limit)"
+        )
     return size  # type: ignore[return-value]
+
+
+def opset_range(exporter: str) -> tuple[int, int]:
+    """The ONNX opsets ``exporter`` (``"dynamo"`` or ``"torchscript"``) can write with the
+    installed torch and onnx: ``(lowest, highest)``."""
+    import onnx  # the export extra; the caller has checked it is there
+
+    newest = onnx.defs.onnx_opset_version()
+    if exporter == "torchscript":
+        top = _onnx_constants.ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET
+        return _onnx_constants.ONNX_MIN_OPSET, min(top, newest)
+    return MIN_DYNAMO_OPSET, min(_onnx_constants.ONNX_MAX_OPSET, newest)
+
+
+def _check_opset(opset: int | None, exporter: str) -> None:
+    if opset is None:
+        return
+    lo, hi = opset_range(exporter)
+    if isinstance(opset, bool) or not isinstance(opset, int) or not lo <= opset <= hi:
+        older = f" (or exporter='torchscript' for opsets below {lo})" * (exporter == "dynamo")
+        raise ValueError(
+            f"export_onnx: opset {opset!r} is not one the {exporter} exporter can write here; "
+            f"choose an opset in [{lo}, {hi}]{older}"
+        )
 
 
 def _check_model(model: nn.Module) -> None:
@@ -426,6 +457,7 @@ def export_onnx(
     _require(
         "onnx", *(["onnxscript"] if exp == "dynamo" else []), *(["onnxruntime"] if check else [])
     )
+    _check_opset(opset, exp)
     if batch_size < 1 or (dynamic_batch and batch_size < 2):
         raise ValueError(
             f"export_onnx: batch_size must be >= 2 for a dynamic batch (1 would be specialised), "

@@ -238,3 +238,38 @@ def test_a_results_row_without_a_completion_marker_is_not_trusted(tmp_path: Path
     assert "Runs: 3 ok, 0 failed, 1 not run yet (of 4 planned)" in report
     assert "1 row(s) of results.csv have no completion marker (se/seed1)" in report
     assert parse_report(report)["se"]["n"] == "1" and parse_report(clean)["se"]["n"] == "2"
+
+
+def test_a_sweep_folder_moved_mid_sweep_is_noticed_before_results_are_written(
+    tmp_path: Path, fake, capsys: pytest.CaptureFixture
+) -> None:
+    """The folder is moved while the second run trains: the driver stops with a clear message
+    and recreates nothing at the old place; the moved copy resumes, training only what had
+    not finished."""
+    path = write_sweep(tmp_path, VARIANTS)
+    out, moved = tmp_path / "out", tmp_path / "moved"
+
+    def move_during_second_run(args: list[str]) -> dict:
+        summary = fake(args)
+        if len(fake.calls) == 2:
+            shutil.move(out, moved)
+        return summary
+
+    with pytest.raises(RuntimeError, match="moved or deleted"):
+        run_sweep(path, out, train_fn=move_during_second_run, echo=lambda s: None)
+    assert not out.exists()
+    # the locks moved with the folder; a new driver takes them over from the gone process
+    for lock in moved.rglob("*.lock"):
+        lock.unlink()
+    fake.calls.clear()
+    rows = run_sweep(path, moved, train_fn=fake, echo=lambda s: None)
+    assert _keys(fake.calls) == ["none/seed1", "se/seed0", "se/seed1"]  # none/seed1: no marker
+    assert [r["status"] for r in rows] == ["ok"] * 4
+    # the command line says it in one line, without a traceback
+    fake.calls.clear()
+    path2 = write_sweep(tmp_path, VARIANTS, seeds=(5,))
+    (moved / "results.csv").unlink()
+    (moved / "results.csv").mkdir()  # a folder where the results file goes
+    assert ablate_main([str(path2), "--out", str(moved), "--report-only"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "Traceback" not in err

@@ -57,6 +57,13 @@ def test_hidden_folders_are_not_classes(tmp_path: Path) -> None:
     assert check_class_folders(tmp_path) == ["cat", "dog"]
 
 
+def test_one_class_folder_is_named_before_training(tmp_path: Path) -> None:
+    for split in ("train", "val"):
+        _png(tmp_path / split / "cat" / "0.png")
+    with pytest.raises(ValueError, match=r"train has one class folder \(cat\).*at least two"):
+        VisattnDataModule("imagefolder", root=str(tmp_path), image_size=12, num_workers=0)
+
+
 def test_hidden_files_and_folders_are_not_samples(tmp_path: Path) -> None:
     _folder_with_hidden_entries(tmp_path)
     dm = VisattnDataModule("imagefolder", root=str(tmp_path), image_size=12, num_workers=0)

@@ -306,7 +306,8 @@ def _with_row(row: list) -> dict:
         ([-1, 1, "VisAttn", [64, "cbam"]], TypeError, "layer 5 .*first argument is a block name"),
         ([-1, 1, "VisAttn", []], ValueError, r"layer 5 .*\[block\] or \[block, \{options\}\]"),
         ([-1, 1, "VisAttn", ["cbam", 8]], TypeError, "options must be a mapping"),
-        ([-1, 1, "VisAttn", ["se", {"reduce": 4}]], TypeError, "reduce"),
+        ([-1, 1, "VisAttn", ["se", {"reduce": 4}]], TypeError, r"layer 5 .*'se'.*reduce"),
+        ([-1, 1, "VisAttn", ["cbam", {"channels": 64}]], TypeError, r"layer 5 .*'channels'"),
     ],
 )
 def test_malformed_rows_are_refused_naming_the_layer(row, error, match) -> None:

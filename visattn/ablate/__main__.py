@@ -102,12 +102,16 @@ def main(argv: list[str] | None = None) -> int:
             with SweepLock(args.out):
                 rows_for_report(sweep, args.out, overrides)
                 write_outputs(sweep, args.out, None, overrides=overrides, plots=True)
-        except (ValueError, RuntimeError) as e:
+        except (ValueError, RuntimeError, OSError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
         print(f"wrote {args.out}/report.md")
         return 0
-    rows = run_sweep(args.sweep, args.out, plan, overrides=overrides, dry_run=args.dry_run)
+    try:
+        rows = run_sweep(args.sweep, args.out, plan, overrides=overrides, dry_run=args.dry_run)
+    except (ValueError, RuntimeError, OSError) as e:  # a full disk, a folder where a file goes
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     return 1 if any(r["status"] != "ok" for r in rows) else 0
 
 

@@ -415,6 +415,11 @@ def train_and_mark(
             shutil.rmtree(run.root)
         run.root.mkdir(parents=True)
         row = _train_one(run, sweep, out, train_fn)
+        if not run.root.is_dir():  # writing the marker would recreate the folder elsewhere
+            raise RuntimeError(
+                f"run {run.key}: its folder {run.root} disappeared while it trained (the sweep "
+                "folder was moved or deleted?); no marker written"
+            )
         row["attempts"] = attempts
         if row["status"] == "ok" and row.get("ckpt") and (out / row["ckpt"]).is_file():
             digest = file_digest(out / row["ckpt"])

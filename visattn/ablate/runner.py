@@ -60,6 +60,7 @@ from .sweep import Run, Sweep, load_sweep
 
 __all__ = [
     "ExecutionPlan",
+    "SweepFolderMoved",
     "evaluate_run",
     "report_kwargs",
     "rows_for_report",
@@ -68,6 +69,10 @@ __all__ = [
 ]
 
 EXECUTORS = ("local", "ray")
+
+
+class SweepFolderMoved(RuntimeError):
+    """The sweep's output folder was moved or deleted while the sweep ran."""
 
 
 @dataclass(frozen=True)
@@ -298,6 +303,7 @@ class _Session:
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)
     todo: list[tuple[int, Run, str]] = field(default_factory=list)
     without_ckpt: int = 0  # finished runs whose checkpoints were not kept (results moved)
+    origin: tuple[int, int] | None = None  # (device, inode) of the output folder at the start
     start: float = field(default_factory=time.perf_counter)
 
     @property
@@ -308,8 +314,35 @@ class _Session:
         return [self.rows[r.key] for r in self.runs if r.key in self.rows]
 
     def record(self, row: dict[str, Any]) -> None:
+        self.check_in_place()
         self.rows[row["run"]] = row
         write_outputs(self.sweep, self.out, self.ordered(), overrides=self.overrides)
+
+    def pin(self) -> None:
+        """Remember which folder the output folder is (device and inode), for
+        :meth:`check_in_place`."""
+        st = self.out.stat()
+        self.origin = (st.st_dev, st.st_ino)
+
+    def check_in_place(self) -> None:
+        """Stop when the output folder is no longer the one the sweep started in (moved,
+        renamed or deleted): writing there would recreate it and report runs whose files are
+        elsewhere.
+
+        Raises:
+            SweepFolderMoved: the folder was moved or deleted.
+        """
+        try:
+            st = self.out.stat()
+            here = (st.st_dev, st.st_ino)
+        except FileNotFoundError:
+            here = None
+        if self.origin is not None and here != self.origin:
+            raise SweepFolderMoved(
+                f"sweep {self.sweep.name}: its output folder {self.out} was moved or deleted "
+                "while the sweep ran; nothing more is written there. Run the sweep again on the "
+                "folder's new place (--out NEW_PLACE): its finished runs are kept"
+            )
 
     def plan(self) -> None:
         """Sort the runs into done (their rows kept) and to do (with the reason)."""
@@ -423,8 +456,16 @@ def _execute(session: _Session, plan: ExecutionPlan, train_fn: TrainFn) -> None:
                 _train_here(session, plan, train_fn)
         finally:
             torch.set_num_threads(driver_threads)
-            if session.rows:
+            if session.rows and _still_in_place(session):
                 write_outputs(sweep, out, session.ordered(), overrides=overrides, plots=True)
+
+
+def _still_in_place(session: _Session) -> bool:
+    try:
+        session.check_in_place()
+    except SweepFolderMoved:
+        return False
+    return True
 
 
 def _dry_run(session: _Session) -> list[dict[str, Any]]:
@@ -498,6 +539,7 @@ def run_sweep(
         raise ValueError("jobs > 1 and the Ray executor run train_cls.py's own training call")
     train_fn = train_fn or default_train_fn()
     out.mkdir(parents=True, exist_ok=True)
+    session.pin()
     session.plan()
     if real_training if validate is None else validate:
         check_variants([run for _, run, _ in session.todo], f"sweep {sweep.path}")

@@ -130,12 +130,17 @@ def check_class_folders(root: str | Path, splits: Sequence[str] = ("train", "val
 
     Raises:
         FileNotFoundError: a split folder is missing or has no class folders.
-        ValueError: a class folder holds no image, or the splits' class lists differ; the message
-            names every offending folder.
+        ValueError: fewer than two classes, a class folder holds no image, or the splits' class
+            lists differ; the message names every offending folder.
     """
     root = Path(root)
     found = {s: find_classes(root / s) for s in splits}
     first, classes = splits[0], found[splits[0]]
+    if len(classes) < 2:
+        raise ValueError(
+            f"ImageFolder {root}: {root / first} has one class folder ({classes[0]}); a "
+            "classifier needs at least two (one sub-folder of images per class)"
+        )
     problems = []
     for split, names in found.items():
         empty = [root / split / c for c in names if not _image_files(root / split / c)]

@@ -32,6 +32,7 @@ import torch
 from torch.utils.data import get_worker_info
 
 from .._extras import missing_extra
+from ..constants import MAX_IMAGE_SIZE
 
 try:
     import albumentations as A
@@ -51,9 +52,6 @@ __all__ = [
 ]
 
 AUGMENTS = ("cifar", "imagenet", "flip", "none")
-#: the largest ``image_size`` accepted: 4096 px is past any classification recipe (ImageNet
-#: models train at 224-600 px), and one 4096 px float batch of 64 already needs 12 GiB.
-MAX_IMAGE_SIZE = 4096
 
 
 #: interpolation names (timm's pretrained configs) -> OpenCV flags

@@ -81,6 +81,7 @@ class VisAttn(nn.Module):
         c1: input channels (given by the wrapped ``parse_model``, see the module docstring).
         block: a registered block name (or one of timm's attention strings).
         options: keyword options of the block (``{"reduction": 8}``, ``{"init": "identity"}``).
+        layer: the row's index in the model file, named in errors (given by ``parse_model``).
 
     Shapes: ``(N, c1, H, W) -> (N, c1, H, W)``, the block's own.
 
@@ -89,13 +90,29 @@ class VisAttn(nn.Module):
         TypeError, ValueError: the block's own refusal of ``options`` or of ``c1``.
     """
 
-    def __init__(self, c1: int, block: str, options: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        c1: int,
+        block: str,
+        options: Mapping[str, Any] | None = None,
+        layer: int | None = None,
+    ) -> None:
         super().__init__()
+        where = f"{MODULE_NAME}({block!r})"
+        where = where if layer is None else f"layer {layer} ({where})"
         if isinstance(c1, bool) or not isinstance(c1, int) or c1 < 1:
-            raise ValueError(f"VisAttn({block!r}): channels must be a positive int, got {c1!r}")
+            raise ValueError(f"{where}: channels must be a positive int, got {c1!r}")
         self.block_name = block
         self.options = _options(block, options)
-        self.block = create_block(block, c1, **self.options)
+        if "channels" in self.options:
+            raise TypeError(
+                f"{where}: option 'channels' is not an option here: the block takes the "
+                f"channels of the layer before it ({c1}); remove it"
+            )
+        try:
+            self.block = create_block(block, c1, **self.options)
+        except (TypeError, ValueError) as e:  # the block's own refusal, with the layer named
+            raise type(e)(f"{where}: {e}") from e
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.block(x)
@@ -132,16 +149,17 @@ def _check_row(i: int, row: Sequence[Any]) -> tuple[str, dict[str, Any]]:
 
 def _with_channel_args(d: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of the model dict ``d`` whose ``VisAttn`` rows ask ``parse_model`` for their
-    input channels: arguments ``["c2", "'<block>'", {options}]``. ``parse_model`` replaces a
-    string argument by its local variable of that name (``c2``: the previous row's output
-    channels) or by its Python literal (the quoted block name, so names such as ``lambda``
-    survive). Malformed rows raise ``ValueError``/``TypeError`` naming the layer."""
+    input channels, and name their index: arguments ``["c2", "'<block>'", {options}, i]``.
+    ``parse_model`` replaces a string argument by its local variable of that name (``c2``: the
+    previous row's output channels) or by its Python literal (the quoted block name, so names
+    such as ``lambda`` survive). Malformed rows raise ``ValueError``/``TypeError`` naming the
+    layer."""
     d = copy.deepcopy(dict(d))
     rows = [*d.get("backbone", []), *d.get("head", [])]
     for i, row in enumerate(rows):
         if _is_visattn_row(row):
             block, options = _check_row(i, row)
-            row[3] = ["c2", repr(block), options]
+            row[3] = ["c2", repr(block), options, i]
     return d
 
 

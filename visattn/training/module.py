@@ -8,6 +8,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.utilities import rank_zero_warn
 from torchmetrics.classification import MulticlassAccuracy
 
 from ..models import create_model
@@ -151,6 +152,8 @@ class ClassificationModule(pl.LightningModule):
             raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
         if check_finite_every < 1:
             raise ValueError(f"check_finite_every must be >= 1, got {check_finite_every}")
+        if not lr > 0:  # 0 would train nothing, silently; NaN fails this too
+            raise ValueError(f"lr must be > 0 (model.lr), got {lr}")
         if not weight_decay >= 0:  # negative decay grows the weights; NaN fails this too
             raise ValueError(f"weight_decay must be >= 0 (model.weight_decay), got {weight_decay}")
         unknown = set(lr_mult or {}) - set(PARAM_KINDS)
@@ -334,8 +337,16 @@ class ClassificationModule(pl.LightningModule):
         else:
             opt = torch.optim.AdamW(groups, lr=h.lr, betas=tuple(h.betas))
         max_epochs = self.trainer.max_epochs
-        if h.schedule == "cosine" and (max_epochs is None or max_epochs < 1):
-            raise ValueError("schedule 'cosine' needs --trainer.max_epochs (its length in epochs)")
+        if h.schedule in ("cosine", "linear") and (max_epochs is None or max_epochs < 1):
+            raise ValueError(
+                f"schedule {h.schedule!r} needs --trainer.max_epochs (its length in epochs)"
+            )
+        if h.warmup_epochs > 0 and max_epochs is not None and h.warmup_epochs >= max_epochs > 0:
+            rank_zero_warn(
+                f"model.warmup_epochs {h.warmup_epochs} is not shorter than the run "
+                f"(trainer.max_epochs {max_epochs}): the learning rate never reaches model.lr "
+                f"{h.lr}; shorten the warm-up or train longer"
+            )
         steps_per_epoch = self._steps_per_epoch()
         kwargs = dict(
             schedule=h.schedule,

@@ -1,0 +1,70 @@
+"""Export refuses what cannot be, before any work, naming the valid range: an opset the
+installed exporter cannot write, an image size above the training limit, a class count below 1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from visattn import create_model
+from visattn.__main__ import main
+from visattn.constants import MAX_IMAGE_SIZE
+from visattn.export import export_onnx, opset_range
+
+pytest.importorskip("onnx")
+
+
+def _refused(capsys: pytest.CaptureFixture, *args: str) -> str:
+    assert main(["export", "--model", "resnet20_cifar", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "Traceback" not in err
+    return err
+
+
+@pytest.mark.parametrize("opset", [999, 0, 6])
+def test_an_opset_the_exporter_cannot_write_is_refused_with_the_range(
+    tmp_path: Path, capsys: pytest.CaptureFixture, opset: int
+) -> None:
+    out = tmp_path / "m.onnx"
+    err = _refused(capsys, "--out", str(out), "--opset", str(opset))
+    lo, hi = opset_range("dynamo" if opset >= 18 else "torchscript")
+    assert f"opset {opset}" in err and f"[{lo}, {hi}]" in err
+    assert not out.exists()
+
+
+def test_opset_ranges_are_those_of_the_installed_exporters() -> None:
+    import onnx
+
+    dyn, ts = opset_range("dynamo"), opset_range("torchscript")
+    assert dyn[0] == 18 and ts[0] <= 9 and dyn[1] <= onnx.defs.onnx_opset_version()
+    assert ts[1] >= 17 and dyn[1] >= 18
+
+
+def test_an_image_size_over_the_training_limit_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    err = _refused(capsys, "--out", str(tmp_path / "m.onnx"), "--image-size", "100000")
+    assert f"[1, {MAX_IMAGE_SIZE}]" in err
+    with pytest.raises(ValueError, match=f"in \\[1, {MAX_IMAGE_SIZE}\\]"):
+        export_onnx(create_model("resnet20_cifar"), tmp_path / "n.onnx", (3, 5000, 32))
+
+
+@pytest.mark.parametrize("n", ["0", "-3"])
+def test_a_class_count_below_one_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture, n: str
+) -> None:
+    err = _refused(capsys, "--out", str(tmp_path / "m.onnx"), "--num-classes", n)
+    assert "--num-classes must be an integer >= 1" in err
+
+
+def test_an_opset_in_range_is_written(tmp_path: Path) -> None:
+    report = export_onnx(
+        torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()),
+        tmp_path / "m.onnx",
+        (3, 8, 8),
+        opset=opset_range("dynamo")[0],
+        check=False,
+    )
+    assert report.opset == opset_range("dynamo")[0]
