@@ -200,3 +200,31 @@ def test_gpu_script_smoke_runs_end_to_end_on_cpu(tmp_path: Path) -> None:
     assert (out / "reproduce.md").read_text().startswith("# Sweep `cifar10_reproduce_smoke`")
     for step in ("blocks_cpu_smoke", "train_cpu_smoke"):
         assert (out / f"{step}.md").stat().st_size > 0, step
+
+
+def test_a_killed_worker_is_retried_with_the_reason_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker killed by a signal is started again, and the reason (the signal) is said before
+    the retry; after the last retry the row is failed with the same reason."""
+    from visattn.ablate import executors
+    from visattn.ablate.job import RunTask
+
+    def killed_worker(task, slot, log_dir):  # a worker that SIGKILLs itself at once
+        return subprocess.Popen(["sh", "-c", "kill -KILL $$"]), None
+
+    monkeypatch.setattr(executors, "_start_worker", killed_worker)
+    task = RunTask("s.yaml", str(tmp_path), 1, 1, "none", 0, (), str(tmp_path / "runs/none/seed0"))
+    retries: list[str] = []
+    rows: list[dict] = []
+    executors.run_local(
+        [task],
+        jobs=1,
+        retries=1,
+        on_retry=lambda t, why: retries.append(why),
+        on_done=lambda t, row: rows.append(row),
+        poll_s=0.01,
+    )
+    assert retries == ["retry 1 of 1: the last worker was killed by SIGKILL before finishing"]
+    assert rows[0]["status"] == "failed"
+    assert "was killed by SIGKILL" in rows[0]["error"] and rows[0]["attempts"] == 2

@@ -140,6 +140,7 @@ def _device_slots(jobs: int, devices: Sequence[int] | None, runs_per_device: int
 
 OnStart = Callable[[RunTask, Any], None]
 OnDone = Callable[[RunTask, dict[str, Any]], None]
+OnRetry = Callable[[RunTask, str], None]
 
 
 def _start_worker(task: RunTask, slot: Any, log_dir: Path | None) -> tuple[subprocess.Popen, Any]:
@@ -177,6 +178,16 @@ def _stop_workers(active: dict[subprocess.Popen, tuple[RunTask, Any, int, Any]])
             log.close()
 
 
+def _exit_reason(code: int) -> str:
+    """``exited with code 3`` or ``was killed by SIGKILL`` for a process's return code."""
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
 def run_local(
     tasks: Sequence[RunTask],
     *,
@@ -186,13 +197,15 @@ def run_local(
     retries: int = 1,
     on_start: OnStart = lambda t, d: None,
     on_done: OnDone = lambda t, r: None,
+    on_retry: OnRetry = lambda t, why: None,
     log_dir: Path | None = None,
     poll_s: float = 0.2,
 ) -> None:
     """Run ``tasks`` in subprocesses, ``jobs`` at once (fewer when the GPUs' slots run out).
 
     ``on_done(task, row)`` is called in the driver as each run ends; a worker that exits
-    without a marker is started again up to ``retries`` times, then recorded as ``failed``.
+    without a marker is started again up to ``retries`` times (``on_retry(task, why)`` says why
+    first: its exit code or the signal that killed it), then recorded as ``failed``.
     Ctrl+C (or any error in the driver) terminates the workers still running; the workers also
     end by themselves when the driver dies (:func:`die_with_parent`).
     """
@@ -213,10 +226,11 @@ def run_local(
                 if log is not None:
                     log.close()
                 free.append(slot)
+                error = f"worker {_exit_reason(proc.returncode)} before finishing"
                 if read_marker(Path(task.root)) is None and tries < retries:
+                    on_retry(task, f"retry {tries + 1} of {retries}: the last {error}")
                     pending.appendleft((task, tries + 1))
                     continue
-                error = f"worker exited with code {proc.returncode} before finishing"
                 row = _failed_row(task, f"{error} ({tries + 1} attempt(s))", attempts=tries + 1)
                 on_done(task, row)
     finally:

@@ -418,6 +418,10 @@ def _train_elsewhere(session: _Session, plan: ExecutionPlan) -> None:
             f"{len(tasks)} done | elapsed {fmt_time(elapsed)} | ETA {fmt_time(eta)}"
         )
 
+    def on_retry(task: RunTask, reason: str) -> None:
+        why[task.key] = reason  # said when it starts again
+        session.echo(f"{session.tag} run {task.i}/{task.n} {task.key}: {reason}")
+
     callbacks = {"on_start": on_start, "on_done": on_done}
     if plan.executor == "ray":
         jobs = plan.jobs if plan.jobs > 1 else None
@@ -435,6 +439,7 @@ def _train_elsewhere(session: _Session, plan: ExecutionPlan) -> None:
             devices=plan.devices,
             log_dir=session.out / "logs",
             runs_per_device=plan.runs_per_device,
+            on_retry=on_retry,
             **callbacks,
         )
 
