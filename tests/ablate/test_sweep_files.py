@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.ablate import write_sweep
 from helpers.paths import REPO
 
 from visattn.ablate import Sweep, Variant, load_sweep
@@ -96,3 +97,15 @@ def test_full_sweeps_extend_their_quick_form_and_keep_every_quick_variant(
     assert full.variants[: len(quick.variants)] == quick.variants
     assert full.base != quick.base and full.name == f"{stem}_full"
     assert full.localization == {"max_images": 512, "tolerance": 0.0}  # not the quick subset
+
+
+def test_order_seed_runs_every_variant_of_a_seed_before_the_next_seed(tmp_path: Path) -> None:
+    variants = [{"name": "a"}, {"name": "b"}, {"name": "c"}]
+    by_variant = load_sweep(write_sweep(tmp_path, variants, seeds=(3, 1))).runs(tmp_path / "o")
+    path = write_sweep(tmp_path, variants, seeds=(3, 1), order="seed")
+    by_seed = load_sweep(path).runs(tmp_path / "o")
+    keys = ["a/seed3", "b/seed3", "c/seed3", "a/seed1", "b/seed1", "c/seed1"]
+    assert [r.key for r in by_seed] == keys
+    assert sorted(by_seed, key=str) == sorted(by_variant, key=str)  # same runs
+    with pytest.raises(ValueError, match=r"order must be one of \['variant', 'seed'\]"):
+        load_sweep(write_sweep(tmp_path, variants, order="random"))

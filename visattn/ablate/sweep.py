@@ -24,7 +24,9 @@ see :func:`visattn.ablate.resolve.match_width`),
 the best checkpoint by val/acc, ``last`` on the final network, so that nothing is chosen on the
 data that val/acc is measured on),
 ``profile`` (``{device, batch, warmup, repeats}`` of the latency measurement), ``localization``
-(``{max_images, tolerance}`` or ``false``) and ``description``.
+(``{max_images, tolerance}`` or ``false``), ``order`` (``variant``, the default: every seed of
+a variant, then the next variant; ``seed``: every variant of a seed, then the next seed, so that
+a long sweep run in pieces has whole pairs as it goes) and ``description``.
 
 Each run becomes the argument list of one ``train_cls.py`` call: ``fit``, one ``--config`` per
 base file, the shared ``set`` then the variant's ``set`` as ``--key=value`` (one value per key,
@@ -60,7 +62,11 @@ _TOP_KEYS = (
     "test",
     "profile",
     "localization",
+    "order",
 )
+#: ``order``'s values: every seed of a variant before the next variant, or every variant of a
+#: seed before the next seed (a long sweep run in pieces then has whole pairs as it goes)
+ORDERS = ("variant", "seed")
 #: ``test``'s values once normalised: no test, the best checkpoint by val/acc, the final network.
 TEST_CHECKPOINTS = (None, "best", "last")
 _PROFILE_KEYS = {"device": "cpu", "batch": 32, "warmup": 3, "repeats": 10}
@@ -191,6 +197,7 @@ class Sweep:
     profile: dict[str, Any] | None = None
     localization: dict[str, Any] | bool | None = True
     description: str = ""
+    order: str = "variant"
 
     def __post_init__(self) -> None:
         try:
@@ -230,6 +237,8 @@ class Sweep:
             value = None if loc is True else loc
             set_(self, "localization", _options(value, _LOCALIZATION_KEYS, "localization"))
         set_(self, "description", str(self.description or ""))
+        if self.order not in ORDERS:
+            raise ValueError(f"order must be one of {list(ORDERS)}, got {self.order!r}")
 
     @classmethod
     def from_config(cls, data: Mapping[str, Any], path: str | Path) -> Sweep:
@@ -265,6 +274,7 @@ class Sweep:
             profile=data.get("profile"),
             localization=data.get("localization", True),
             description=data.get("description", ""),
+            order=data.get("order", "variant"),
         )
 
     @property
@@ -309,7 +319,8 @@ class Sweep:
         return out
 
     def runs(self, out_dir: str | Path, extra: Mapping[str, Any] | None = None) -> list[Run]:
-        """All runs, variant-major (every seed of the first variant, then the next), each with
+        """All runs, variant-major (every seed of the first variant, then the next) or, with
+        ``order: seed``, seed-major (every variant of the first seed, then the next), each with
         its ``train_cls.py`` arguments and log directory under ``out_dir/runs``.
 
         ``extra``: dotted overrides applied after the sweep's (the command line's ``--set``).
@@ -334,6 +345,8 @@ class Sweep:
             for seed in self.seeds:
                 root = out / "runs" / v.name / f"seed{seed}"
                 runs.append(Run(v.name, seed, self._args({**overrides, **extra}, seed, root), root))
+        if self.order == "seed":
+            runs.sort(key=lambda r: self.seeds.index(r.seed))  # stable: variants keep their order
         return runs
 
 
