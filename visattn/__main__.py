@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 import torch
 
@@ -71,8 +72,10 @@ def models_table(pattern: str | None = None) -> str:
 
 def load_for_export(
     ckpt: str | None, model: str | None, num_classes: int | None
-) -> tuple[torch.nn.Module, tuple[int, int, int], str]:
-    """The network to export, its input size ``(C, H, W)`` and a line saying what it is.
+) -> tuple[torch.nn.Module, tuple[int, int, int], str, dict[str, Any]]:
+    """The network to export, its input size ``(C, H, W)``, a line saying what it is, and the
+    metadata the ONNX file records (``mean``/``std`` of the inputs and ``class_names`` where the
+    checkpoint's data options say them; :func:`~visattn.export.export_onnx`'s ``metadata``).
 
     A checkpoint written by ``train_cls.py`` is loaded with
     :func:`visattn.training.load.load_run` (read once, weights-only; the network rebuilt from
@@ -93,7 +96,7 @@ def load_for_export(
     if model is not None:
         spec = get_model_spec(model)
         net = create_model(model, num_classes=num_classes or spec.num_classes)
-        return net, tuple(net.default_input_size), f"{model} (untrained)"
+        return net, tuple(net.default_input_size), f"{model} (untrained)", {}
     if num_classes is not None:
         raise ValueError("--num-classes applies to --model; a checkpoint keeps its own")
     try:
@@ -107,12 +110,15 @@ def load_for_export(
     what = f"{run.hparams['model']} from {ckpt}"
     dm = run.datamodule
     if dm is None:
-        return run.net, tuple(run.net.default_input_size), what
+        return run.net, tuple(run.net.default_input_size), what, {}
     what += (
         f"; inputs normalised with mean {tuple(round(m, 4) for m in dm.mean)}, "
         f"std {tuple(round(s, 4) for s in dm.std)}"
     )
-    return run.net, dm.image_shape, what
+    meta: dict[str, Any] = {"mean": list(dm.mean), "std": list(dm.std), "dataset": dm.source.name}
+    if dm.classes:
+        meta["class_names"] = list(dm.classes)
+    return run.net, dm.image_shape, what, meta
 
 
 def export_command(args: argparse.Namespace) -> int:
@@ -122,7 +128,7 @@ def export_command(args: argparse.Namespace) -> int:
                 f"--image-size must be in [1, {MAX_IMAGE_SIZE}] (the training limit), "
                 f"got {args.image_size}"
             )
-        net, size, what = load_for_export(args.ckpt, args.model, args.num_classes)
+        net, size, what, meta = load_for_export(args.ckpt, args.model, args.num_classes)
     except (ValueError, KeyError, FileNotFoundError, ImportError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -143,6 +149,7 @@ def export_command(args: argparse.Namespace) -> int:
                 exporter=args.exporter,
                 rtol=args.rtol,
                 atol=args.atol,
+                metadata=meta,
                 **common,
             )
         else:

@@ -29,10 +29,12 @@ with symbolic height and width and checks a second size.
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
+import json
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -277,9 +279,11 @@ def _write_onnx(
             "verbose": False,
         }
     else:
-        names = {0: "batch", 2: "height", 3: "width"}
         how = {
-            "dynamic_axes": {INPUT_NAME: {a: names[a] for a in axes}, OUTPUT_NAME: {0: "batch"}}
+            "dynamic_axes": {
+                INPUT_NAME: {a: AXIS_NAMES[a] for a in axes},
+                OUTPUT_NAME: {0: AXIS_NAMES[0]},
+            }
             if axes
             else None
         }
@@ -293,6 +297,53 @@ def _write_onnx(
         output_names=[OUTPUT_NAME],
         **how,
     )
+
+
+#: the names of an exported graph's symbolic dimensions, by input axis
+AXIS_NAMES = {0: "batch", 2: "height", 3: "width"}
+
+
+def _finish_onnx(
+    path: Path,
+    axes: list[int],
+    model: nn.Module,
+    size: tuple[int, int, int],
+    metadata: Mapping[str, Any] | None,
+) -> None:
+    """Name the graph's symbolic dimensions after :data:`AXIS_NAMES` (every value that uses the
+    input's symbol for an axis gets the name) and write ``metadata_props``."""
+    import onnx  # the export extra, checked by the caller
+
+    proto = onnx.load(str(path))
+    graph = proto.graph
+    rename = {}
+    for axis in axes:
+        dim = graph.input[0].type.tensor_type.shape.dim[axis]
+        if dim.dim_param:
+            rename[dim.dim_param] = AXIS_NAMES[axis]
+    for value in [*graph.input, *graph.output, *graph.value_info]:
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.dim_param in rename:
+                dim.dim_param = rename[dim.dim_param]
+    props = {
+        "visattn_version": _version(),
+        "model_name": str(getattr(model, "model_name", None) or type(model).__name__),
+        "input_size": ",".join(map(str, size)),
+        **(metadata or {}),
+    }
+    del proto.metadata_props[:]
+    for key, value in props.items():
+        entry = proto.metadata_props.add()
+        entry.key = str(key)
+        entry.value = value if isinstance(value, str) else json.dumps(value)
+    onnx.save(proto, str(path))
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("visattn")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
+        return "unknown"
 
 
 def _dynamic_axes(dynamic_batch: bool, dynamic_size: bool) -> list[int]:
@@ -425,8 +476,15 @@ def export_onnx(
     batch_size: int = 2,
     rtol: float = 1e-3,
     atol: float = 1e-4,
+    metadata: Mapping[str, Any] | None = None,
 ) -> ExportReport:
     """Export ``model`` (in eval mode) to an ONNX file and check it in onnxruntime.
+
+    The file's symbolic dimensions are named ``batch``, ``height`` and ``width`` (the dynamo
+    exporter's own names are symbols such as ``s77``), and its ``metadata_props`` record the
+    visattn version, the model's name (``model.model_name`` or its class), the input size
+    (``C,H,W``) and ``metadata`` (keys such as ``mean``, ``std`` and ``class_names``; lists are
+    written as JSON), for a runtime that must preprocess as training did.
 
     Args:
         model: the network; it is put in eval mode for the export and restored afterwards.
@@ -441,6 +499,8 @@ def export_onnx(
         batch_size: batch of the example input the graph is traced with.
         rtol, atol: the check passes when ``|onnx - torch| <= atol + rtol * max|torch|``
             everywhere (``max`` over the output tensor).
+        metadata: more ``metadata_props`` entries (a value that is not a string is written as
+            JSON).
 
     Returns:
         An :class:`ExportReport` with the largest absolute difference found.
@@ -470,6 +530,7 @@ def export_onnx(
             _write_onnx(model, x, out, exp, opset, dynamic_batch, dynamic_size)
         except Exception as e:
             raise _fail("export_onnx failed", e, model, x, exp, opset, dynamic_size) from e
+        _finish_onnx(out, _dynamic_axes(dynamic_batch, dynamic_size), model, size, metadata)
         worst, shapes, runtime = float("nan"), [], "not checked"
         if check:
             shapes = _check_shapes(size, dynamic_batch, dynamic_size, batch_size)

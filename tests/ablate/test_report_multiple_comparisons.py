@@ -100,3 +100,23 @@ def test_report_marks_resolved_only_after_holm() -> None:
     assert "**yes**" not in lines["small"] and f"{adjusted['small']:.3f}" in lines["small"]
     assert f"{raw_small.detectable * 100:.2f}" in lines["small"]
     assert "Holm" in text and "80% power" in text
+
+
+def test_a_test_acc_report_leaves_the_validation_choice_out_and_stars_only_a_result() -> None:
+    """metric test/acc: no val/acc column (a best epoch on CIFAR's val = test set would be a
+    choice made on the test set), the comparisons on test/acc; ★ only on a resolved gain."""
+    rows = []
+    for seed in range(5):
+        for variant, gain in (("base", 0.0), ("noise", 0.001 * (-1) ** seed), ("gain", 0.02)):
+            acc = 0.80 + 0.01 * seed + gain
+            rows.append({"run": f"{variant}/seed{seed}", "variant": variant, "seed": seed,
+                         "status": "ok", "val/acc": 0.99, "test/acc": acc})  # fmt: skip
+    text = render_report(rows, name="t", baseline="base", metric="test/acc")
+    head = next(ln for ln in text.splitlines() if ln.startswith("| variant"))
+    assert "val/acc" not in head and "Δ test/acc paired (pp) [95% CI]" in head
+    assert "How to read this (test/acc)" in text and "How to read this (val/acc)" not in text
+    starred = [ln for ln in text.splitlines() if ln.startswith("| ") and "★" in ln]
+    assert [ln.split(" | ")[0] for ln in starred] == ["| gain ★"]
+    rows = [r for r in rows if r["variant"] != "gain"]  # nothing resolved now: no star at all
+    text = render_report(rows, name="t", baseline="base", metric="test/acc")
+    assert not [ln for ln in text.splitlines() if ln.startswith("| ") and "★" in ln]

@@ -143,8 +143,8 @@ def _official_acmix(blk, x: torch.Tensor) -> torch.Tensor:
         torch.cat([t.reshape(b, head, hd, h * w) for t in (q, k, v)], 1), blk.fc.weight
     )
     f_conv = f_all.permute(0, 2, 1, 3).reshape(b, -1, h, w)
-    dep = blk.dep_conv
-    out_conv = F.conv2d(f_conv, dep.weight, dep.bias, stride=s, padding=1, groups=hd)
+    # the authors declare a bias and reset_parameters sets it to None: no bias
+    out_conv = F.conv2d(f_conv, blk.dep_conv.weight, None, stride=s, padding=1, groups=hd)
     return blk.rate1 * out_att + blk.rate2 * out_conv
 
 
@@ -253,8 +253,10 @@ def test_acmix_convolution_path_starts_as_the_shift_kernels() -> None:
 def test_acmix_parameter_count(c: int, cp: int, heads: int, kc: int) -> None:
     blk = visattn.create_block("acmix", c, out_channels=cp, heads=heads, kernel_conv=kc)
     d = cp // heads
-    expected = 3 * c * cp + 3 * cp + 3 * d + 3 * heads * kc**2 + cp * kc**4 + cp + 2
+    expected = 3 * c * cp + 3 * cp + 3 * d + 3 * heads * kc**2 + cp * kc**4 + 2
     assert n_params(blk) == expected
+    if (c, cp, heads, kc) == (32, 32, 4, 3):  # the authors' module at C=64 has 17,822
+        assert n_params(visattn.create_block("acmix", 64)) == 17_822
 
 
 def test_acmix_options_that_do_not_fit_are_refused_by_name() -> None:

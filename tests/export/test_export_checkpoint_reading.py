@@ -46,7 +46,7 @@ def test_export_reads_the_checkpoint_once_and_weights_only(
         return real_load(*args, **kwargs)
 
     monkeypatch.setattr(torch, "load", spy)
-    net, size, what = load_for_export(str(run_ckpt), None, None)
+    net, size, what, _ = load_for_export(str(run_ckpt), None, None)
     assert calls == [True], f"torch.load calls (weights_only per call): {calls}"
     assert size == (3, 16, 16) and "resnet20_cifar" in what and "mean" in what
     state = {k.removeprefix("net."): v for k, v in saved["state_dict"].items()}

@@ -3,6 +3,7 @@ installed exporter cannot write, an image size above the training limit, a class
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -68,3 +69,28 @@ def test_an_opset_in_range_is_written(tmp_path: Path) -> None:
         check=False,
     )
     assert report.opset == opset_range("dynamo")[0]
+
+
+def test_the_onnx_file_names_its_batch_axis_and_records_its_metadata(tmp_path: Path) -> None:
+    """The batch axis is ``batch`` (not the exporter's ``s77``), and metadata_props hold the
+    version, model name, input size and the caller's mean/std/class names."""
+    import onnx
+
+    net = create_model("resnet20_cifar", num_classes=3)
+    meta = {"mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25], "class_names": ["a", "b", "c"]}
+    path = tmp_path / "m.onnx"
+    export_onnx(net, path, (3, 32, 32), dynamic_size=True, metadata=meta)
+    proto = onnx.load(str(path))
+    dims = [d.dim_param or d.dim_value for d in proto.graph.input[0].type.tensor_type.shape.dim]
+    assert dims == ["batch", 3, "height", "width"]
+    out = [d.dim_param or d.dim_value for d in proto.graph.output[0].type.tensor_type.shape.dim]
+    assert out == ["batch", 3]
+    props = {p.key: p.value for p in proto.metadata_props}
+    assert props["model_name"] == "resnet20_cifar" and props["input_size"] == "3,32,32"
+    assert json.loads(props["class_names"]) == ["a", "b", "c"]
+    assert json.loads(props["mean"]) == [0.5, 0.5, 0.5] and props["visattn_version"]
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    assert sess.get_inputs()[0].shape[0] == "batch"
+    assert sess.get_modelmeta().custom_metadata_map["input_size"] == "3,32,32"

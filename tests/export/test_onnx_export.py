@@ -298,7 +298,7 @@ def test_cli_exports_a_checkpoint_with_its_weights(
     from visattn.__main__ import load_for_export, main
 
     ckpt = _checkpoint(tmp_path)
-    net, size, what = load_for_export(str(ckpt), None, None)
+    net, size, what, _ = load_for_export(str(ckpt), None, None)
     assert size == (3, 32, 32) and "resnet20_cifar" in what and "mean" in what
     out = tmp_path / "run.onnx"
     rc = main(["export", "--ckpt", str(ckpt), "--out", str(out), "--exporter", "torchscript"])

@@ -625,3 +625,19 @@ def test_the_cli_types_model_attention_as_placements():
     assert [p["name"] for p in built.model.hparams.attention] == ["se", "bam"]
     with pytest.raises(Exception, match="unknown position 'sideways'"):
         build("--model.attention.name=se", "--model.attention.position=sideways")
+
+
+def test_block_names_are_case_insensitive_and_a_name_alone_is_a_placement() -> None:
+    """As timm's attention strings: ``CBAM`` is ``cbam``, recorded by its own name; and
+    ``attention="cbam"`` is ``{"name": "cbam"}``."""
+    torch.manual_seed(0)
+    by_name = visattn.create_model("resnet20_cifar", attention="CBAM")
+    torch.manual_seed(0)
+    by_map = visattn.create_model("resnet20_cifar", attention={"name": "cbam"})
+    assert by_name.attention_paths == by_map.attention_paths
+    x = torch.randn(2, 3, 32, 32)
+    assert torch.equal(by_name.eval()(x), by_map.eval()(x))
+    assert normalize_placements("Se")[0].name == "se"
+    assert type(visattn.create_block("ECA", 64)) is type(visattn.create_block("eca", 64))
+    with pytest.raises(KeyError, match="did you mean"):
+        visattn.create_block("CBMA", 64)

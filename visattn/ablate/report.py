@@ -233,6 +233,7 @@ class _Context:
     holm_p: dict[str, dict[str, float]]  # {metric: {variant: Holm-adjusted paired-t p}}
     best: str | None
     batch_label: str
+    metric: str = "val/acc"  # the report's headline metric
 
     @property
     def several(self) -> bool:
@@ -275,7 +276,9 @@ def _comparison_columns(metric: str, suffix: str) -> list[Column]:
 
         return get
 
-    shown = (lambda ctx: True) if metric == "val/acc" else (lambda ctx: ctx.has(metric))
+    def shown(ctx: _Context) -> bool:
+        return ctx.has(metric) and (metric != "val/acc" or ctx.metric == "val/acc")
+
     heads = (
         f"Δ {metric} paired (pp) [95% CI]",
         f"pairs{suffix}",
@@ -306,8 +309,8 @@ COLUMNS: tuple[Column, ...] = (
     Column(
         lambda ctx: f"img/s {ctx.batch_label}", lambda s, ctx: _num(s.stats["throughput"].mean, 0)
     ),
-    Column("val/acc (%)", _stat("val/acc", 100, 2)),
-    Column("n", lambda s, ctx: str(s.stats["val/acc"].n)),
+    Column("val/acc (%)", _stat("val/acc", 100, 2), lambda ctx: ctx.metric == "val/acc"),
+    Column("n", lambda s, ctx: str(s.stats["val/acc"].n), lambda ctx: ctx.metric == "val/acc"),
     *_comparison_columns("val/acc", ""),
     Column("test/acc (%)", _stat("test/acc", 100, 2), _has("test/acc")),
     Column("n test", lambda s, ctx: str(s.stats["test/acc"].n), _has("test/acc")),
@@ -344,7 +347,9 @@ def _notes(ctx: _Context, rows: Sequence[dict[str, Any]], planned: int | None) -
     out = [
         runs_line + ". Every figure below is computed from `results.csv`.",
         "",
-        baseline + " ★ marks the best mean val/acc.",
+        baseline
+        + f" ★ marks the best mean {ctx.metric}, only where its difference from the baseline "
+        "is resolved (below); with nothing resolved no variant is marked.",
         "- Accuracies are top-1 in %, mean ± sample standard deviation over the seeds; n counts "
         "the ok runs.",
         "- Δ paired: the mean of the per-seed differences to the baseline (runs with the same "
@@ -358,8 +363,15 @@ def _notes(ctx: _Context, rows: Sequence[dict[str, Any]], planned: int | None) -
         "difference is told from seed noise with the family-wise error held at 5%), otherwise "
         "no, whatever the raw interval says. Δ Welch: the difference of means with a 95% Welch "
         "interval, ignoring the pairing.",
-        "- val/acc is each run's best validation accuracy; test/acc is measured on the test split "
-        "where the run tested.",
+        (
+            "- val/acc is each run's best validation accuracy; test/acc is measured on the test "
+            "split where the run tested."
+            if ctx.metric == "val/acc"
+            else "- test/acc: each run's network as the sweep's `test` names it (`last`: the "
+            "final one, nothing chosen on any split) scored on the test split. val/acc (the "
+            "best epoch on the validation split) is not reported: where the validation split is "
+            "the test set, as for CIFAR's default, it would be a choice made on the test set."
+        ),
         "- params: parameters of the trained network; MACs: multiply-accumulates per image at the "
         "data's image size; latency: median eval-mode forward time at batch 1, img/s: images per "
         "second at the throughput batch"
@@ -413,6 +425,28 @@ def _budget_section(ctx: _Context, budget: Mapping[str, str]) -> list[str]:
     ]
 
 
+#: the metrics a report can lead with
+METRICS = ("val/acc", "test/acc")
+
+
+def _best(
+    summaries: Sequence[VariantSummary],
+    comparisons: Mapping[str, Comparison],
+    adjusted: Mapping[str, float],
+    metric: str,
+) -> str | None:
+    """The variant with the best mean ``metric`` if its difference from its baseline is
+    resolved (Holm p < ALPHA) and positive; otherwise none (a star on noise would be a claim)."""
+    scored = [s for s in summaries if s.stats[metric].n]
+    if not scored:
+        return None
+    top = max(scored, key=lambda s: s.stats[metric].mean)
+    c = comparisons.get(top.name)
+    if c is None or not adjusted.get(top.name, math.nan) < ALPHA or not c.paired.diff > 0:
+        return None
+    return top.name
+
+
 def render_report(
     rows: Sequence[dict[str, Any]],
     *,
@@ -423,6 +457,7 @@ def render_report(
     plots: Sequence[str] = PLOT_FILES,
     notes: Sequence[str] = (),
     budget: Mapping[str, str] | None = None,
+    metric: str = "val/acc",
 ) -> str:
     """The markdown report of ``rows`` (as :func:`visattn.ablate.results.read_results` gives);
     its table has the :data:`COLUMNS` that apply.
@@ -437,28 +472,33 @@ def render_report(
         budget: ``{equal-budget variant: the variant it matches}``; each such pair gets a row in
             an "Against an equal budget" table (the matched variant minus the widened
             baseline, paired by seed).
+        metric: the headline metric, ``"val/acc"`` or ``"test/acc"`` (then val/acc columns are
+            left out: see the notes it writes).
     """
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {list(METRICS)}, got {metric!r}")
     summaries = summarize(rows)
     if not summaries:
         return f"# Sweep `{name}`\n\nNo finished runs yet.\n"
-    scored = [s for s in summaries if s.stats["val/acc"].n]
     batches = {s.throughput_batch for s in summaries} - {None}
-    comparisons = {m: compare(summaries, baseline, m) for m in ("val/acc", "test/acc")}
+    comparisons = {m: compare(summaries, baseline, m) for m in METRICS}
+    holm_p = {m: holm({v: c.paired.t_p for v, c in comparisons[m].items()}) for m in comparisons}
     ctx = _Context(
         summaries=summaries,
         base_of=baselines_of(summaries, baseline),
         comparisons=comparisons,
-        holm_p={m: holm({v: c.paired.t_p for v, c in comparisons[m].items()}) for m in comparisons},
-        best=max(scored, key=lambda s: s.stats["val/acc"].mean).name if scored else None,
+        holm_p=holm_p,
+        best=_best(summaries, comparisons[metric], holm_p[metric], metric),
         batch_label=f"b{batches.pop()}" if len(batches) == 1 else "batch",
+        metric=metric,
     )
     out = [f"# Sweep `{name}`", ""]
     if description:
         out += [description.strip(), ""]
     out += _notes(ctx, rows, planned)
     out += [f"- {n}" for n in notes]
-    out += ["", *_table(ctx), "", _how_to_read(summaries, ctx.base_of, "val/acc")]
-    if ctx.has("test/acc"):
+    out += ["", *_table(ctx), "", _how_to_read(summaries, ctx.base_of, metric)]
+    if metric == "val/acc" and ctx.has("test/acc"):
         out += ["", _how_to_read(summaries, ctx.base_of, "test/acc")]
     out.append("")
     out += _budget_section(ctx, budget or {})

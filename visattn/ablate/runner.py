@@ -136,6 +136,7 @@ def report_kwargs(sweep: Sweep, overrides: Mapping[str, Any] | None = None) -> d
         "description": sweep.description,
         "notes": [m.note(name) for name, m in budget.items()],
         "budget": {name: m.of for name, m in budget.items()},
+        "metric": sweep.metric,
     }
 
 

@@ -26,7 +26,9 @@ data that val/acc is measured on),
 ``profile`` (``{device, batch, warmup, repeats}`` of the latency measurement), ``localization``
 (``{max_images, tolerance}`` or ``false``), ``order`` (``variant``, the default: every seed of
 a variant, then the next variant; ``seed``: every variant of a seed, then the next seed, so that
-a long sweep run in pieces has whole pairs as it goes) and ``description``.
+a long sweep run in pieces has whole pairs as it goes), ``metric`` (the report's headline:
+``val/acc``, the default, or ``test/acc`` with ``test``, for data whose validation split is the
+test set) and ``description``.
 
 Each run becomes the argument list of one ``train_cls.py`` call: ``fit``, one ``--config`` per
 base file, the shared ``set`` then the variant's ``set`` as ``--key=value`` (one value per key,
@@ -63,6 +65,7 @@ _TOP_KEYS = (
     "profile",
     "localization",
     "order",
+    "metric",
 )
 #: ``order``'s values: every seed of a variant before the next variant, or every variant of a
 #: seed before the next seed (a long sweep run in pieces then has whole pairs as it goes)
@@ -198,6 +201,7 @@ class Sweep:
     localization: dict[str, Any] | bool | None = True
     description: str = ""
     order: str = "variant"
+    metric: str = "val/acc"
 
     def __post_init__(self) -> None:
         try:
@@ -239,6 +243,10 @@ class Sweep:
         set_(self, "description", str(self.description or ""))
         if self.order not in ORDERS:
             raise ValueError(f"order must be one of {list(ORDERS)}, got {self.order!r}")
+        if self.metric not in ("val/acc", "test/acc"):
+            raise ValueError(f"metric must be 'val/acc' or 'test/acc', got {self.metric!r}")
+        if self.metric == "test/acc" and self.test is None:
+            raise ValueError("metric 'test/acc' needs test: last (or best): no run would test")
 
     @classmethod
     def from_config(cls, data: Mapping[str, Any], path: str | Path) -> Sweep:
@@ -275,6 +283,7 @@ class Sweep:
             localization=data.get("localization", True),
             description=data.get("description", ""),
             order=data.get("order", "variant"),
+            metric=data.get("metric", "val/acc"),
         )
 
     @property

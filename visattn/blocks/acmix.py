@@ -63,8 +63,9 @@ class ACmix(nn.Module):
 
     * convolution: a 1x1 conv (``fc``, no bias) maps the ``3h`` head features of ``q, k, v``
       to ``k_c^2`` features per channel of a head, which a grouped ``k_c x k_c`` conv (groups
-      ``d``, with bias) shifts and sums; it starts as the shift kernels of the paper (each of the
-      ``k_c^2`` inputs one-hot at its offset) and a zero bias.
+      ``d``, no bias: the authors' code declares one and its ``reset_parameters`` sets it to
+      ``None``) shifts and sums; it starts as the shift kernels of the paper (each of the
+      ``k_c^2`` inputs one-hot at its offset).
 
     Output ``y = alpha * o_att + beta * o_conv``, ``alpha = beta = 0.5`` at init (learned). The
     logits and the softmax are computed in float32 under autocast.
@@ -79,8 +80,8 @@ class ACmix(nn.Module):
     copies), averaged over queries and heads (sums to 1).
 
     Parameters (``h`` heads, ``d = C'/h``, conv kernel ``k_c``):
-    ``3 C C' + 3 C' + 3 d + 3 h k_c^2 + C' k_c^4 + C' + 2`` (q, k, v convs; ``W_p``; ``fc``; the
-    shift conv with bias; ``alpha``, ``beta``).
+    ``3 C C' + 3 C' + 3 d + 3 h k_c^2 + C' k_c^4 + 2`` (q, k, v convs; ``W_p``; ``fc``; the
+    shift conv; ``alpha``, ``beta``).
 
     Args:
         channels: input channels ``C``.
@@ -120,13 +121,14 @@ class ACmix(nn.Module):
             stride=stride,
             padding=kernel_conv // 2,
             groups=self.dim_head,
+            bias=False,  # the authors' reset_parameters replaces their bias with None
         )
         self.rate1 = nn.Parameter(torch.empty(1))
         self.rate2 = nn.Parameter(torch.empty(1))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Mixing rates 0.5 each; the shift conv as the ``k_c^2`` one-hot shift kernels, bias 0
+        """Mixing rates 0.5 each; the shift conv as the ``k_c^2`` one-hot shift kernels
         (official)."""
         nn.init.constant_(self.rate1, 0.5)
         nn.init.constant_(self.rate2, 0.5)
@@ -134,7 +136,6 @@ class ACmix(nn.Module):
         shifts = torch.eye(kc * kc).reshape(kc * kc, kc, kc)
         with torch.no_grad():
             self.dep_conv.weight.copy_(shifts.expand(self.out_channels, -1, -1, -1))
-        nn.init.zeros_(self.dep_conv.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self.conv1(x), self.conv2(x), self.conv3(x)

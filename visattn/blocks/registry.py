@@ -395,6 +395,8 @@ def _lookup(name: str) -> BlockInfo:
         info = _alias_info(name)
         if info is not None:
             return info
+        if isinstance(name, str) and name.lower() != name:  # "CBAM", "SE": as timm's strings
+            return _lookup(name.lower())
         known = [*_REGISTRY, *(a for a in TIMM_ALIASES if TIMM_ALIASES[a].alias_of in _REGISTRY)]
         close = difflib.get_close_matches(str(name), known, n=3, cutoff=0.5)
         hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
@@ -432,7 +434,7 @@ def create_block(name: str, channels: int, *, init: str = "default", **kwargs: A
             f"block '{name}': option 'init' must be one of {list(INITS)}, got {init!r}"
         )
     block = info.cls(channels, **merge_options(info.alias_args, kwargs, info.reduced))
-    return make_identity(block, info.alias_of or name) if init == "identity" else block
+    return make_identity(block, info.alias_of or info.name) if init == "identity" else block
 
 
 def is_block(module: nn.Module) -> bool:

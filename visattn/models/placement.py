@@ -213,6 +213,8 @@ class Placement:
 
     def _normalise(self) -> None:
         info = block_info(self.name)  # unknown names raise the registry's KeyError
+        if info.name != self.name:  # "CBAM" is recorded as the block's own name, "cbam"
+            object.__setattr__(self, "name", info.name)
         args = {} if self.args is None else self.args
         if not isinstance(args, Mapping) or not all(isinstance(k, str) for k in args):
             raise PlacementError(f"'args' must be a mapping of block options, got {args!r}")
@@ -350,9 +352,10 @@ class Placement:
 
 
 def normalize_placements(attention: Any) -> list[Placement]:
-    """``attention`` (a placement, a mapping, a list of them, or ``None``) as a list of
-    :class:`Placement`. Mappings are validated here; :class:`Placement` objects pass through
-    unchanged, so normalising twice costs nothing and gives the same list.
+    """``attention`` (a placement, a mapping, a list of them, a block name alone as shorthand for
+    ``{"name": name}``, or ``None``) as a list of :class:`Placement`. Mappings are validated
+    here; :class:`Placement` objects pass through unchanged, so normalising twice costs nothing
+    and gives the same list.
 
     Raises:
         ValueError: a malformed placement (unknown key or position, bad stages/blocks, ``blocks``
@@ -361,11 +364,13 @@ def normalize_placements(attention: Any) -> list[Placement]:
     """
     if attention is None:
         return []
+    if isinstance(attention, str):  # a block name alone: that block at its default placement
+        attention = {"name": attention}
     if isinstance(attention, (Mapping, Placement)):
         attention = [attention]
-    if isinstance(attention, (str, bytes)) or not isinstance(attention, Sequence):
+    if isinstance(attention, bytes) or not isinstance(attention, Sequence):
         raise ValueError(
-            "attention must be a placement mapping, a list of them, or None, got "
+            "attention must be a block name, a placement mapping, a list of them, or None, got "
             f"{type(attention).__name__} {attention!r}"
         )
     return [Placement.from_config(p, i) for i, p in enumerate(attention)]

@@ -16,7 +16,10 @@ from ..models.placement import Placement, placements_to_config
 from .callbacks import BackboneFreeze, ExactResumeRNG
 from .parameters import PARAM_KINDS, split_parameters
 
-__all__ = ["ClassificationModule", "NonFiniteLossError", "lr_factor"]
+__all__ = ["DEFAULT_NUM_CLASSES", "ClassificationModule", "NonFiniteLossError", "lr_factor"]
+
+#: the class count a module built without ``num_classes`` starts with, until a data module says
+DEFAULT_NUM_CLASSES = 10
 
 OPTIMIZERS = ("sgd", "adamw")
 SCHEDULES = ("multistep", "cosine", "linear", "constant")
@@ -81,7 +84,9 @@ class ClassificationModule(pl.LightningModule):
 
     Args:
         model: a name from ``visattn.list_models()``.
-        num_classes: output classes (linked from ``data.num_classes`` by the CLI).
+        num_classes: output classes (linked from ``data.num_classes`` by the CLI). ``None``: the
+            data module's count, taken in :meth:`setup` (10 until then); given, it must match
+            the data module's (see :meth:`setup`).
         attention: a placement (:class:`~visattn.models.placement.Placement` or the same
             mapping) or a list of them, or None; LightningCLI parses it as one of these types.
         model_kwargs: extra keyword arguments for ``visattn.create_model`` (e.g.
@@ -117,7 +122,7 @@ class ClassificationModule(pl.LightningModule):
     def __init__(
         self,
         model: str = "resnet20_cifar",
-        num_classes: int = 10,
+        num_classes: int | None = None,
         attention: Placement | list[Placement] | None = None,
         model_kwargs: dict | None = None,
         channels_last: bool | None = None,
@@ -165,32 +170,60 @@ class ClassificationModule(pl.LightningModule):
             raise ValueError(f"lr_mult values must be non-negative numbers, got {lr_mult}")
         if freeze_backbone_epochs < 0:
             raise ValueError(f"freeze_backbone_epochs must be >= 0, got {freeze_backbone_epochs}")
+        if num_classes is not None and (isinstance(num_classes, bool) or num_classes < 1):
+            raise ValueError(f"num_classes must be an integer >= 1, got {num_classes}")
         attention = placements_to_config(attention)  # plain mappings in the hyperparameters
+        self._num_classes_given = num_classes is not None
         self.save_hyperparameters()
-        self.net = create_model(
-            model, num_classes=num_classes, attention=attention, **(model_kwargs or {})
-        )
         self.channels_last = True if channels_last is None else bool(channels_last)
+        self._build(num_classes or DEFAULT_NUM_CLASSES)
+        self._bad_step: torch.Tensor | None = None
+        self._val_bad = torch.zeros((), dtype=torch.bool)
+
+    def _build(self, num_classes: int) -> None:
+        """The network and the metrics for ``num_classes`` classes."""
+        h = self.hparams
+        self.hparams["num_classes"] = num_classes  # what the checkpoint records
+        self.net = create_model(
+            h.model, num_classes=num_classes, attention=h.attention, **(h.model_kwargs or {})
+        )
         if self.channels_last:
             self.net = self.net.to(memory_format=torch.channels_last)
         # kept out of the module tree so state_dict holds only ``net.*``
-        self.__dict__["_forward_net"] = torch.compile(self.net) if compile else self.net
+        self.__dict__["_forward_net"] = torch.compile(self.net) if h.compile else self.net
         k = min(5, num_classes)
         self.train_acc = MulticlassAccuracy(num_classes, top_k=1, average="micro")
         self.val_acc = MulticlassAccuracy(num_classes, top_k=1, average="micro")
         self.val_acc5 = MulticlassAccuracy(num_classes, top_k=k, average="micro")
         self.test_acc = MulticlassAccuracy(num_classes, top_k=1, average="micro")
         self.test_acc5 = MulticlassAccuracy(num_classes, top_k=k, average="micro")
-        self._bad_step: torch.Tensor | None = None
-        self._val_bad = torch.zeros((), dtype=torch.bool)
 
     def setup(self, stage: str) -> None:
-        """One example image at the data's size (``example_input_array``), so that Lightning's
-        model summary counts the network's FLOPs and shows tensor sizes. Not with ``compile``:
-        that forward would compile the network once more for a batch of one."""
+        """Check the class count against the data module's, then give one example image at the
+        data's size (``example_input_array``), so that Lightning's model summary counts the
+        network's FLOPs and shows tensor sizes (not with ``compile``: that forward would compile
+        the network once more for a batch of one).
+
+        ``num_classes`` not given: the data module's count is taken (the network is built for
+        it here, before any weights are loaded or optimizers made). Given and different from the
+        data's: refused with both numbers (a silent 10-way head on 9-class data would train and
+        test without a word).
+
+        Raises:
+            ValueError: ``num_classes`` was given and differs from the data module's.
+        """
+        dm = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
+        n = getattr(dm, "num_classes", None)
+        if isinstance(n, int) and n != self.hparams.num_classes:
+            if self._num_classes_given:
+                raise ValueError(
+                    f"ClassificationModule(num_classes={self.hparams.num_classes}) but the data "
+                    f"module has {n} classes ({type(dm).__name__}); pass num_classes={n}, or "
+                    "leave it out to take the data's"
+                )
+            self._build(n)
         if self.example_input_array is not None or self.hparams.compile:
             return
-        dm = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
         shape = getattr(dm, "image_shape", None) or getattr(self.net, "default_input_size", None)
         if shape is not None:
             self.example_input_array = torch.zeros(1, *shape)
