@@ -273,3 +273,49 @@ def test_a_sweep_folder_moved_mid_sweep_is_noticed_before_results_are_written(
     assert ablate_main([str(path2), "--out", str(moved), "--report-only"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "Traceback" not in err
+
+
+def test_a_run_cut_off_mid_training_goes_on_from_its_last_checkpoint(tmp_path: Path, fake) -> None:
+    """A run interrupted after a checkpoint (Ctrl+C, SIGTERM, a session's end) resumes with
+    ``--ckpt_path last`` in its own folder on the next pass, when its settings are unchanged;
+    with changed settings it starts again from scratch."""
+    import torch
+
+    path = write_sweep(tmp_path, [{"name": "none"}], seeds=(0, 1))
+    out = tmp_path / "out"
+
+    def interrupted(args: list[str]) -> dict:
+        if arg(args, "seed_everything") == "1":
+            ckpt = Path(arg(args, "trainer.default_root_dir")) / "lightning_logs/version_0"
+            (ckpt / "checkpoints").mkdir(parents=True)
+            torch.save({"epoch": 1, "global_step": 6}, ckpt / "checkpoints/last.ckpt")
+            raise KeyboardInterrupt
+        return fake(args)
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(path, out, train_fn=interrupted, echo=lambda s: None)
+    lines: list[str] = []
+    run_sweep(path, out, train_fn=fake, dry_run=True, echo=lines.append)
+    assert any("none/seed1 (cut off after epoch 2: resumes from its last checkpoint)" in ln
+               for ln in lines)  # fmt: skip
+
+    resumed: list[list[str]] = []
+
+    def resume(args: list[str]) -> dict:
+        resumed.append(args)
+        root = Path(arg(args, "trainer.default_root_dir"))
+        assert (root / "lightning_logs/version_0/checkpoints/last.ckpt").is_file()  # kept
+        shutil.rmtree(root / "lightning_logs")  # the fake trainer writes a fresh run
+        return fake([a for a in args if a != "--ckpt_path=last"])
+
+    rows = run_sweep(path, out, train_fn=resume, echo=lambda s: None)
+    assert [a[-1] for a in resumed] == ["--ckpt_path=last"]
+    assert [r["status"] for r in rows] == ["ok", "ok"]
+
+    # cut off again, then the settings change: no resume, a clean start
+    (out / "runs/none/seed1/result.json").unlink()
+    (out / "runs/none/seed1/lightning_logs/version_0/checkpoints/last.ckpt").write_bytes(b"x")
+    changed = write_sweep(tmp_path, [{"name": "none", "set": {"model.lr": 0.5}}], seeds=(0, 1))
+    lines.clear()
+    run_sweep(changed, out, train_fn=fake, dry_run=True, echo=lines.append)
+    assert any("none/seed1 (cut off before it finished)" in ln for ln in lines)

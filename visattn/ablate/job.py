@@ -37,6 +37,7 @@ from ..localization import score_gradcam, score_model
 from ..profile import measure_latency
 from ..training import cli
 from ..training.load import load_run
+from ..training.resume import checkpoint_progress, find_last_checkpoint
 from .lock import RunLock
 from .resolve import error_summary
 from .sweep import Run, Sweep
@@ -55,6 +56,8 @@ __all__ = [
 ]
 
 MARKER = "result.json"
+#: written when a run starts: its settings, so a run cut off later can resume if they still hold
+STARTED = "started.json"
 TrainFn = Callable[[list[str]], dict[str, Any]]
 
 
@@ -230,6 +233,26 @@ def _damaged_checkpoint(row: dict[str, Any], out: Path) -> str:
     return ""
 
 
+def resume_point(run: Run) -> int | None:
+    """The last finished epoch (1-based) of a run that was cut off, if it can go on from its
+    last checkpoint: it recorded its settings when it started (:data:`STARTED`), they are the
+    run's settings now, and a ``last.ckpt`` is there. ``None``: it trains again from scratch."""
+    if (run.root / MARKER).exists():  # it finished (ok or failed): never resumed
+        return None
+    try:
+        started = json.loads((run.root / STARTED).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(started, dict) or started.get("settings") != run_settings(run.args):
+        return None
+    try:
+        last = find_last_checkpoint(run.root)
+        epoch = checkpoint_progress(last[1])[0] if last is not None else -1
+    except (OSError, ValueError, RuntimeError):  # a damaged last checkpoint: start afresh
+        return None
+    return epoch + 1 if epoch >= 0 else None
+
+
 def completed(run: Run, out: Path) -> tuple[dict[str, Any] | None, str]:
     """The run's recorded ok row if it can be skipped, else ``None`` and why it must run.
 
@@ -241,7 +264,12 @@ def completed(run: Run, out: Path) -> tuple[dict[str, Any] | None, str]:
     checkpoint that is there but damaged is refused and the run trains again.
     """
     if not (run.root / MARKER).is_file():
-        return None, "new" if not run.root.exists() else "cut off before it finished"
+        if not run.root.exists():
+            return None, "new"
+        resumable = resume_point(run)
+        if resumable is not None:
+            return None, f"cut off after epoch {resumable}: resumes from its last checkpoint"
+        return None, "cut off before it finished"
     record = read_marker(run.root)
     if record is None:
         return None, "its completion marker is unreadable"
@@ -357,14 +385,17 @@ def _tested_checkpoint(summary: dict[str, Any], which: str) -> str | None:
     return summary.get("best_ckpt") or summary.get("last_ckpt")
 
 
-def _train_one(run: Run, sweep: Sweep, out: Path, train_fn: TrainFn) -> dict[str, Any]:
-    """Train, test (if asked) and evaluate one run. An ``Exception`` makes a ``failed`` row;
-    ``KeyboardInterrupt`` and ``SystemExit`` (Ctrl+C, and SIGTERM, which the sweep turns into
-    Ctrl+C) stop the sweep, leaving the run without a marker so that the next pass retries it."""
+def _train_one(
+    run: Run, sweep: Sweep, out: Path, train_fn: TrainFn, resume: bool = False
+) -> dict[str, Any]:
+    """Train (``resume``: go on from the run's last checkpoint), test (if asked) and evaluate
+    one run. An ``Exception`` makes a ``failed`` row; ``KeyboardInterrupt`` and ``SystemExit``
+    (Ctrl+C, and SIGTERM, which the sweep turns into Ctrl+C) stop the sweep, leaving the run
+    without a marker so that the next pass retries it."""
     row: dict[str, Any] = {"run": run.key, "variant": run.variant, "seed": run.seed}
     t0 = time.perf_counter()
     try:
-        summary = train_fn(list(run.args))
+        summary = train_fn([*run.args, *(["--ckpt_path=last"] if resume else [])])
         if sweep.test and summary.get("test_acc") is None:
             ckpt = _tested_checkpoint(summary, sweep.test)
             test_args = ["test", *run.args[1:-1], f"--trainer.default_root_dir={run.root / 'test'}"]
@@ -403,18 +434,24 @@ def train_and_mark(
     *,
     attempts: int = 1,
 ) -> dict[str, Any]:
-    """Train ``task``'s run in a clean folder while holding its lock
-    (:class:`~visattn.ablate.lock.RunLock`), write its marker and return its row.
+    """Train ``task``'s run while holding its lock (:class:`~visattn.ablate.lock.RunLock`),
+    write its marker and return its row. A run cut off earlier with the same settings and a
+    last checkpoint goes on from there (:func:`resume_point`: exact, as ``--ckpt_path last``);
+    any other run starts in a clean folder.
 
     Raises:
         RuntimeError: another live process holds the run's lock (it is training the run).
     """
     run, out = task.run, Path(task.out)
     with RunLock(run.root, run.key):
-        if run.root.exists():
-            shutil.rmtree(run.root)
-        run.root.mkdir(parents=True)
-        row = _train_one(run, sweep, out, train_fn)
+        resume = run.root.exists() and resume_point(run) is not None
+        if not resume:
+            if run.root.exists():
+                shutil.rmtree(run.root)
+            run.root.mkdir(parents=True)
+            started = {"settings": run_settings(run.args), "args": list(run.args)}
+            atomic_write_text(run.root / STARTED, json.dumps(started, indent=1))
+        row = _train_one(run, sweep, out, train_fn, resume)
         if not run.root.is_dir():  # writing the marker would recreate the folder elsewhere
             raise RuntimeError(
                 f"run {run.key}: its folder {run.root} disappeared while it trained (the sweep "

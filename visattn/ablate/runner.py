@@ -12,7 +12,9 @@ Layout of the output folder ``DIR``::
 One run (its settings, marker, lock and train-and-mark) is :mod:`visattn.ablate.job`. Running
 the sweep again skips a run whose marker says ``ok``, whose settings are unchanged and whose
 ``metrics.csv`` still exists, with its checkpoint intact or not there at all (results committed
-or copied without ``*.ckpt`` files stay finished); any other run (failed, cut off before its
+or copied without ``*.ckpt`` files stay finished). A run cut off mid-training (Ctrl+C, SIGTERM,
+a killed worker, a machine that went away) whose settings are unchanged goes on from its last
+checkpoint (exactly, as ``--ckpt_path last``); any other run (failed, cut off before its
 marker, artefacts deleted or damaged, or its settings edited, in which case the changed keys
 are named) is trained again from scratch in a clean folder. A sweep folder that was copied or
 moved resumes as it was. A run whose lock is held by a live process (a worker left by a driver
