@@ -40,12 +40,10 @@ def floats(m: nn.Module) -> dict[str, torch.Tensor]:
 def copy_timm_into_ours(alias: str, theirs: nn.Module, ours: nn.Module) -> None:
     src, dst = floats(theirs), floats(ours)
     if alias == "nl":
-        assert sorted(TIMM_NONLOCAL_NAMES.values()) == sorted(dst)
-        for k, v in TIMM_NONLOCAL_NAMES.items():
+        names = {**TIMM_NONLOCAL_NAMES, "z.bias": "w_z.bias"}  # nl keeps timm's W_z bias
+        assert sorted(names.values()) == sorted(dst) and sorted(names) == sorted(src)
+        for k, v in names.items():
             dst[v].copy_(src[k])
-        # timm's W_z bias sits before the BN: in eval mode BN(z + b) is BN with mean - b; in
-        # train mode the batch mean absorbs it
-        dst["norm.running_mean"].sub_(src["z.bias"])
         return
     # same sizes in the same order (timm's LayerNorm2d weight is (C,), visattn's (C, 1, 1))
     if alias == "bottleneck":  # visattn registers the relative tables before the projection
@@ -126,6 +124,20 @@ def test_list_blocks_keeps_the_canonical_names_and_block_info_explains_the_alias
         assert "timm" in info.paper
     assert visattn.block_info("nl").alias_args["scale_by"] == "channels"
     assert visattn.block_info("gca").defaults["fusion"] == "add"
+
+
+@pytest.mark.parametrize("channels", [64, 128, 256])
+def test_nl_has_timms_parameters_and_takes_timms_keywords(channels: int) -> None:
+    """The same parameter count as timm's NonLocalAttn (W_z's bias included: 2,264 at C=64),
+    and timm's own call conventions work (they raised 'give either inner_channels or
+    reduction')."""
+    theirs = sum(p.numel() for p in timm_module("nl", channels).parameters())
+    ours = visattn.create_block("nl", channels)
+    assert sum(p.numel() for p in ours.parameters()) == theirs
+    assert sum(p.numel() for p in visattn.create_block("nl", 64).parameters()) == 2264
+    via_hook = visattn.timm_attn("nl")(channels)
+    assert sum(p.numel() for p in via_hook.parameters()) == theirs
+    assert visattn.create_block("nl", channels, rd_divisor=8).inner_channels == channels // 8
 
 
 def test_caller_options_override_the_alias_options() -> None:

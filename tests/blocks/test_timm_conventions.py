@@ -124,10 +124,11 @@ def test_se_widths_by_hand():
 
 @pytest.mark.parametrize("option", ["rd_ratio", "rd_channels", "rd_divisor"])
 @pytest.mark.parametrize("name", NOT_REDUCED)
-def test_a_block_without_a_reduced_width_refuses_timms_width_keywords(name, option):
+def test_a_block_without_a_reduced_width_ignores_timms_width_keywords(name, option):
+    """timm's rule (its EcaModule takes rd_ratio and uses none of it): accepted, ignored."""
     value = 0.25 if option == "rd_ratio" else 8
-    with pytest.raises(TypeError, match=rf"block '{name}'.*'{option}'"):
-        create_block(name, 64, **{option: value})
+    plain, given = create_block(name, 64), create_block(name, 64, **{option: value})
+    assert [p.shape for p in plain.parameters()] == [p.shape for p in given.parameters()]
 
 
 @pytest.mark.parametrize("name", WITH_REDUCTION)
@@ -160,9 +161,15 @@ def test_a_blocks_own_width_option_clashes_with_timms():
 
 
 @pytest.mark.parametrize("name", WITHOUT_ACT)
-def test_a_block_without_an_activation_refuses_act_layer(name):
-    with pytest.raises(TypeError, match=rf"block '{name}': unknown option 'act_layer'"):
-        create_block(name, 64, act_layer=nn.SiLU)
+def test_a_block_without_an_activation_ignores_the_keywords_timms_hooks_pass(name):
+    """EfficientNet passes act_layer, RegNet rd_ratio, others gate_layer/norm_layer/bias: a block
+    without the option ignores it, as timm's modules do; a misspelt option is still refused."""
+    plain = create_block(name, 64)
+    given = create_block(name, 64, act_layer=nn.SiLU)
+    assert [p.shape for p in plain.parameters()] == [p.shape for p in given.parameters()]
+    assert [type(m) for m in plain.modules()] == [type(m) for m in given.modules()]
+    with pytest.raises(TypeError, match=rf"block '{name}': unknown option 'act_layr'"):
+        create_block(name, 64, act_layr=nn.SiLU)
 
 
 # --- act_layer and gate_layer -----------------------------------------------------------------
@@ -212,8 +219,8 @@ def test_a_new_block_declares_its_width_option_as_data():
         assert create_block("tc_hidden", 64, rd_ratio=0.25).fc.out_channels == 16
         assert create_block("tc_hidden", 64, rd_ratio=0.35, rd_divisor=8).fc.out_channels == 24
     no_spec = registered_block("tc_hidden", _Hidden, family="channel", paper="test")
-    with no_spec, pytest.raises(TypeError, match=r"block 'tc_hidden'.*'rd_ratio'.*no reduced"):
-        create_block("tc_hidden", 64, rd_ratio=0.25)
+    with no_spec:  # without the declaration timm's width is not the block's: ignored
+        assert create_block("tc_hidden", 64, rd_ratio=0.25).fc.out_channels == 4
     bad = registered_block("tc_bad", _Hidden, family="channel", paper="t", reduced=Reduced())
     with pytest.raises(TypeError, match=r"block 'tc_bad'.*no option 'reduction'"), bad:
         pass  # pragma: no cover
@@ -266,7 +273,7 @@ def test_efficientnet_with_other_blocks_keeps_the_se_ratio(name):
 
 def test_efficientnet_falls_back_to_the_blocks_own_form_without_a_reduced_width():
     model = timm.create_model("efficientnet_b0", se_layer=block_info("ela").cls)
-    assert sum(is_block(m) for m in model.modules()) == 16  # timm's probe got a TypeError
+    assert sum(is_block(m) for m in model.modules()) == 16  # rd_ratio ignored: ela's own form
 
 
 def test_regnetz_attn_layer_keeps_the_models_widths():
@@ -357,5 +364,6 @@ def test_timm_attn_unknown_name_or_option():
         visattn.timm_attn("gsopp")
     with pytest.raises(TypeError, match=r"block 'se': unknown option 'reductoin'.*'reduction'"):
         visattn.timm_attn("se", reductoin=4)
-    with pytest.raises(TypeError, match=r"block 'eca': unknown option 'rd_ratio'"):
-        visattn.timm_attn("eca", rd_ratio=0.25)
+    assert visattn.timm_attn("eca", rd_ratio=0.25)(64).conv.kernel_size == (3,)  # ignored
+    with pytest.raises(TypeError, match=r"block 'eca': unknown option 'rd_ration'"):
+        visattn.timm_attn("eca", rd_ration=0.25)

@@ -101,12 +101,13 @@ TIMM_ALIASES: MappingProxyType[str, BlockAlias] = MappingProxyType(
                 "nl",
                 "nonlocal",
                 "NonLocalAttn",
-                "non-local block with timm's inner width C/8 and scores scaled by 1/sqrt(C); "
-                "timm's W_z conv also has a bias before the BN, which equals a shift of the BN's "
-                "running mean (visattn has none)",
+                "non-local block with timm's inner width C/8 (rounded to 8, as timm's "
+                "rd_divisor) and scores scaled by 1/sqrt(C); its W_z conv has a bias before the "
+                "BN, as timm's",
                 reduction=8,
                 score="scaled_dot",
                 scale_by="channels",
+                z_bias=True,
             ),
         )
     }

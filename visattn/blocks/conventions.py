@@ -18,9 +18,11 @@ The width, for ``C`` channels (the block's :attr:`Reduced.base`):
   ``SEModule``, ``CbamModule``, ``GlobalContext``, ...);
 * ``rd_divisor`` or ``rd_round_fn`` alone: the block's own ``C / reduction``, rounded so.
 
-Refused (naming the options): a timm keyword on a block without a reduced width (a
-``TypeError``, as for any unknown option; timm's EfficientNet builder relies on that to fall back
-to the block's own width); ``reduction`` together with ``rd_ratio`` or ``rd_channels``;
+A timm keyword that does not apply to a block (a width on a block without a reduced width, or
+one of :data:`TIMM_HOOK_KEYWORDS` on a block without that option) is accepted and ignored, as
+timm's own modules do (``EcaModule`` takes ``act_layer``, ``rd_ratio``, ``rd_divisor`` and
+``gate_layer`` and uses none of them), so every block fits timm's ``attn_layer``/``se_layer``
+hooks. Refused (naming the options): ``reduction`` together with ``rd_ratio`` or ``rd_channels``;
 ``rd_ratio`` and ``rd_channels`` that give different widths; ``rd_divisor`` with
 ``rd_round_fn``; a width of 0.
 
@@ -40,10 +42,21 @@ from typing import Any
 
 from timm.layers import make_divisible
 
-__all__ = ["TIMM_WIDTH_KEYWORDS", "Reduced", "infer_reduced", "merge_options", "translate"]
+__all__ = [
+    "TIMM_HOOK_KEYWORDS",
+    "TIMM_WIDTH_KEYWORDS",
+    "Reduced",
+    "infer_reduced",
+    "merge_options",
+    "translate",
+]
 
 #: timm's keywords for a reduced width, translated by :func:`translate`
 TIMM_WIDTH_KEYWORDS = ("rd_ratio", "rd_channels", "rd_divisor", "rd_round_fn")
+#: the other keywords timm's model families pass to ``attn_layer`` / ``se_layer`` (EfficientNet
+#: and MobileNetV3 ``act_layer``, RegNet and ByobNet ``act_layer``/``rd_ratio``, ...): a block
+#: that has the option takes it, one that has not ignores it, as timm's own modules do
+TIMM_HOOK_KEYWORDS = ("act_layer", "gate_layer", "norm_layer", "bias")
 _SIZE = ("rd_ratio", "rd_channels")
 _ROUNDING = ("rd_divisor", "rd_round_fn")
 
@@ -205,13 +218,9 @@ def translate(
     given = {k: kwargs[k] for k in TIMM_WIDTH_KEYWORDS if k in kwargs}
     if not given:
         return kwargs
-    if reduced is None:
-        names = ", ".join(f"'{k}'" for k in given)
-        raise TypeError(
-            f"block '{block}': option {names} does not apply ({block} has no reduced width); "
-            f"valid options: {', '.join(defaults) or 'none'}"
-        )
     rest = {k: v for k, v in kwargs.items() if k not in given}
+    if reduced is None:  # timm's rule: accepted and ignored by a module without a reduced width
+        return rest
     given = {k: v for k, v in given.items() if v is not None}  # None: unset, as in timm
     if not given:
         return rest
@@ -220,6 +229,8 @@ def translate(
     width = _width(block, reduced, base, given, rest, defaults)
     if reduced.width is not None:
         rest[reduced.width] = width
+        if reduced.reduction is not None:  # the width says it: a bound reduction goes
+            rest.pop(reduced.reduction, None)
     else:  # the reduction that leaves exactly this width: base // (base / width) == width
         rest[reduced.reduction] = Fraction(base, width)
     if reduced.floor is not None and reduced.floor not in rest:

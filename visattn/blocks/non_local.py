@@ -223,6 +223,8 @@ class NonLocal(nn.Module):
             ``channels`` (the input's ``C``).
         norm: BatchNorm after ``W_z`` (paper) with zero-initialised scale.
         record: what :func:`visattn.capture_attention` receives, ``received`` | ``full``.
+        z_bias: a bias in ``W_z`` (default: only without ``norm``, where the BN's shift is the
+            bias; timm's ``NonLocalAttn`` has both, its alias ``nl`` sets it).
     """
 
     def __init__(
@@ -241,6 +243,7 @@ class NonLocal(nn.Module):
         norm: bool = True,
         record: str = "received",
         scale_by: str = "head",
+        z_bias: bool | None = None,
     ) -> None:
         super().__init__()
         check_choice("score", score, SCORES)
@@ -263,10 +266,10 @@ class NonLocal(nn.Module):
         self.subsample_order = subsample_order
         # the root scaled_dot divides by: the head depth, or the input width (scale_by)
         self.scale_width = inner // heads if scale_by == "head" else channels
-        self._make_layers(channels, norm)
+        self._make_layers(channels, norm, (not norm) if z_bias is None else bool(z_bias))
         self.reset_identity()
 
-    def _make_layers(self, channels: int, norm: bool) -> None:
+    def _make_layers(self, channels: int, norm: bool, z_bias: bool) -> None:
         """``theta``, ``phi`` (none for ``gaussian``), ``g``, the additive score vector (only
         for ``additive``), ``W_z`` and its norm."""
         inner, heads = self.inner_channels, self.heads
@@ -281,7 +284,7 @@ class NonLocal(nn.Module):
             self.score_vector = nn.Parameter(torch.empty(heads, d).uniform_(-(d**-0.5), d**-0.5))
         else:
             self.score_vector = None
-        self.w_z = nn.Conv2d(inner, channels, 1, bias=not norm)
+        self.w_z = nn.Conv2d(inner, channels, 1, bias=z_bias)
         self.norm = nn.BatchNorm2d(channels) if norm else nn.Identity()
 
     def init_identity(self) -> None:

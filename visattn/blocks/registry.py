@@ -43,7 +43,14 @@ import torch.nn as nn
 
 from .._subscribers import Listener, Subscribers
 from .aliases import TIMM_ALIASES
-from .conventions import TIMM_WIDTH_KEYWORDS, Reduced, infer_reduced, merge_options, translate
+from .conventions import (
+    TIMM_HOOK_KEYWORDS,
+    TIMM_WIDTH_KEYWORDS,
+    Reduced,
+    infer_reduced,
+    merge_options,
+    translate,
+)
 from .identity import INITS, identity_form, make_identity
 
 __all__ = [
@@ -211,6 +218,9 @@ def _wrap_init(
         factory = (
             {} if takes_factory else {k: kwargs.pop(k) for k in _FACTORY_KWARGS if k in kwargs}
         )
+        for k in TIMM_HOOK_KEYWORDS:  # timm's rule: accepted, and ignored where they do not apply
+            if k in kwargs and k not in params and not takes_var_kw:
+                del kwargs[k]
         if not takes_var_kw:
             unknown = [k for k in kwargs if k not in params and k not in TIMM_WIDTH_KEYWORDS]
             if unknown:

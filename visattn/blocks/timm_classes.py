@@ -17,7 +17,7 @@ from typing import Any
 import torch.nn as nn
 from timm.layers import get_attn
 
-from .conventions import TIMM_WIDTH_KEYWORDS, merge_options
+from .conventions import TIMM_HOOK_KEYWORDS, TIMM_WIDTH_KEYWORDS, merge_options
 from .registry import _FACTORY_KWARGS, BlockInfo, block_info
 
 __all__ = ["timm_attn"]
@@ -81,7 +81,7 @@ def timm_attn(name: str, **options: Any) -> type[nn.Module]:
         TypeError: an option the block does not take.
     """
     info = block_info(name)
-    valid = [*info.defaults, *(TIMM_WIDTH_KEYWORDS if info.reduced else ()), *_FACTORY_KWARGS]
+    valid = [*info.defaults, *TIMM_WIDTH_KEYWORDS, *TIMM_HOOK_KEYWORDS, *_FACTORY_KWARGS]
     unknown = [k for k in options if k not in valid]
     if unknown:
         hints = {k: difflib.get_close_matches(k, valid, n=1) for k in unknown}
