@@ -511,18 +511,9 @@ def export_onnx(
         ImportError: onnx (and onnxscript for the dynamo exporter, onnxruntime for the check)
             is not installed.
     """
-    _check_model(model)
-    size = _input_size(model, input_size)
-    exp = _pick_exporter(model, exporter, opset)
-    _require(
-        "onnx", *(["onnxscript"] if exp == "dynamo" else []), *(["onnxruntime"] if check else [])
+    size, exp = _check_onnx_request(
+        model, input_size, exporter, opset, check, batch_size, dynamic_batch
     )
-    _check_opset(opset, exp)
-    if batch_size < 1 or (dynamic_batch and batch_size < 2):
-        raise ValueError(
-            f"export_onnx: batch_size must be >= 2 for a dynamic batch (1 would be specialised), "
-            f"got {batch_size}"
-        )
     out = _output_file(path)
     with eval_mode(model):
         x = torch.randn(batch_size, *size)
@@ -549,6 +540,32 @@ def export_onnx(
         checked=tuple(shapes),
         runtime=runtime,
     )
+
+
+def _check_onnx_request(
+    model: nn.Module,
+    input_size: Sequence[int] | None,
+    exporter: str,
+    opset: int | None,
+    check: bool,
+    batch_size: int,
+    dynamic_batch: bool,
+) -> tuple[tuple[int, int, int], str]:
+    """The input size and exporter of an :func:`export_onnx` call, every option checked before
+    any work (the packages it needs, the opset's range, the batch)."""
+    _check_model(model)
+    size = _input_size(model, input_size)
+    exp = _pick_exporter(model, exporter, opset)
+    _require(
+        "onnx", *(["onnxscript"] if exp == "dynamo" else []), *(["onnxruntime"] if check else [])
+    )
+    _check_opset(opset, exp)
+    if batch_size < 1 or (dynamic_batch and batch_size < 2):
+        raise ValueError(
+            f"export_onnx: batch_size must be >= 2 for a dynamic batch (1 would be specialised), "
+            f"got {batch_size}"
+        )
+    return size, exp
 
 
 def export_program(

@@ -213,13 +213,16 @@ def _how_to_read(
         parts.append(
             f"with n = {st.n} seeds and `{base}`'s seed spread s = {st.std * 100:.2f} pp, a "
             f"difference smaller than about ±{r * 100:.2f} pp (t·s·√(2/n)) cannot be told from "
-            "seed noise"
+            "seed noise by comparing means (the Welch column)"
         )
     return (
         f"How to read this ({metric}): Δ is variant - baseline in percentage points; a 95% CI "
         "that contains 0 means these seeds cannot tell the variant from its baseline; "
         + "; ".join(parts)
-        + "."
+        + ". The table's detectable Δ is the paired design's figure, from the spread of the "
+        "per-seed differences: pairing by seed removes the seed-to-seed spread the two share, "
+        "so it is the smaller of the two wherever the pairs move together, and it is the one "
+        "the resolved column goes by."
     )
 
 
@@ -352,17 +355,18 @@ def _notes(ctx: _Context, rows: Sequence[dict[str, Any]], planned: int | None) -
         "is resolved (below); with nothing resolved no variant is marked.",
         "- Accuracies are top-1 in %, mean ± sample standard deviation over the seeds; n counts "
         "the ok runs.",
-        "- Δ paired: the mean of the per-seed differences to the baseline (runs with the same "
-        "seed share data order and augmentation) with a 95% paired-t interval; pairs counts the "
-        "seeds with an ok run on both sides (runs without a partner are left out, and counted); "
-        "detectable Δ: the smallest true difference these pairs detect with 80% power at the 5% "
-        "level, (t_0.975 + t_0.8)·sd(d)/√n from the spread of the per-seed differences d; "
-        "Wilcoxon p: two-sided signed-rank test, where there are at least 5 pairs; Holm p: the "
-        "paired-t p-value adjusted by Holm's step-down method over all of this table's "
-        f"comparisons of the metric; resolved: **yes** only where Holm p < {ALPHA} (the "
-        "difference is told from seed noise with the family-wise error held at 5%), otherwise "
-        "no, whatever the raw interval says. Δ Welch: the difference of means with a 95% Welch "
-        "interval, ignoring the pairing.",
+        "- Δ paired: the mean of the per-seed differences d to the baseline (runs with the "
+        "same seed share data order and augmentation), with a 95% paired-t interval.",
+        "- pairs: seeds with an ok run on both sides (runs without a partner are left out, and "
+        "counted).",
+        "- detectable Δ: the smallest true difference these pairs detect with 80% power at the "
+        "5% level, (t_0.975 + t_0.8)·sd(d)/√n.",
+        "- Wilcoxon p: two-sided signed-rank test, where there are at least 5 pairs.",
+        "- Holm p: the paired-t p-value adjusted by Holm's step-down method over all of this "
+        "table's comparisons of the metric.",
+        f"- resolved: **yes** only where Holm p < {ALPHA} (told from seed noise with the "
+        "family-wise error held at 5%), otherwise no, whatever the raw interval says.",
+        "- Δ Welch: the difference of means with a 95% Welch interval, ignoring the pairing.",
         (
             "- val/acc is each run's best validation accuracy; test/acc is measured on the test "
             "split where the run tested."
