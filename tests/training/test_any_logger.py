@@ -283,7 +283,7 @@ def _logged_rows(kind: str, run_dir: Path, store: Path) -> object:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("kind", "left"),
-    [("csv", "some"), ("csv", "none"), ("tensorboard", "some"), ("mlflow", "some")],
+    [(kind, left) for kind in ("csv", "tensorboard", "mlflow") for left in ("some", "none")],
 )
 def test_a_killed_and_resumed_run_keeps_every_logger_row(
     tmp_path: Path, kind: str, left: str
