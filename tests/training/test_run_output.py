@@ -7,7 +7,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from helpers.files import read_csv
 from helpers.paths import REPO
+from helpers.training import tiny_fit
 from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.model_summary import ModelSummary
@@ -65,3 +67,12 @@ def test_cli_trainer_uses_the_fixed_progress_bar() -> None:
     assert isinstance(
         cli.trainer.progress_bar_callback, (VisattnRichProgressBar, VisattnTQDMProgressBar)
     )
+
+
+def test_an_epoch_without_validation_has_empty_val_cells(tmp_path: Path) -> None:
+    """check_val_every_n_epoch 2: epoch 0's row has no val/* values (Lightning's
+    callback_metrics would carry epoch 1's forward to epoch 2 otherwise)."""
+    s = tiny_fit(tmp_path, "--trainer.max_epochs=3", "--trainer.check_val_every_n_epoch=2")
+    rows = read_csv(s["metrics_csv"])
+    assert [r["val/acc"] != "" for r in rows] == [False, True, False]
+    assert rows[2]["train/loss"] != ""

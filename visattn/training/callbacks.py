@@ -99,6 +99,11 @@ class EpochMetricsCSV(Callback):
         self.rows: list[dict[str, Any]] = []
         self.path: Path | None = None
         self._restored: list[dict[str, Any]] | None = None
+        self._validated: int | None = None  # the epoch whose validation ran last
+
+    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self._validated = trainer.current_epoch
 
     def state_dict(self) -> dict[str, Any]:
         return {"rows": [dict(r) for r in self.rows]}
@@ -125,9 +130,13 @@ class EpochMetricsCSV(Callback):
         if trainer.sanity_checking or self.path is None:
             return
         row: dict[str, Any] = {"epoch": trainer.current_epoch, "step": trainer.global_step}
+        validated = self._validated == trainer.current_epoch
         for key, value in trainer.callback_metrics.items():
-            # epoch-level metrics only: "split/name" keys and lr (not the progress-bar "loss")
+            # epoch-level metrics only: "split/name" keys and lr (not the progress-bar "loss");
+            # val/* only when this epoch validated (callback_metrics keep the last values)
             if key.startswith("test/") or ("/" not in key and key != "lr"):
+                continue
+            if key.startswith("val/") and not validated:
                 continue
             if isinstance(value, torch.Tensor):
                 if value.numel() != 1:
