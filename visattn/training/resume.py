@@ -65,10 +65,6 @@ _SECTIONS = (("model", "hyper_parameters"), ("data", "datamodule_hyper_parameter
 
 def checkpoint_progress(path: str | Path) -> tuple[int, int]:
     """``(epoch, global step)`` recorded in a training checkpoint (``(-1, -1)`` when not one)."""
-    return _progress(Path(path))
-
-
-def _progress(path: Path) -> tuple[int, int]:
     ckpt = read_checkpoint(path, mmap=True)  # epoch and step only: no full read
     if not isinstance(ckpt, dict):
         return (-1, -1)
@@ -167,7 +163,7 @@ def find_last_checkpoint(save_dir: str | Path, name: str = RUNS) -> tuple[int, P
     candidates = sorted(found[version])
     if len(candidates) == 1:
         return version, candidates[0]  # not read here: Lightning reads it once, to resume
-    return version, max(candidates, key=_progress)
+    return version, max(candidates, key=checkpoint_progress)
 
 
 def _plain(value: Any) -> Any:
