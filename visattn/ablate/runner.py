@@ -174,6 +174,12 @@ def _readable_rows(path: Path) -> list[dict[str, Any]]:
         return []
 
 
+def _first_runs(rows: Sequence[dict[str, Any]], most: int = 4) -> str:
+    """The runs of ``rows``, the first ``most`` of them, for a note."""
+    names = ", ".join(str(r.get("run", "?")) for r in rows[:most])
+    return names + (", ..." if len(rows) > most else "")
+
+
 def _reported_rows(
     rows: Sequence[dict[str, Any]], runs: Sequence[Run]
 ) -> tuple[list[dict[str, Any]], list[str]]:
@@ -192,14 +198,13 @@ def _reported_rows(
     if gone:
         notes.append(
             f"{len(gone)} row(s) of results.csv belong to runs this sweep no longer has "
-            f"({', '.join(r.get('run', '?') for r in gone[:4])}{', ...' if len(gone) > 4 else ''}"
-            "): kept in results.csv, left out of this report."
+            f"({_first_runs(gone)}): kept in results.csv, left out of this report."
         )
     if unmarked:
         notes.append(
             f"{len(unmarked)} row(s) of results.csv have no completion marker "
-            f"({', '.join(r['run'] for r in unmarked[:4])}{', ...' if len(unmarked) > 4 else ''}"
-            "): nothing says those runs finished, so they are left out of this report."
+            f"({_first_runs(unmarked)}): nothing says those runs finished, so they are left "
+            "out of this report."
         )
     return [r for r in rows if id(r) not in left_out], notes
 
