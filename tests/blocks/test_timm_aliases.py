@@ -63,7 +63,30 @@ def run_both(ours: nn.Module, theirs: nn.Module, x: torch.Tensor, train: bool):
         return ours(x), theirs(x)
 
 
-@pytest.mark.parametrize("channels", [64, 256])
+#: every multiple of 8 up to 1024 and widths that are not, where timm's rounding shows
+WIDTHS = (*range(8, 1025, 8), 3, 6, 12, 20, 36, 72, 100, 120, 200, 1000)
+#: BoTNet's q/k depth: timm rounds it up to a multiple of 8, visattn keeps C / heads
+ODD_WIDTHS_DIFFER = {"bottleneck"}
+
+
+def n_params(m: nn.Module) -> int:
+    return sum(p.numel() for p in m.parameters())
+
+
+@pytest.mark.parametrize("alias", ALIASES)
+def test_alias_has_timms_parameter_count_at_every_width(alias: str) -> None:
+    """D3: the width rules are timm's (``make_divisible`` with its round limit, ECA's kernel of
+    at least 3), not ``C // reduction``."""
+    differ = []
+    for c in WIDTHS:
+        if alias in ODD_WIDTHS_DIFFER and c % 8:
+            continue
+        if n_params(visattn.create_block(alias, c)) != n_params(timm_module(alias, c)):
+            differ.append(c)
+    assert not differ, f"{alias}: parameter counts differ from timm's at C = {differ}"
+
+
+@pytest.mark.parametrize("channels", [64, 256, 24, 120, 200])
 @pytest.mark.parametrize("alias", ALIASES)
 def test_alias_equals_timms_module_with_copied_weights(alias: str, channels: int) -> None:
     theirs = timm_module(alias, channels)

@@ -8,9 +8,9 @@ the function of timm's module (the same weights give the same outputs; see
 ``tests/blocks/test_timm_aliases.py``). ``create_block``, ``block_info`` and every placement accept
 them; :func:`visattn.list_blocks` lists only the blocks themselves.
 
-Where timm rounds a reduced width with ``make_divisible`` and visattn takes ``C // reduction``
-(``ecam``'s MLP, ``lcbam``, ``nl``), the widths agree when ``C`` is a multiple of the divisor
-times the ratio (every ResNet width from 64 on); give the width explicitly for other ``C``.
+Widths are bound in timm's terms (``rd_ratio`` with timm's rounding, ``min_kernel`` for ECA's
+adaptive kernel), so an alias has timm's module's parameters at every width
+(``tests/blocks/test_timm_aliases.py`` sweeps ``C`` = 8 ... 1024 and odd widths).
 """
 
 from __future__ import annotations
@@ -33,6 +33,14 @@ class BlockAlias:
     notes: str = field(default="")
 
 
+def _timm_nl_width(value: float) -> int:
+    """timm's NonLocalAttn width: ``make_divisible(v, 8)`` with its default ``round_limit=0.9``
+    (rounded to the nearest multiple of 8, at least 8, and up when that loses over 10%)."""
+    from timm.layers import make_divisible
+
+    return int(make_divisible(value, 8))
+
+
 def _alias(name: str, alias_of: str, timm_module: str, notes: str = "", **args: Any) -> BlockAlias:
     return BlockAlias(name, alias_of, MappingProxyType(args), timm_module, notes)
 
@@ -46,16 +54,18 @@ TIMM_ALIASES: MappingProxyType[str, BlockAlias] = MappingProxyType(
                 "eca",
                 "EcaModule(use_mlp=True)",
                 "ECA's 1-D conv, then timm's MLP (C -> C/8 rounded to 8 -> C) before the gate; "
-                "timm raises the adaptive kernel to at least 3 (C < 8 differs)",
+                "the adaptive kernel at least 3, as timm's",
                 mlp=True,
+                min_kernel=3,
             ),
             _alias(
                 "ceca",
                 "eca",
                 "CecaModule",
-                "ECA with circular padding of the channel axis; timm raises the adaptive kernel "
-                "to at least 3 (C < 8 differs)",
+                "ECA with circular padding of the channel axis; the adaptive kernel at least 3, "
+                "as timm's",
                 padding="circular",
+                min_kernel=3,
             ),
             _alias(
                 "gca",
@@ -63,7 +73,8 @@ TIMM_ALIASES: MappingProxyType[str, BlockAlias] = MappingProxyType(
                 "GlobalContext(fuse_add=True, fuse_scale=False)",
                 "GCNet's addition fusion with timm's bottleneck 1/8, LayerNorm eps 1e-6 and the "
                 "last conv at PyTorch's default init (timm's init_last_zero=False)",
-                reduction=8,
+                rd_ratio=1 / 8,
+                rd_divisor=1,
                 fusion="add",
                 norm_eps=1e-6,
                 zero_init_last=False,
@@ -77,6 +88,8 @@ TIMM_ALIASES: MappingProxyType[str, BlockAlias] = MappingProxyType(
                 light=True,
                 use_bn=True,
                 mlp_bias=False,
+                rd_ratio=1 / 16,
+                rd_divisor=1,
             ),
             _alias(
                 "scoord",
@@ -94,7 +107,8 @@ TIMM_ALIASES: MappingProxyType[str, BlockAlias] = MappingProxyType(
                 "mhsa",
                 "BottleneckAttn",
                 "BoTNet's MHSA with timm's scaling of q.k only (scale_pos_embed=False); timm needs "
-                "feat_size, visattn defaults to 14",
+                "feat_size, visattn defaults to 14; at widths that are not a multiple of 8 timm "
+                "rounds the q/k depth up to one and visattn does not",
                 scale_pos=False,
             ),
             _alias(
@@ -104,7 +118,8 @@ TIMM_ALIASES: MappingProxyType[str, BlockAlias] = MappingProxyType(
                 "non-local block with timm's inner width C/8 (rounded to 8, as timm's "
                 "rd_divisor) and scores scaled by 1/sqrt(C); its W_z conv has a bias before the "
                 "BN, as timm's",
-                reduction=8,
+                rd_ratio=1 / 8,
+                rd_round_fn=_timm_nl_width,
                 score="scaled_dot",
                 scale_by="channels",
                 z_bias=True,

@@ -41,7 +41,7 @@ class EfficientChannelAttention(nn.Module):
     * scale ``out_c = w_c * x_c``.
 
     Unlike timm's ``EcaModule`` the adaptive kernel is not raised to at least 3 (the paper and the
-    official code allow ``k=1`` for ``C < 4``).
+    official code allow ``k=1`` for ``C < 4``); ``min_kernel=3`` raises it as timm does.
 
     timm's variants (not in the paper):
 
@@ -64,6 +64,7 @@ class EfficientChannelAttention(nn.Module):
         padding: ``"zero"`` (paper) or ``"circular"`` (timm's ``ceca``) along the channel axis.
         mlp: timm's ``ecam`` channel MLP before the size-``k`` conv.
         mlp_channels: ``m`` for ``mlp=True``; ``None`` = ``make_divisible(C / 8, 8)`` (timm).
+        min_kernel: lower bound of the adaptive ``k`` (odd; 1: the paper, 3: timm's modules).
         gate_layer: gate (name or class), sigmoid in the paper.
     """
 
@@ -77,9 +78,14 @@ class EfficientChannelAttention(nn.Module):
         mlp: bool = False,
         mlp_channels: int | None = None,
         gate_layer: str | type[nn.Module] = "sigmoid",
+        min_kernel: int = 1,
     ) -> None:
         super().__init__()
+        check_positive_int("min_kernel", min_kernel, odd=True)
+        adaptive = kernel_size is None
         kernel_size = resolve_eca_kernel(channels, kernel_size, gamma, b)
+        if adaptive:
+            kernel_size = max(kernel_size, min_kernel)
         check_choice("padding", padding, ("zero", "circular"))
         self.kernel_size = kernel_size
         self.circular_pad = kernel_size // 2 if padding == "circular" else 0
