@@ -45,13 +45,27 @@ HOOKS = {
     "regnetz_b16": lambda cls: timm.create_model("regnetz_b16", num_classes=10, attn_layer=cls),
 }
 FITS = [n for n in list_blocks() if n not in CANNOT_FIT]
+#: fca needs as many channels as frequencies (16 by default); the test models' narrowest SE
+#: sites have 8, so fca is given 8 there (the blocks guide says so)
+NARROW = {"fca": {"freq_sel": "top8"}}
+#: timm's EfficientNet and MobileNetV3 initialise weights with _init_weight_goog, which zeroes
+#: every nn.Linear's bias without checking it has one; fca's MLP is the authors' bias-free Linear
+TIMM_INIT_NEEDS_LINEAR_BIAS = {"efficientnet_b0", "mobilenetv3"}
+
+
+@pytest.mark.parametrize("family", sorted(TIMM_INIT_NEEDS_LINEAR_BIAS))
+def test_fca_in_efficientnets_fails_in_timms_init_as_the_guide_says(family: str) -> None:
+    with pytest.raises(AttributeError, match="zero_"):
+        HOOKS[family](visattn.timm_attn("fca", freq_sel="top8"))
 
 
 @pytest.mark.parametrize("family", list(HOOKS))
 @pytest.mark.parametrize("name", tiered(FITS, keep=KEEP))
 def test_every_block_runs_in_timms_attention_hooks(name: str, family: str) -> None:
+    if name == "fca" and family in TIMM_INIT_NEEDS_LINEAR_BIAS:
+        pytest.skip("timm's EfficientNet init zeroes every nn.Linear's bias; fca has none")
     torch.manual_seed(0)
-    model = HOOKS[family](visattn.timm_attn(name))
+    model = HOOKS[family](visattn.timm_attn(name, **NARROW.get(name, {})))
     assert any(visattn.blocks.is_block(m) for m in model.modules())
     out = model.eval()(torch.randn(1, 3, 64, 64))
     assert out.shape == (1, 10) and torch.isfinite(out).all()

@@ -198,8 +198,9 @@ def test_identity_insertion_composes_with_the_local_pretrained_file(torchvision_
 
 
 def test_timm_pretrained_without_a_file_is_a_clear_error():
+    """A model without released weights (one with them downloads its default tag)."""
     with pytest.raises(ValueError, match=r"no pretrained weights to download.*file="):
-        timm.create_model("visattn_se_resnet50", pretrained=True)
+        timm.create_model("visattn_resnet50", pretrained=True)
 
 
 def test_pretrained_backbone_loads_torchvision_weights_strictly_for_the_backbone(

@@ -14,6 +14,7 @@ import torch.nn as nn
 import visattn
 from visattn.constants import STATS
 from visattn.models import get_model_spec
+from visattn.models.pretrained import list_pretrained
 from visattn.models.registry import registered_models
 
 NAMED = registered_models()
@@ -50,9 +51,15 @@ def test_timm_attributes_and_config_name_real_things(name):
     assert len(m.feature_info) == spec.feature_levels
     # the same config through timm
     t = timm.create_model(f"visattn_{name}")
-    for key in ("input_size", "pool_size", "crop_pct", "mean", "std", "first_conv", "classifier"):
+    tags = list_pretrained(f"{name}.*")
+    if tags:  # as timm's own models: timm's config is the default tag's (test_timm_tags.py)
+        assert t.pretrained_cfg["tag"] == tags[0].tag
+        assert t.pretrained_cfg["input_size"] == tags[0].input_size
+    keys = ("input_size", "pool_size", "crop_pct", "mean", "std") if not tags else ()
+    for key in (*keys, "first_conv", "classifier"):
         assert _plain(t.pretrained_cfg[key]) == _plain(cfg[key]), key
-    assert timm.data.resolve_data_config({}, model=t)["input_size"] == cfg["input_size"]
+    if not tags:
+        assert timm.data.resolve_data_config({}, model=t)["input_size"] == cfg["input_size"]
 
     x = torch.randn(2, 3, _size(name), _size(name))
     with torch.no_grad():

@@ -85,15 +85,13 @@ def init_conv_io(
 
 def attention_heads(channels: int, heads: int | None, dim_head: int = 32) -> int:
     """Heads of a block that splits its ``channels`` into heads: ``heads`` checked, or for
-    ``None`` the rule ``max(1, channels // dim_head)`` (YOLOv12, Swin: heads of depth 32).
-    Either way the heads must divide ``channels``; the error says which option to change."""
+    ``None`` the rule ``max(1, channels // dim_head)`` (YOLOv12, Swin: heads of depth 32), lowered
+    to the nearest count that divides ``channels`` where it does not (``C = 240``: 6 heads of 40,
+    as EfficientNet's widths need). Given heads must divide ``channels``."""
     if heads is None:
         heads = max(1, channels // dim_head)
-        if channels % heads:
-            raise ValueError(
-                f"option 'heads': the default channels // {dim_head} = {heads} heads does not "
-                f"divide channels={channels}; pass 'heads' explicitly"
-            )
+        while channels % heads:
+            heads -= 1
     check_positive_int("heads", heads)
     if channels % heads:
         raise ValueError(f"option 'heads'={heads} must divide channels={channels}")

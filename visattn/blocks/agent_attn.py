@@ -90,7 +90,7 @@ class AgentAttention(AttendMixin, nn.Module):
     Args:
         channels: input channels ``C``.
         heads: attention heads; ``None`` gives heads of depth 32 (``max(1, C // 32)``, as
-            Agent-Swin).
+            Agent-Swin), lowered to the nearest count that divides ``C``.
         agent_num: agents ``n``, a square ``p^2`` (the official PVT stages use 9, 16, 49, 49).
         qkv_bias: bias on the ``Q``, ``K``, ``V`` projections (official PVT and Swin: True).
         agent_bias: the agent biases ``B_1``, ``B_2`` (paper: yes; without them the block is the

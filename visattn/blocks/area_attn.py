@@ -61,7 +61,7 @@ class AreaAttention(AttendMixin, nn.Module):
     Args:
         channels: input channels ``C``.
         heads: attention heads; ``None`` is YOLOv12's rule ``max(1, C // 32)`` (head depth 32),
-            which must divide ``C``.
+            lowered to the nearest count that divides ``C``.
         area: number of areas ``l`` (YOLOv12: 4 in the backbone's attention stages; 1 is global
             self-attention).
         direction: ``"horizontal"`` strips of rows (the authors' code) or ``"vertical"`` strips

@@ -58,7 +58,7 @@ class BiLevelRoutingAttention(AttendMixin, nn.Module):
     Args:
         channels: input channels ``C``.
         heads: attention heads; ``None`` gives BiFormer's heads of depth 32
-            (``max(1, C // 32)``).
+            (``max(1, C // 32)``, lowered to the nearest count that divides ``C``).
         n_win: regions per side ``S`` (BiFormer 7 at 224x224 input).
         topk: regions each region attends to (BiFormer-T/S/B: 1, 4, 16 in stages 1-3); at most
             ``S^2``.

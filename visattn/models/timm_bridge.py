@@ -19,6 +19,7 @@ leaves it is removed from timm. Entrypoints live in the real module
 from __future__ import annotations
 
 import functools
+import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -52,7 +53,12 @@ def create_timm_model(name: str, pretrained: bool = False, **kwargs: Any) -> nn.
     overlay = dict(kwargs.pop("pretrained_cfg_overlay", None) or {})
     cfg = kwargs.pop("pretrained_cfg", None)
     kwargs.pop("cache_dir", None)
-    tag = _released_tag(spec.name, cfg)
+    # no tag and a local file: the file is read as any state dict (visattn, torchvision or timm
+    # ResNet weights), as before default tags; no tag and no file: timm's default tag
+    local = overlay.get("file") or overlay.get("state_dict")
+    tag = None if cfg is None and local else _released_tag(spec.name, cfg)
+    if cfg is None and tag is None:
+        cfg = _untagged_cfg(timm_name)
     if tag is not None:  # a released file: its own eval transform, loaded through its converter
         _check_reachable(tag, pretrained, overlay, cfg)
         file = overlay.get("file") or (cfg.get("file") if isinstance(cfg, dict) else None)
@@ -63,17 +69,28 @@ def create_timm_model(name: str, pretrained: bool = False, **kwargs: Any) -> nn.
             overlay["state_dict"] = read_state_dict(file)[0]
         options = {k: v for k, v in kwargs.items() if k not in ("features_only", "out_indices")}
         ours = pretrained_cfg_for(spec, num_classes=options.get("num_classes"), options=options)
-        keep = {k: ours[k] for k in ("architecture", "first_conv", "classifier", "pool_size")}
-        model = build_model_with_cfg(
-            functools.partial(create_model, spec.name),
-            timm_name,
-            pretrained,
-            pretrained_cfg=cfg,
-            pretrained_cfg_overlay={**keep, "custom_load": False, **overlay},
-            pretrained_filter_fn=timm_filter_fn(tag),
-            feature_cfg={"feature_cls": "getter", "out_indices": tuple(range(spec.feature_levels))},
-            **kwargs,
-        )
+        keep = {k: ours[k] for k in ("architecture", "first_conv", "classifier")}
+        if options:  # an option such as output_stride changes the map: the tag's pool size too
+            stride = [i / p for i, p in zip(ours["input_size"][1:], ours["pool_size"])]
+            keep["pool_size"] = tuple(math.ceil(i / s) for i, s in zip(tag.input_size[1:], stride))
+        try:
+            model = build_model_with_cfg(
+                functools.partial(create_model, spec.name),
+                timm_name,
+                pretrained,
+                pretrained_cfg=cfg,
+                pretrained_cfg_overlay={**keep, "custom_load": False, **overlay},
+                pretrained_filter_fn=timm_filter_fn(tag),
+                feature_cfg={
+                    "feature_cls": "getter",
+                    "out_indices": tuple(range(spec.feature_levels)),
+                },
+                **kwargs,
+            )
+        except OSError as e:  # huggingface_hub's and urllib's download errors are OSErrors
+            if not pretrained:
+                raise
+            raise OSError(_offline_hint(tag, e)) from e
         if isinstance(getattr(model, "pretrained_cfg", None), dict):
             model.pretrained_cfg.pop("state_dict", None)  # loaded: the config keeps the file
         return model
@@ -102,6 +119,22 @@ def create_timm_model(name: str, pretrained: bool = False, **kwargs: Any) -> nn.
     )
 
 
+def _untagged_cfg(timm_name: str) -> PretrainedCfg | None:
+    """The model's config without weights (its ``""`` entry), timm's default when it has no tag."""
+    default = timm_entrypoints.default_cfgs.get(timm_name)
+    return default.cfgs.get("") if default is not None else None
+
+
+def _offline_hint(tag: PretrainedTag, error: OSError) -> str:
+    where = tag.hf_hub_id or tag.url
+    return (
+        f"visattn_{tag.name}: could not get the weights from {where} "
+        f"({type(error).__name__}: {str(error).splitlines()[0][:200]}). Offline, download the "
+        "file elsewhere and pass pretrained_cfg_overlay=dict(file=PATH); with the file already "
+        "in the Hugging Face cache, set HF_HUB_OFFLINE=1 (no retries, no network)"
+    )
+
+
 def _check_reachable(tag: PretrainedTag, pretrained: bool, overlay: dict, cfg: Any) -> None:
     """``pretrained=True`` on a tag timm cannot download needs a local file: say where to get
     it, instead of timm fetching a download page."""
@@ -117,7 +150,10 @@ def _check_reachable(tag: PretrainedTag, pretrained: bool, overlay: dict, cfg: A
 
 def _released_tag(name: str, cfg: Any) -> PretrainedTag | None:
     """The :class:`~visattn.models.pretrained.PretrainedTag` timm resolved ``cfg`` from, if any."""
-    if isinstance(cfg, str):  # timm passes the tag of "name.tag" as the config
+    if cfg is None:  # no tag given: timm's default, the first of the model's configs
+        default = timm_entrypoints.default_cfgs.get(f"visattn_{name}")
+        tag = default.tags[0] if default is not None else None
+    elif isinstance(cfg, str):  # timm passes the tag of "name.tag" as the config
         tag = cfg
     elif isinstance(cfg, dict):
         tag = cfg.get("tag")
@@ -131,12 +167,18 @@ def _released_tag(name: str, cfg: Any) -> PretrainedTag | None:
 
 
 def _default_cfg(spec: ModelSpec) -> DefaultCfg:
-    """timm's ``DefaultCfg`` of ``spec``: the untagged config first (no weights: as before,
-    ``pretrained=True`` needs a file), then one entry per released tag."""
+    """timm's ``DefaultCfg`` of ``spec``: one entry per released tag in the publisher's order
+    (for weights timm hosts, timm's order), the first being the default tag, which
+    ``pretrained=True`` without a tag loads; then the untagged config (no weights). Each tag's
+    ``pool_size`` follows its input size."""
     base = pretrained_cfg_for(spec)
-    cfgs = {"": PretrainedCfg(**{k: v for k, v in base.items() if k != "paper_ids"})}
+    stride = [i // p for i, p in zip(base["input_size"][1:], base["pool_size"])]
+    cfgs = {}
     for t in list_pretrained(f"{spec.name}.*"):
-        cfgs[t.tag] = PretrainedCfg(**{**base, "custom_load": False, **t.pretrained_cfg()})
+        tag_cfg = t.pretrained_cfg()
+        pool = tuple(math.ceil(i / s) for i, s in zip(tag_cfg["input_size"][1:], stride))
+        cfgs[t.tag] = PretrainedCfg(**{**base, "custom_load": False, **tag_cfg, "pool_size": pool})
+    cfgs[""] = PretrainedCfg(**{k: v for k, v in base.items() if k != "paper_ids"})
     return DefaultCfg(tags=deque(cfgs), cfgs=cfgs)
 
 
@@ -154,8 +196,15 @@ def register_timm_model(name: str) -> str:
     entrypoint.__module__ = timm_entrypoints.__name__
     entrypoint.__doc__ = f"visattn model {name!r} ({spec.paper}); see visattn.create_model."
     setattr(timm_entrypoints, timm_name, entrypoint)
-    timm_entrypoints.default_cfgs[timm_name] = _default_cfg(spec)
+    default = timm_entrypoints.default_cfgs[timm_name] = _default_cfg(spec)
     timm_register(entrypoint)
+    # timm lists a tag as pretrained when it can download it; the tags downloaded by hand are
+    # listed too (their config's notes say where to get the file), as the weights exist
+    for tag in default.cfgs:
+        if tag:
+            timm_registry._model_has_pretrained.add(f"{timm_name}.{tag}")
+    # the bare name stands for its default tag, which is listed already (as timm's own models)
+    timm_registry._model_has_pretrained.discard(timm_name)
     return timm_name
 
 

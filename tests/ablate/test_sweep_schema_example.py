@@ -1,0 +1,43 @@
+"""The ablations guide's sweep-file example loads, and names every key a sweep file takes."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+from visattn.ablate import sweep as sweep_module
+from visattn.ablate.sweep import load_sweep
+
+ROOT = Path(__file__).resolve().parents[2]
+GUIDE = ROOT / "docs" / "guides" / "ablations.md"
+
+
+def example() -> str:
+    text = GUIDE.read_text()
+    section = text[text.index("## The sweep file") :]
+    return re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
+
+
+def test_the_guides_sweep_example_loads_as_the_file_it_says_it_is(monkeypatch, tmp_path) -> None:
+    """Saved beside the sweep it extends (a copy, so the test writes nothing into configs/),
+    from the project root as the guide's commands run."""
+    monkeypatch.chdir(ROOT)
+    folder = tmp_path / "configs" / "ablations"
+    folder.mkdir(parents=True)
+    extended = ROOT / "configs" / "ablations" / "families_quick.yaml"
+    (folder / extended.name).write_text(extended.read_text())
+    (folder / "my_sweep.yaml").write_text(example())
+    sweep = load_sweep(folder / "my_sweep.yaml")
+    assert sweep.name == "my_sweep" and sweep.baseline == "none"
+    names = [v.name for v in sweep.variants]
+    assert "none" in names and "se" in names  # plus those inherited from families_quick
+    assert len(sweep.runs(tmp_path / "out")) == 3 * len(names)
+
+
+def test_the_example_names_every_key_the_loader_accepts() -> None:
+    data = yaml.safe_load(example())
+    assert set(data) == set(sweep_module._TOP_KEYS)
+    assert set().union(*(v.keys() for v in data["variants"])) == set(sweep_module._VARIANT_KEYS)
+    assert set(data["profile"]) == set(sweep_module._PROFILE_KEYS)
