@@ -79,3 +79,31 @@ def test_training_without_the_extra_names_it() -> None:
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.count("ok:") == 4
+
+
+@pytest.mark.slow  # two train_cls.py processes (imports of Lightning and timm)
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        (
+            ["--model.attention.name", "sse"],
+            "unknown block 'sse'; did you mean 'scse', 'se', 'sge'?",
+        ),
+        (
+            ["--model.attention.name", "se", "--model.attention.args", '{"reductio": 4}'],
+            "block 'se': unknown option 'reductio' (did you mean 'reduction'?)",
+        ),
+    ],
+    ids=["block", "option"],
+)
+def test_a_bad_attention_option_is_one_line_from_train_cls(flags: list[str], expected: str) -> None:
+    """Not jsonargparse's 83-line trace of every union member: visattn's own message, once."""
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "train_cls.py", "fit", "--config", "configs/quickstart.yaml", *flags],
+        capture_output=True, text=True, timeout=300, cwd=root,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr[-2000:]
+    errors = [ln for ln in out.stderr.splitlines() if "error" in ln.lower()]
+    assert errors == [f"train_cls.py: error: {expected}" + errors[0].split(expected, 1)[1]]
+    assert "Traceback" not in out.stderr and len(out.stderr.splitlines()) <= 3

@@ -45,9 +45,11 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveCon
 from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.imports import _RICH_AVAILABLE
 
+from ..blocks.registry import UnknownBlockError
 from ..data.datamodule import VisattnDataModule
 from ..models.checkpoint import check_training_checkpoint, read_checkpoint, training_checkpoint
 from ..models.pretrained import get_pretrained
+from ..models.registry import UnknownModelError
 from .callbacks import (
     BestAndLastCheckpoint,
     EpochMetricsCSV,
@@ -381,9 +383,32 @@ class VisattnCLI(LightningCLI):
         return cb.summary
 
 
+def _configuration_error(exc: BaseException) -> BaseException | None:
+    """The visattn error behind a model that could not be built from its options (an unknown
+    block or model, a block's bad option), anywhere in ``exc``'s cause chain; else None."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, UnknownBlockError | UnknownModelError):
+            return seen
+        if isinstance(seen, ValueError | TypeError) and str(seen).startswith("block '"):
+            return seen
+        seen = seen.__cause__
+    return None
+
+
 def cli_main(args: list[str] | None = None) -> VisattnCLI:
-    """Entry point of ``train_cls.py`` (``args=None`` reads ``sys.argv``)."""
-    return VisattnCLI(args=args)
+    """Entry point of ``train_cls.py`` (``args=None`` reads ``sys.argv``). A model that cannot be
+    built from its options (``--model.attention.name sse``) ends in one line naming the reason
+    and the close matches, with exit status 2 as argument errors, not in jsonargparse's trace."""
+    try:
+        return VisattnCLI(args=args)
+    except (ValueError, TypeError, KeyError) as e:
+        cause = _configuration_error(e)
+        if cause is None:
+            raise
+        message = cause.args[0] if isinstance(cause, KeyError) and cause.args else str(cause)
+        print(f"{Path(sys.argv[0]).name}: error: {message.splitlines()[0]}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def run(args: list[str]) -> dict[str, Any]:
