@@ -141,8 +141,11 @@ def test_area_attn_parameter_count(channels: int, kernel: int) -> None:
 def test_area_attn_default_heads_follow_yolov12_and_errors_name_the_option() -> None:
     assert visattn.create_block("area_attn", 256).heads == 8  # C // 32
     assert visattn.create_block("area_attn", 16).heads == 1
-    with pytest.raises(ValueError, match=r"block 'area_attn'.*'heads'.*pass 'heads'"):
-        visattn.create_block("area_attn", 100)  # 100 // 32 = 3 does not divide 100
+    # 100 // 32 = 3 does not divide 100: lowered to 2; 240 // 32 = 7 to 6 (EfficientNet's width)
+    assert visattn.create_block("area_attn", 100).heads == 2
+    assert visattn.create_block("area_attn", 240).heads == 6
+    with pytest.raises(ValueError, match=r"block 'area_attn'.*'heads'=3 must divide"):
+        visattn.create_block("area_attn", 100, heads=3)
     with pytest.raises(ValueError, match=r"'direction'"):
         visattn.create_block("area_attn", 32, direction="diagonal")
     with pytest.raises(ValueError, match=r"'area'"):

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from timm.layers import make_divisible
+
 __all__ = ["TIMM_ALIASES", "BlockAlias"]
 
 
@@ -36,8 +38,6 @@ class BlockAlias:
 def _timm_nl_width(value: float) -> int:
     """timm's NonLocalAttn width: ``make_divisible(v, 8)`` with its default ``round_limit=0.9``
     (rounded to the nearest multiple of 8, at least 8, and up when that loses over 10%)."""
-    from timm.layers import make_divisible
-
     return int(make_divisible(value, 8))
 
 
