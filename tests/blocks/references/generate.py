@@ -23,9 +23,10 @@ a stand-in for mmcv's ``ConvModule`` (a convolution, then the norm and activatio
 name, under mmcv's attribute names; below).
 
 Everything runs with float64 as torch's default dtype, on the CPU, in eval mode. Weights are drawn
-at random (conv and linear weights N(0, 1/fan_in), other parameters N(0, 0.5^2), batch norms'
-running statistics and affine parameters as a trained network's), from a generator seeded per
-block, so a regenerated file equals the stored one where the authors' code has not changed.
+by the tests' ``helpers.weights.randomize`` (conv and linear weights N(0, 1/fan_in), other
+parameters N(0, 0.5^2), batch norms' running statistics and affine parameters as a trained
+network's), seeded per block, so a regenerated file equals the stored one where the authors' code
+has not changed.
 """
 
 from __future__ import annotations
@@ -526,21 +527,6 @@ def _seed(name: str) -> int:
     return sum(ord(c) * 31**i for i, c in enumerate(name)) % 2**31
 
 
-def randomize(module: nn.Module, gen: torch.Generator) -> None:
-    """Weights as in a trained network, drawn from ``gen`` (see the module doc)."""
-    with torch.no_grad():
-        for p in module.parameters():
-            std = p[0].numel() ** -0.5 if p.dim() > 1 else 0.5
-            p.copy_(torch.randn(p.shape, generator=gen) * std)
-        for m in module.modules():
-            if isinstance(m, nn.modules.batchnorm._BatchNorm):
-                if m.affine:
-                    m.weight.copy_(torch.rand(m.weight.shape, generator=gen) + 0.5)
-                    m.bias.copy_(torch.randn(m.bias.shape, generator=gen) * 0.2)
-                m.running_mean.copy_(torch.randn(m.running_mean.shape, generator=gen) * 0.3)
-                m.running_var.copy_(torch.rand(m.running_var.shape, generator=gen) + 0.5)
-
-
 def tensors(module: nn.Module, src: Source) -> dict[str, torch.Tensor]:
     """The authors' floating-point parameters and buffers that visattn's block has too."""
     out = {}
@@ -583,11 +569,13 @@ def key_map(
 
 def generate(src: Source, code: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """The stored tensors and metadata of one reference."""
+    from helpers.weights import randomize  # the tests' draw: trained-looking weights and norms
+
     import visattn
 
-    gen = torch.Generator().manual_seed(_seed(src.name))
     module, ns, commit = authors_module(src, code)
-    randomize(module, gen)
+    randomize(module, _seed(src.name))
+    gen = torch.Generator().manual_seed(_seed(src.name) + 1)
     with torch.no_grad():
         for k in src.zero:
             module.get_parameter(k).zero_()
@@ -669,6 +657,7 @@ def write_guide() -> None:
 def main(argv: list[str] | None = None) -> int:
     from safetensors.torch import save_file
 
+    sys.path.insert(0, str(HERE.parents[1]))  # tests/, for helpers
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--code", type=Path, help="folder of the authors' checkouts")
     parser.add_argument("names", nargs="*", help="references to regenerate (default: all)")
