@@ -143,15 +143,19 @@ def eca_kernel_size(channels: int, gamma: float = 2.0, b: float = 1.0) -> int:
     return t if t % 2 else t + 1
 
 
-def resolve_eca_kernel(channels: int, kernel_size: int | None, gamma: float, b: float) -> int:
-    """``kernel_size`` if given, else ECA's adaptive size from ``gamma`` and ``b`` (Eq. (12));
-    checked: a positive odd int. Errors name the option."""
+def resolve_eca_kernel(
+    channels: int, kernel_size: int | None, gamma: float, b: float, min_kernel: int = 1
+) -> int:
+    """``kernel_size`` if given, else ECA's adaptive size from ``gamma`` and ``b`` (Eq. (12)),
+    at least ``min_kernel`` (timm's modules: 3); checked: a positive odd int. Errors name the
+    option."""
+    check_positive_int("min_kernel", min_kernel, odd=True)
     if kernel_size is None:
         if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or gamma <= 0:
             raise ValueError(f"option 'gamma' must be a positive number, got {gamma!r}")
         if isinstance(b, bool) or not isinstance(b, (int, float)):
             raise ValueError(f"option 'b' must be a number, got {b!r}")
-        kernel_size = eca_kernel_size(channels, gamma, b)
+        kernel_size = max(eca_kernel_size(channels, gamma, b), min_kernel)
     check_positive_int("kernel_size", kernel_size, odd=True)
     return kernel_size
 

@@ -81,11 +81,7 @@ class EfficientChannelAttention(nn.Module):
         min_kernel: int = 1,
     ) -> None:
         super().__init__()
-        check_positive_int("min_kernel", min_kernel, odd=True)
-        adaptive = kernel_size is None
-        kernel_size = resolve_eca_kernel(channels, kernel_size, gamma, b)
-        if adaptive:
-            kernel_size = max(kernel_size, min_kernel)
+        kernel_size = resolve_eca_kernel(channels, kernel_size, gamma, b, min_kernel)
         check_choice("padding", padding, ("zero", "circular"))
         self.kernel_size = kernel_size
         self.circular_pad = kernel_size // 2 if padding == "circular" else 0

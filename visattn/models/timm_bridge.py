@@ -71,8 +71,7 @@ def create_timm_model(name: str, pretrained: bool = False, **kwargs: Any) -> nn.
         ours = pretrained_cfg_for(spec, num_classes=options.get("num_classes"), options=options)
         keep = {k: ours[k] for k in ("architecture", "first_conv", "classifier")}
         if options:  # an option such as output_stride changes the map: the tag's pool size too
-            stride = [i / p for i, p in zip(ours["input_size"][1:], ours["pool_size"])]
-            keep["pool_size"] = tuple(math.ceil(i / s) for i, s in zip(tag.input_size[1:], stride))
+            keep["pool_size"] = _pool_size(tag.input_size, ours)
         try:
             model = build_model_with_cfg(
                 functools.partial(create_model, spec.name),
@@ -117,6 +116,13 @@ def create_timm_model(name: str, pretrained: bool = False, **kwargs: Any) -> nn.
         feature_cfg={"feature_cls": "getter", "out_indices": tuple(range(spec.feature_levels))},
         **kwargs,
     )
+
+
+def _pool_size(input_size: Sequence[int], like: dict[str, Any]) -> tuple[int, ...]:
+    """The feature map at ``input_size`` (C, H, W) of a network whose config ``like`` gives its
+    map (``pool_size``) at its own ``input_size``: the same stride, rounded up as convs do."""
+    strides = [i / p for i, p in zip(like["input_size"][1:], like["pool_size"])]
+    return tuple(math.ceil(i / s) for i, s in zip(input_size[1:], strides))
 
 
 def _untagged_cfg(timm_name: str) -> PretrainedCfg | None:
@@ -172,12 +178,12 @@ def _default_cfg(spec: ModelSpec) -> DefaultCfg:
     ``pretrained=True`` without a tag loads; then the untagged config (no weights). Each tag's
     ``pool_size`` follows its input size."""
     base = pretrained_cfg_for(spec)
-    stride = [i // p for i, p in zip(base["input_size"][1:], base["pool_size"])]
     cfgs = {}
     for t in list_pretrained(f"{spec.name}.*"):
-        tag_cfg = t.pretrained_cfg()
-        pool = tuple(math.ceil(i / s) for i, s in zip(tag_cfg["input_size"][1:], stride))
-        cfgs[t.tag] = PretrainedCfg(**{**base, "custom_load": False, **tag_cfg, "pool_size": pool})
+        pool = _pool_size(t.input_size, base)
+        cfgs[t.tag] = PretrainedCfg(
+            **{**base, "custom_load": False, **t.pretrained_cfg(), "pool_size": pool}
+        )
     cfgs[""] = PretrainedCfg(**{k: v for k, v in base.items() if k != "paper_ids"})
     return DefaultCfg(tags=deque(cfgs), cfgs=cfgs)
 

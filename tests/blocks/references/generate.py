@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import json
 import math
 import subprocess
@@ -434,9 +435,8 @@ SOURCES: tuple[Source, ...] = (
 )
 
 
-def _bam(channels: int, reduction: int) -> nn.Module:
+def _bam(ns: dict[str, Any], channels: int, reduction: int) -> nn.Module:
     """BAM's __init__ with the reduction passed on (the authors' BAM(C) keeps the gates' 16)."""
-    ns = _bam.ns  # type: ignore[attr-defined]
 
     class BAM(nn.Module):
         def __init__(self) -> None:
@@ -518,8 +518,7 @@ def authors_module(src: Source, code: Path) -> tuple[nn.Module, dict[str, Any], 
             ns["MPNCOV"] = argparse.Namespace(**{n: mpn[n] for n in names})
             continue
         exec(compile(cut(_read(path, commit, file), names), file, "exec"), ns)
-    _bam.ns = ns  # type: ignore[attr-defined]
-    module = eval(src.build, {**ns, "_bam": _bam})
+    module = eval(src.build, {**ns, "_bam": functools.partial(_bam, ns)})
     return module, ns, commit
 
 
@@ -620,8 +619,6 @@ START, END = "<!-- references:start -->", "<!-- references:end -->"
 def guide_table() -> str:
     """The blocks guide's table: block, source, and the worst float64 difference measured now
     between visattn's block and the stored outputs (output and input gradient)."""
-    from safetensors import safe_open
-
     sys.path.insert(0, str(HERE.parent))
     from test_authors_references import REFERENCES, load, worst
 
@@ -632,8 +629,6 @@ def guide_table() -> str:
     ]
     for path in REFERENCES:
         tensors, meta = load(path)
-        with safe_open(str(path), "pt") as f:
-            meta = f.metadata()
         files = dict.fromkeys(f for f, _ in json.loads(meta["symbols"]))
         symbols = [s for _, s in json.loads(meta["symbols"])]
         head = meta["build"].split("(")[0]
