@@ -99,6 +99,18 @@ def test_the_references_are_there_and_small() -> None:
         "coord",
         "eca",
     } <= names
+    assert {
+        "cc",
+        "cot",
+        "danet",
+        "ema",
+        "external",
+        "psa_parallel",
+        "psa_sequential",
+        "scse",
+        "sge",
+        "shuffle",
+    } <= names
     assert sum(p.stat().st_size for p in REFERENCES) < 4 * 2**20
 
 

@@ -152,6 +152,7 @@ COMMON: dict[str, Any] = {
 }
 
 _BRA = "ops/bra_legacy.py"
+_PSA = "semantic-segmentation/network/PSA.py"
 SOURCES: tuple[Source, ...] = (
     Source(
         "lsk",
@@ -432,7 +433,185 @@ SOURCES: tuple[Source, ...] = (
         note="chan_att of the authors' Bottleneck on a non-negative input (their ReLU before it "
         "is then the identity); their reduction conv's bias, which visattn leaves out, is zero",
     ),
+    Source(
+        "scse",
+        "scse",
+        {"combine": "max"},
+        "ai-med/squeeze_and_excitation",
+        "acdd26e7e3956b8e3d3b32663a784ebd64c844dd",
+        tuple(
+            ("squeeze_and_excitation/squeeze_and_excitation.py", s)
+            for s in ("ChannelSELayer", "SpatialSELayer", "ChannelSpatialSELayer")
+        ),
+        "ChannelSpatialSELayer(16)",
+        (2, 16, 5, 6),
+        note="the authors' released scSE combines by max-out (their TMI 2019 extension)",
+    ),
+    Source(
+        "cot",
+        "cot",
+        {},
+        "JDAI-CV/CoTNet",
+        "895e02467d5691c5227f501732dc84390706a25f",
+        (("models/cotnet.py", "CotLayer"),),
+        "CotLayer(16, 3)",
+        (2, 16, 6, 7),
+        namespace={"LocalConvolution": None, "get_act_layer": None},  # see _cot_namespace
+        note="the authors' LocalConvolution is a cupy CUDA kernel (cupy_layers/"
+        "aggregation_zeropad.py); its forward kernel's index arithmetic is transcribed to torch "
+        "in generate.py (_LocalConvolution) and runs in its place; timm's get_act_layer gives "
+        "their swish",
+    ),
+    Source(
+        "psa_parallel",
+        "psa",
+        {"layout": "parallel", "form": "official"},
+        "DeLightCMU/PSA",
+        "20e307ad708ae6a39239aa50ffa32e0c36c92894",
+        ((_PSA, "PSA_p"),),
+        "PSA_p(16, 16)",
+        (2, 16, 7, 9),
+    ),
+    Source(
+        "psa_sequential",
+        "psa",
+        {"layout": "sequential", "form": "official"},
+        "DeLightCMU/PSA",
+        "20e307ad708ae6a39239aa50ffa32e0c36c92894",
+        ((_PSA, "PSA_s"),),
+        "PSA_s(16, 16)",
+        (2, 16, 7, 9),
+    ),
+    Source(
+        "danet",
+        "danet",
+        {"fusion": "sum", "cam_logits": "negated"},
+        "junfu1115/DANet",
+        "b0a0fa008148f102321cdaa7ca38fb0ddd0239d1",
+        tuple(("encoding/nn/da_att.py", s) for s in ("PAM_Module", "CAM_Module")),
+        "nn.ModuleDict({'pam': PAM_Module(16), 'cam': CAM_Module(16)})",
+        (2, 16, 5, 6),
+        call="m['pam'](x) + m['cam'](x)",  # DANet's head sums the two (after its own convs)
+        rename={
+            "pam.gamma": "alpha",
+            "cam.gamma": "beta",
+            "pam.query_conv": "query",
+            "pam.key_conv": "key",
+            "pam.value_conv": "value",
+        },
+        namespace={
+            "Module": nn.Module,
+            "Conv2d": nn.Conv2d,
+            "Parameter": nn.Parameter,
+            "Softmax": nn.Softmax,
+        },
+        note="the position and channel modules side by side and summed, as DANet's head sums "
+        "them; the head's 3x3 convolutions around each are not part of the block",
+    ),
+    Source(
+        "cc",
+        "cc",
+        {"recurrence": 2, "gamma": True},
+        "speedinghzl/CCNet",
+        "1fae6c67229c3863232494762b0afd9a8d7ff309",
+        (("cc_attention/functions.py", "CrissCrossAttention"),),
+        "CrissCrossAttention(16)",
+        (2, 16, 5, 6),
+        call="m(m(x))",  # RCCA: the same module applied twice
+        namespace={"Softmax": nn.Softmax, "INF": None},  # INF: filled in by _inf
+        note="the authors' INF puts its -inf diagonal on the GPU (.cuda()); the same tensor is "
+        "built on the CPU",
+    ),
+    Source(
+        "external",
+        "external",
+        {"form": "official"},
+        "MenghaoGuo/EANet",
+        "59c03cb0a286d3a29a797f8ea07fb89d7af56b60",
+        (("model_torch.py", "External_attention"),),
+        "External_attention(16)",
+        (2, 16, 5, 6),
+        namespace={"norm_layer": nn.BatchNorm2d, "_BatchNorm": nn.modules.batchnorm._BatchNorm},
+        note="the authors' norm_layer is a SynchronizedBatchNorm2d, which is BatchNorm2d in eval "
+        "mode on one device",
+    ),
+    Source(
+        "ema",
+        "ema",
+        {"groups": 4},
+        "YOLOonMe/EMA-attention-module",
+        "afc37ecf52454c03421a86105fc5c16eb4ea1ad3",
+        (("EMA_attention_module", "EMA"),),
+        "EMA(16, factor=4)",
+        (2, 16, 7, 9),
+    ),
+    Source(
+        "sge",
+        "sge",
+        {"groups": 4, "std": "unbiased"},
+        "implus/PytorchInsight",
+        "2864528f8b83f52c3df76f7c3804aa468b91e5cf",
+        (("classification/models/imagenet/resnet_sge.py", "SpatialGroupEnhance"),),
+        "SpatialGroupEnhance(4)",
+        (2, 16, 7, 9),
+    ),
+    Source(
+        "shuffle",
+        "shuffle",
+        {"groups": 2},
+        "wofmanaf/SA-Net",
+        "00a676085e2ad12f3e2053109ece4840de6a5ce1",
+        (("models/sa_resnet.py", "sa_layer"),),
+        "sa_layer(16, groups=2)",
+        (2, 16, 7, 9),
+    ),
 )
+
+
+class _LocalConvolution(nn.Module):
+    """CoTNet's ``LocalConvolution`` on the CPU: ``aggregation_zeropad_forward_kernel`` of the
+    authors' ``cupy_layers/aggregation_zeropad.py`` written out in torch, index for index::
+
+        top[n, head, c, h, w] = sum_{kh, kw} weight[n, head, c % weight_channels, kh * K + kw, h, w]
+                                * bottom[n, c, h_in, w_in]   (h_in, w_in inside the map)
+        h_in = -pad + h * stride + kh * dilation  (likewise w_in)
+
+    ``weight``: ``(N, heads, weight_channels, K * K, H_out, W_out)``; the output is
+    ``(N, heads * C, H_out, W_out)``, as their kernel writes it."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int,
+        stride: int = 1,
+        padding: int = 0,
+        dilation: int = 1,
+        pad_mode: int = 0,
+    ) -> None:
+        super().__init__()
+        self.k, self.stride, self.pad, self.dilation = kernel_size, stride, padding, dilation
+
+    def forward(self, bottom: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        n, c, hb, wb = bottom.shape
+        heads, wc, _, ht, wt = weight.shape[1:]
+        top = bottom.new_zeros(n, heads, c, ht, wt)
+        hs = torch.arange(ht).view(ht, 1)
+        ws = torch.arange(wt).view(1, wt)
+        for kh in range(self.k):
+            for kw in range(self.k):
+                h_in = -self.pad + hs * self.stride + kh * self.dilation
+                w_in = -self.pad + ws * self.stride + kw * self.dilation
+                inside = (h_in >= 0) & (h_in < hb) & (w_in >= 0) & (w_in < wb)
+                b = bottom[:, :, h_in.clamp(0, hb - 1), w_in.clamp(0, wb - 1)] * inside
+                wgt = weight[:, :, torch.arange(c) % wc, kh * self.k + kw]
+                top = top + wgt * b.unsqueeze(1)
+        return top.reshape(n, heads * c, ht, wt)
+
+
+def _inf(b: int, h: int, w: int) -> torch.Tensor:
+    """CCNet's ``INF`` on the CPU: ``(B W, H, H)`` with ``-inf`` on each diagonal, 0 elsewhere."""
+    return -torch.diag(torch.tensor(float("inf")).repeat(h), 0).unsqueeze(0).repeat(b * w, 1, 1)
 
 
 def _bam(ns: dict[str, Any], channels: int, reduction: int) -> nn.Module:
@@ -518,6 +697,12 @@ def authors_module(src: Source, code: Path) -> tuple[nn.Module, dict[str, Any], 
             ns["MPNCOV"] = argparse.Namespace(**{n: mpn[n] for n in names})
             continue
         exec(compile(cut(_read(path, commit, file), names), file, "exec"), ns)
+    if "INF" in src.namespace:
+        ns["INF"] = _inf
+    if "LocalConvolution" in src.namespace:
+        from timm.layers import get_act_layer
+
+        ns.update(LocalConvolution=_LocalConvolution, get_act_layer=get_act_layer)
     module = eval(src.build, {**ns, "_bam": functools.partial(_bam, ns)})
     return module, ns, commit
 
