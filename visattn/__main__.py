@@ -1,4 +1,5 @@
-"""``python -m visattn blocks`` / ``python -m visattn models [PATTERN]``: the zoo as tables;
+"""``python -m visattn blocks`` / ``python -m visattn models [PATTERN]`` / ``python -m visattn
+weights [PATTERN]``: the zoo and its released weights as tables;
 ``python -m visattn export (--ckpt RUN.ckpt | --model NAME) --out model.onnx``: a network as an
 ONNX file checked in onnxruntime (or a ``.pt2`` torch.export program);
 ``python -m visattn ablate SWEEP.yaml --out DIR``: a sweep, exactly as ``python -m visattn.ablate``
@@ -16,6 +17,7 @@ from . import block_info, create_block, create_model, list_blocks, list_models
 from .constants import MAX_IMAGE_SIZE
 from .export import ExportError, export_onnx, export_program
 from .models import get_model_spec
+from .models.pretrained import PretrainedTag, list_pretrained
 from .profile import count_macs, count_params
 
 
@@ -166,6 +168,45 @@ def export_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _transform(tag: PretrainedTag) -> str:
+    text = f"{tag.input_size[-1]}px, crop {tag.crop_pct}, {tag.interpolation}"
+    if tag.test_input_size is not None:
+        text += f" (test {tag.test_input_size[-1]}px"
+        text += f", crop {tag.test_crop_pct})" if tag.test_crop_pct is not None else ")"
+    return text
+
+
+def _where(tag: PretrainedTag) -> str:
+    if tag.hf_hub_id:
+        return f"hub `{tag.hf_hub_id}`"
+    if tag.url:
+        return f"[direct link]({tag.url})"
+    return f"[by hand]({tag.page})"
+
+
+def weights_table(pattern: str | None = None) -> str:
+    """The released tags (``visattn/models/weights/tags.toml``, through
+    :func:`~visattn.models.pretrained.list_pretrained`): name, source (key layout), published
+    top-1, the publisher's eval transform and where the file is; as Markdown."""
+    rows = [
+        [f"`{t.name}`", t.source, f"{t.top1:g}", _transform(t), _where(t)]
+        for t in list_pretrained(pattern)
+    ]
+    return _table(["tag", "source", "published top-1", "eval transform", "file"], rows)
+
+
+def weights_proofs(pattern: str | None = None) -> str:
+    """What the offline tests prove for each released layout (a tag's ``proof``), one Markdown
+    item per distinct proof, naming the tags it covers."""
+    by_proof: dict[tuple[str, str], list[str]] = {}
+    for t in list_pretrained(pattern):
+        by_proof.setdefault((t.source, t.proof), []).append(f"`{t.name}`")
+    return "\n".join(
+        f"- **{source}** ({', '.join(names)}): {proof}"
+        for (source, proof), names in by_proof.items()
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["ablate"]:  # its own parser, options and --help
@@ -184,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     pb.add_argument("--size", type=int, default=14)
     pm = sub.add_parser("models", help="list the registered models")
     pm.add_argument("pattern", nargs="?", default=None, help="fnmatch pattern, e.g. '*cifar*'")
+    pw = sub.add_parser("weights", help="list the released weights (tags) and what loads them")
+    pw.add_argument("pattern", nargs="?", default=None, help="fnmatch pattern, e.g. 'eca_*'")
+    pw.add_argument("--proofs", action="store_true", help="what the tests prove for each layout")
     pe = sub.add_parser(
         "export",
         help="export a checkpoint or a registered model to ONNX (checked in onnxruntime) or .pt2",
@@ -211,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
         return export_command(args)
     if args.command == "blocks":
         print(blocks_table(args.channels, args.size, args.family))
+    elif args.command == "weights":
+        print(weights_proofs(args.pattern) if args.proofs else weights_table(args.pattern))
     else:
         print(models_table(args.pattern))
     return 0

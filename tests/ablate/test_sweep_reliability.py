@@ -180,7 +180,11 @@ def _env() -> dict[str, str]:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+@pytest.mark.parametrize(
+    "sig",
+    [pytest.param(signal.SIGTERM, marks=pytest.mark.heavy), signal.SIGKILL],
+    ids=["SIGTERM", "SIGKILL"],
+)
 @MULTIPROCESS
 @pytest.mark.slow
 def test_jobs_workers_die_with_their_driver(tmp_path: Path, sig: signal.Signals) -> None:
@@ -366,7 +370,11 @@ def _tagged(tag: str) -> set[int]:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+@pytest.mark.parametrize(
+    "sig",
+    [pytest.param(signal.SIGTERM, marks=pytest.mark.heavy), signal.SIGKILL],
+    ids=["SIGTERM", "SIGKILL"],
+)
 @MULTIPROCESS
 @pytest.mark.slow
 def test_a_ray_sweep_whose_driver_is_stopped_leaves_no_ray_process(

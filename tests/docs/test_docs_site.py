@@ -16,6 +16,8 @@ from helpers.paths import REPO
 import visattn
 from visattn.constants import POSITIONS
 
+pytestmark = pytest.mark.xdist_group("docs_site")  # the site is built once, on one worker
+
 pytest.importorskip("mkdocs")
 pytest.importorskip("mkdocs_gen_files")
 pytest.importorskip("mkdocstrings")

@@ -11,6 +11,7 @@ A test outside a matrix takes a plain ``@pytest.mark.slow`` or ``@pytest.mark.he
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
@@ -32,6 +33,15 @@ REPRESENTATIVE_MODELS = frozenset(
 #: blocks kept in the default run of a block-wide heavy matrix: a channel gate, a hybrid, a stage
 #: block, a pairwise block, a conv-replacing one
 REPRESENTATIVE_BLOCKS = frozenset({"se", "cbam", "bam", "nonlocal", "sk"})
+
+
+def deeper_sibling(name: str) -> bool:
+    """A 101- or 152-layer ImageNet ResNet (or Attention-92): the deeper member of a family whose
+    50-layer (or 56) member runs by default. Deeper members differ only in their stage counts,
+    and building them is most of a model-wide matrix's time on 2 cores, so model-wide checks
+    that do not depend on depth keep them in the heavy tier."""
+    return bool(re.search(r"resnet(101|152)|attention92$", name))
+
 
 Cases = Collection[Any] | Callable[[Any], bool]
 

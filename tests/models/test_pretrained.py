@@ -29,6 +29,7 @@ from visattn.models.pretrained import (
     list_converters,
     list_pretrained,
     load_pretrained,
+    read_tag_table,
 )
 from visattn.models.zoo import fca_placements
 
@@ -492,12 +493,49 @@ def test_unknown_source_and_tag_name_the_known_ones(tmp_path: Path):
 # --------------------------------------------------------------------------- listing, hubs
 
 
-def test_the_weights_page_agrees_with_list_pretrained():
+def _between(text: str, name: str) -> str:
+    return text.split(f"<!-- {name}:start -->\n", 1)[1].split(f"\n<!-- {name}:end -->", 1)[0]
+
+
+def test_the_weights_page_is_the_tag_table_as_the_command_prints_it():
+    from visattn.__main__ import weights_proofs, weights_table
+
     section = (REPO / "docs" / "guides" / "weights.md").read_text()
-    rows = re.findall(r"^\| `([\w.]+)` \| (\w+) \| ([\d.]+) \|", section, flags=re.M)
+    assert _between(section, "weights") == weights_table()
+    assert _between(section, "proofs") == weights_proofs()
+    rows = re.findall(r"^\| `([\w.]+)` +\| (\w+) +\| ([\d.]+) +\|", section, flags=re.M)
     assert {(n, s, float(t)) for n, s, t in rows} == {
         (t.name, t.source, t.top1) for t in list_pretrained()
     }
+
+
+def test_the_tag_table_is_data_read_into_typed_tags():
+    """tags.toml is the one source of the released tags: every row becomes a PretrainedTag,
+    in the file's order (a model's first row is its default tag), and a row with a misspelt
+    or missing field is refused naming the row."""
+    text = (REPO / "visattn" / "models" / "weights" / "tags.toml").read_text()
+    tags = read_tag_table(text)
+    assert sorted(t.name for t in tags) == [t.name for t in list_pretrained()]
+    assert all(get_pretrained(t.name) == t for t in tags)
+    assert isinstance(tags[0].input_size, tuple) and isinstance(tags[0].mean, tuple)
+    bad = '[[tag]]\nmodel = "se_resnet50"\ntag = "x"\nsource = "timm"\ntop1 = 1.0\ntop_1 = 2.0\n'
+    with pytest.raises(
+        ValueError, match=r"tag row 1 \(se_resnet50\.x\): unknown fields \['top_1'\]"
+    ):
+        read_tag_table(bad)
+    with pytest.raises(ValueError, match=r"tag row 1 .*top1"):
+        read_tag_table('[[tag]]\nmodel = "se_resnet50"\ntag = "x"\nsource = "timm"\n')
+    assert "def _register" not in (REPO / "visattn" / "models" / "pretrained.py").read_text()
+
+
+def test_python_m_visattn_weights_lists_the_tags(capsys: pytest.CaptureFixture[str]):
+    from visattn.__main__ import main
+
+    assert main(["weights", "eca_*"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("eca_official") == 5 and "se_resnet50" not in out
+    assert main(["weights", "--proofs", "se_resnet50.*"]) == 0
+    assert "timm's own network with random weights" in capsys.readouterr().out
 
 
 def test_the_readme_counts_the_tags_of_list_pretrained():

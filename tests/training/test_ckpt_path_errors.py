@@ -17,6 +17,10 @@ from helpers.training import TINY, tiny_fit
 
 from visattn.training import run
 
+pytestmark = pytest.mark.xdist_group(
+    "ckpt_path_errors"
+)  # the fitted run is trained once, on one worker
+
 
 @pytest.fixture(scope="module")
 def fitted(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -48,6 +48,7 @@ from typing import Any
 
 import yaml
 
+from .._values import is_int
 from .resolve import BudgetMatch, match_width, resolve_run
 
 __all__ = ["SEED_RANGE", "Run", "Sweep", "Variant", "load_sweep", "overrides_to_args"]
@@ -386,16 +387,12 @@ def overrides_to_args(overrides: Mapping[str, Any]) -> list[str]:
     return args
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def _seeds(seeds: Any) -> tuple[int, ...]:
-    if _is_int(seeds):
+    if is_int(seeds):
         raise ValueError(f"seeds must be a list such as [0, 1, 2], got {seeds!r}")
     if isinstance(seeds, str | bytes) or not isinstance(seeds, Sequence) or not seeds:
         raise ValueError(f"seeds must be a non-empty list of ints, got {seeds!r}")
-    not_int = [s for s in seeds if not _is_int(s)]
+    not_int = [s for s in seeds if not is_int(s)]
     if not_int:
         raise ValueError(f"seeds must be ints, got {not_int} in {list(seeds)}")
     lo, hi = SEED_RANGE

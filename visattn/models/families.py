@@ -2,13 +2,15 @@
 
 A placement that selects blocks by pattern and names a ``position``
 (``{"name": "cbam", "after": ["InvertedResidual"], "position": "standard"}``) is realised by the
-row of :data:`FAMILIES` that lists the matched block's class (the first class of its MRO found
-in the table). A row gives, for each position it supports, candidate sites tried in order: the
-first whose module exists in the block is used. A site is ``"before:<relative path>"`` or
-``"after:<relative path>"``; path segments may be negative indices into a sequential container
-(``block.-1``: its last child). Rows with ``slots=True`` are residual blocks with attention slots
-(ResNets): their positions are the slots of :class:`~visattn.models.resnet.SlottedBlock`, filled
-after adapting the block (see :mod:`visattn.models.inject`).
+row of :data:`BACKBONE_FAMILIES` that lists the matched block's class (the first class of its MRO
+found in the table). (The families of the attention blocks themselves, channel, spatial, hybrid
+and residual, are ``visattn.blocks.FAMILIES``.) A row gives, for each position it supports,
+candidate sites tried in order: the first whose module exists in the block is used. A site is
+``"before:<relative path>"`` or ``"after:<relative path>"``; path segments may be negative
+indices into a sequential container (``block.-1``: its last child). Rows with ``slots=True``
+are residual blocks with attention slots (ResNets): their positions are the slots of
+:class:`~visattn.models.resnet.SlottedBlock`, filled after adapting the block (see
+:mod:`visattn.models.inject`).
 
 ``standard`` is where each family's own squeeze-and-excitation sits, which is where the SE paper
 (Hu et al., CVPR 2018) and the family's authors put channel attention:
@@ -33,7 +35,7 @@ from dataclasses import dataclass, field
 
 import torch.nn as nn
 
-__all__ = ["FAMILIES", "SE_MODULES", "Family", "family_of", "qualname"]
+__all__ = ["BACKBONE_FAMILIES", "SE_MODULES", "Family", "family_of", "qualname"]
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ class Family:
 _TV, _TIMM_EFF = "torchvision.models", "timm.models._efficientnet_blocks"
 
 #: the family rules (see the module docstring)
-FAMILIES: tuple[Family, ...] = (
+BACKBONE_FAMILIES: tuple[Family, ...] = (
     Family(
         "ResNet basic / bottleneck block (torchvision, timm, visattn)",
         (
@@ -136,11 +138,11 @@ def qualname(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-_BY_CLASS = {c: f for f in FAMILIES for c in f.classes}
+_BY_CLASS = {c: f for f in BACKBONE_FAMILIES for c in f.classes}
 
 
 def family_of(module: nn.Module) -> Family | None:
-    """The row of :data:`FAMILIES` for ``module``'s class (or its nearest listed base)."""
+    """The row of :data:`BACKBONE_FAMILIES` for ``module``'s class (or its nearest listed base)."""
     for cls in type(module).__mro__:
         row = _BY_CLASS.get(qualname(cls))
         if row is not None:

@@ -27,14 +27,14 @@ import difflib
 import fnmatch
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn as nn
 
 from ..blocks import is_block
-from .families import FAMILIES, SE_MODULES, family_of, is_se, qualname
+from .families import BACKBONE_FAMILIES, SE_MODULES, family_of, is_se, qualname
 from .sites import AFTER, BEFORE, Adapter, InjectionPlan, PlannedBlock, Site, slot_site, slotted
 
 __all__ = ["DEFAULT_INPUT_SIZE", "match_pattern", "plan_pattern_sites", "probe_input_size"]
@@ -293,12 +293,6 @@ def _into_sequential(t: _Target) -> _Target:
     return _Target(path, m, t.kind, t.matched, t.explicit)
 
 
-@dataclass
-class _Resolved:
-    sites: list[Site] = field(default_factory=list)
-    skipped: list[tuple[str, str]] = field(default_factory=list)
-
-
 def _family_targets(path: str, module: nn.Module, position: str, where: str) -> _Target | None:
     fam = family_of(module)
     if fam is None or fam.slots:
@@ -319,7 +313,7 @@ def _family_targets(path: str, module: nn.Module, position: str, where: str) -> 
 
 def _known_families() -> str:
     return "; ".join(
-        f"{f.label}: {', '.join(c.rsplit('.', 1)[1] for c in f.classes)}" for f in FAMILIES
+        f"{f.label}: {', '.join(c.rsplit('.', 1)[1] for c in f.classes)}" for f in BACKBONE_FAMILIES
     )
 
 

@@ -60,6 +60,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .._values import is_int
 from ..blocks import block_info, create_block, list_blocks
 from ..blocks.identity import INITS
 from ..constants import POSITIONS
@@ -97,19 +98,15 @@ class PlacementError(ValueError):
         super().__init__(f"{where}: {detail}")
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def _stages(value: Any) -> str | tuple[int, ...]:
     if value is None or value == "all":
         return "all"
-    stages = [value] if _is_int(value) else value
+    stages = [value] if is_int(value) else value
     if (
         isinstance(stages, (str, bytes))
         or not isinstance(stages, Sequence)
         or not stages
-        or not all(_is_int(s) and s >= 1 for s in stages)
+        or not all(is_int(s) and s >= 1 for s in stages)
     ):
         raise PlacementError(
             f"'stages' must be 'all' or a non-empty list of 1-based stage indices, got {value!r}"
@@ -135,8 +132,8 @@ def _blocks(value: Any, position: str) -> str | tuple[int, ...] | None:
                 f"got {value!r}"
             )
         return value
-    blocks = [value] if _is_int(value) else value
-    if not isinstance(blocks, Sequence) or not blocks or not all(_is_int(b) for b in blocks):
+    blocks = [value] if is_int(value) else value
+    if not isinstance(blocks, Sequence) or not blocks or not all(is_int(b) for b in blocks):
         raise PlacementError(
             f"'blocks' must be one of {list(_BLOCK_WORDS)} or a non-empty list of 0-based block "
             f"indices, got {value!r}"

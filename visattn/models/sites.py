@@ -99,10 +99,6 @@ class Site:
     spatial: tuple[int, int] | None = None
     options: dict[str, Any] = field(default_factory=dict)  # out_channels/stride for 'conv'
 
-    @property
-    def where(self) -> str:
-        return f"attention placement #{self.index} ({self.placement.name!r})"
-
 
 @dataclass(frozen=True)
 class PlannedBlock:
