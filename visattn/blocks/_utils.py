@@ -3,7 +3,6 @@ channels and stride of conv-replacing blocks."""
 
 from __future__ import annotations
 
-import difflib
 import math
 import numbers
 from typing import Any
@@ -12,6 +11,7 @@ import torch
 import torch.nn as nn
 from timm.layers import get_act_layer
 
+from .._registry import did_you_mean
 from ._attention import float32_region, widen
 
 _ACTIVATIONS: dict[str, type[nn.Module]] = {
@@ -38,8 +38,7 @@ def get_layer(layer: str | type[nn.Module] | Any, option: str) -> type[nn.Module
         try:
             return get_act_layer(layer)
         except KeyError:
-            close = difflib.get_close_matches(layer.lower(), sorted(_ACTIVATIONS), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            hint = did_you_mean(layer.lower(), sorted(_ACTIVATIONS), n=1)
             raise ValueError(
                 f"option '{option}': unknown layer {layer!r}{hint}; choose from "
                 f"{sorted(_ACTIVATIONS)}, a name timm's get_act_layer knows, or an nn.Module class"

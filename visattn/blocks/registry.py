@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import difflib
 import functools
 import inspect
 from collections.abc import Callable, Iterator
@@ -41,6 +40,7 @@ from typing import Any, TypeVar
 import torch
 import torch.nn as nn
 
+from .._registry import Registry, UnknownNameError, unknown_options
 from .._subscribers import Listener, Subscribers
 from .aliases import TIMM_ALIASES
 from .conventions import (
@@ -72,11 +72,8 @@ _FACTORY_KWARGS = ("device", "dtype")
 M = TypeVar("M", bound=type[nn.Module])
 
 
-class UnknownBlockError(KeyError):
+class UnknownBlockError(UnknownNameError):
     """Raised for a block name that is not registered; the message names the closest ones."""
-
-    def __str__(self) -> str:  # KeyError quotes its argument; show the message as written
-        return str(self.args[0]) if self.args else ""
 
 
 @dataclass(frozen=True)
@@ -113,7 +110,12 @@ class BlockInfo:
         return tuple(self.defaults)
 
 
-_REGISTRY: dict[str, BlockInfo] = {}
+_REGISTRY: Registry[BlockInfo] = Registry(
+    "block",
+    error=UnknownBlockError,
+    hint=lambda _: f"registered: {', '.join(sorted(_REGISTRY))}",
+    cutoff=0.5,
+)
 _SUBSCRIBERS = Subscribers()
 
 
@@ -224,14 +226,9 @@ def _wrap_init(
         if not takes_var_kw:
             unknown = [k for k in kwargs if k not in params and k not in TIMM_WIDTH_KEYWORDS]
             if unknown:
-                hints = {k: difflib.get_close_matches(k, list(defaults), n=1) for k in unknown}
-                said = ", ".join(
-                    f"'{k}'" + (f" (did you mean '{hints[k][0]}'?)" if hints[k] else "")
-                    for k in unknown
-                )
                 raise TypeError(
-                    f"block '{name}': unknown option {said}; valid options: "
-                    f"{', '.join(defaults) or 'none'}"
+                    f"block '{name}': unknown option {unknown_options(unknown, defaults)}; "
+                    f"valid options: {', '.join(defaults) or 'none'}"
                 )
         if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
             raise ValueError(f"block '{name}': channels must be a positive int, got {channels!r}")
@@ -314,15 +311,18 @@ def register_block(
         cls.block_name = name
         cls.block_family = family
         cls.block_fp16_limit = fp16_limit
-        _REGISTRY[name] = BlockInfo(
-            name=name,
-            family=family,
-            paper=paper,
-            cls=cls,
-            defaults=defaults,
-            replaces_conv=replaces_conv,
-            fp16_limit=fp16_limit,
-            reduced=spec,
+        _REGISTRY.add(
+            name,
+            BlockInfo(
+                name=name,
+                family=family,
+                paper=paper,
+                cls=cls,
+                defaults=defaults,
+                replaces_conv=replaces_conv,
+                fp16_limit=fp16_limit,
+                reduced=spec,
+            ),
         )
         _SUBSCRIBERS.notify(added=[name])
         return cls
@@ -334,7 +334,7 @@ def unregister_block(name: str) -> BlockInfo:
     """Remove the block ``name`` from the registry and give its class back its own
     ``__init__``; returns what the registry held. Unknown names raise ``UnknownBlockError``."""
     info = _lookup(name)
-    del _REGISTRY[name]
+    _REGISTRY.remove(name)
     cls = info.cls
     own = cls.__init__.own_init  # the constructor before register_block wrapped it
     if own is None:
@@ -399,27 +399,22 @@ def _alias_info(name: str) -> BlockInfo | None:
 
 
 def _lookup(name: str) -> BlockInfo:
-    try:
+    if isinstance(name, str) and name in _REGISTRY:
         return _REGISTRY[name]
-    except (KeyError, TypeError):
-        info = _alias_info(name)
-        if info is not None:
-            return info
-        if isinstance(name, str) and name.lower() != name:  # "CBAM", "SE": as timm's strings
-            return _lookup(name.lower())
-        known = [*_REGISTRY, *(a for a in TIMM_ALIASES if TIMM_ALIASES[a].alias_of in _REGISTRY)]
-        close = difflib.get_close_matches(str(name), known, n=3, cutoff=0.5)
-        hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-        raise UnknownBlockError(
-            f"unknown block {name!r}{hint} (registered: {', '.join(sorted(_REGISTRY))})"
-        ) from None
+    info = _alias_info(name)
+    if info is not None:
+        return info
+    if isinstance(name, str) and name.lower() != name:  # "CBAM", "SE": as timm's strings
+        return _lookup(name.lower())
+    aliases = [a for a in TIMM_ALIASES if TIMM_ALIASES[a].alias_of in _REGISTRY]
+    raise _REGISTRY.unknown(name, choices=aliases)
 
 
 def list_blocks(family: str | None = None) -> list[str]:
     """Sorted names of the registered blocks, optionally of one family."""
     if family is not None and family not in FAMILIES:
         raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
-    return sorted(n for n, i in _REGISTRY.items() if family is None or i.family == family)
+    return _REGISTRY.names(where=lambda i: family is None or i.family == family)
 
 
 def block_info(name: str) -> BlockInfo:

@@ -9,7 +9,6 @@ with options bound; the registry's constructor wrapper merges them with the call
 from __future__ import annotations
 
 import copyreg
-import difflib
 import inspect
 from types import MappingProxyType
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import torch.nn as nn
 from timm.layers import get_attn
 
+from .._registry import unknown_options
 from .conventions import TIMM_HOOK_KEYWORDS, TIMM_WIDTH_KEYWORDS, merge_options
 from .registry import _FACTORY_KWARGS, BlockInfo, block_info
 
@@ -84,10 +84,7 @@ def timm_attn(name: str, **options: Any) -> type[nn.Module]:
     valid = [*info.defaults, *TIMM_WIDTH_KEYWORDS, *TIMM_HOOK_KEYWORDS, *_FACTORY_KWARGS]
     unknown = [k for k in options if k not in valid]
     if unknown:
-        hints = {k: difflib.get_close_matches(k, valid, n=1) for k in unknown}
-        said = ", ".join(
-            f"'{k}'" + (f" (did you mean '{hints[k][0]}'?)" if hints[k] else "") for k in unknown
-        )
+        said = unknown_options(unknown, valid)
         raise TypeError(f"block '{name}': unknown option {said}; valid options: {', '.join(valid)}")
     key = (info.name, repr(sorted(options.items())))
     cls = _CLASSES.get(key)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import math
 import os
 from collections.abc import Callable, Iterator, Mapping
@@ -15,6 +14,7 @@ from timm.data import ImageNetInfo
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from .._extras import missing_extra
+from .._registry import unknown_options
 
 try:
     import lightning.pytorch as pl
@@ -395,11 +395,7 @@ def _class_map(class_map: str | None, dataset: str) -> dict[str, int] | None:
 def _check_wnids(classes: list[str], index: Mapping[str, int]) -> None:
     unknown = [c for c in classes if c not in index]
     if unknown:
-        hints = {c: difflib.get_close_matches(c, index, n=1) for c in unknown[:5]}
-        said = ", ".join(
-            f"{c!r}" + (f" (did you mean {hints[c][0]!r}?)" if hints.get(c) else "")
-            for c in unknown[:5]
-        )
+        said = unknown_options(unknown[:5], index)
         raise ValueError(
             f"class_map='imagenet': {len(unknown)} class folder(s) are not ImageNet-1k WordNet "
             f"ids: {said}; name the folders by wnid (e.g. n01440764, tench)"

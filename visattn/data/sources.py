@@ -17,13 +17,13 @@ import copy
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from difflib import get_close_matches
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from torch.utils.data import Dataset
 
+from .._registry import Registry
 from ..constants import STATS, Triple
 from .arrays import ArrayDataset
 from .cifar import load_cifar, locate_cifar
@@ -86,15 +86,16 @@ class DataSource:
             raise ValueError(f"data source {self.name!r}: give exactly one of num_classes, classes")
 
 
-_SOURCES: dict[str, DataSource] = {}
+_SOURCES: Registry[DataSource] = Registry(
+    "dataset", error=ValueError, hint=lambda _: f"choose from {list_datasets()}"
+)
 
 
 def register_source(source: DataSource) -> DataSource:
     """Add ``source`` to the registry; a name registered twice is a ``ValueError``."""
     if source.name in _SOURCES:
         raise ValueError(f"data source {source.name!r} is already registered")
-    _SOURCES[source.name] = source
-    return source
+    return _SOURCES.add(source.name, source)
 
 
 @contextmanager
@@ -105,7 +106,7 @@ def source_registered(source: DataSource) -> Iterator[DataSource]:
     try:
         yield source
     finally:
-        del _SOURCES[source.name]
+        _SOURCES.remove(source.name)
 
 
 def list_datasets() -> list[str]:
@@ -115,12 +116,7 @@ def list_datasets() -> list[str]:
 
 def get_source(name: str) -> DataSource:
     """The registered source ``name``; an unknown name is a ``ValueError`` naming the choices."""
-    try:
-        return _SOURCES[name]
-    except KeyError:
-        close = get_close_matches(str(name), list(_SOURCES), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(f"unknown dataset {name!r}{hint}; choose from {list_datasets()}") from None
+    return _SOURCES.lookup(name)
 
 
 # ---- shapes ----------------------------------------------------------------------------------

@@ -21,7 +21,6 @@ constructor, except ``input_size=(C, H, W)``, the probe size of pattern placemen
 
 from __future__ import annotations
 
-import difflib
 from os import PathLike
 from typing import Any
 
@@ -29,6 +28,7 @@ import timm
 import torch.nn as nn
 import torchvision
 
+from .._registry import did_you_mean, unknown_options
 from ..constants import IMAGENET_MEAN, IMAGENET_STD, STATS
 from .checkpoint import load_checkpoint
 from .features import check_global_pool
@@ -95,10 +95,7 @@ def _check_options(spec: ModelSpec, kwargs: dict[str, Any]) -> None:
     options = spec.options()
     unknown = [k for k in kwargs if k not in options and k not in spec.fixed]
     if unknown:
-        hints = {k: difflib.get_close_matches(k, options, n=1) for k in unknown}
-        said = ", ".join(
-            f"'{k}'" + (f" (did you mean '{hints[k][0]}'?)" if hints[k] else "") for k in unknown
-        )
+        said = unknown_options(unknown, options)
         raise TypeError(
             f"create_model({spec.name!r}): unknown option {said}; valid options: "
             f"{', '.join(o for o in options if o not in ('num_classes', 'in_chans'))}"
@@ -284,8 +281,7 @@ def _last_linear(model: nn.Module) -> str:
 
 
 def _unknown(library: str, arch: str, known: list[str], name: str) -> UnknownModelError:
-    close = difflib.get_close_matches(arch, known, n=3, cutoff=0.6)
-    hint = f"; did you mean {', '.join(repr(f'{library}:{c}') for c in close)}?" if close else ""
+    hint = did_you_mean(f"{library}:{arch}", [f"{library}:{c}" for c in known])
     return UnknownModelError(f"unknown model {name!r}{hint}")
 
 

@@ -23,7 +23,6 @@ recognised as such and skipped.
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -33,6 +32,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .._registry import close_matches
 from ..blocks import is_block
 from .families import BACKBONE_FAMILIES, SE_MODULES, family_of, is_se, qualname
 from .sites import AFTER, BEFORE, Adapter, InjectionPlan, PlannedBlock, Site, slot_site, slotted
@@ -85,8 +85,8 @@ def _candidates(model: nn.Module) -> list[tuple[str, nn.Module]]:
 def _no_match(pattern: str, key: str, modules: list[tuple[str, nn.Module]], where: str) -> str:
     classes = sorted({type(m).__name__ for _, m in modules})
     paths = [p for p, _ in modules]
-    near_c = difflib.get_close_matches(pattern, classes, n=3, cutoff=0.5)
-    near_p = difflib.get_close_matches(pattern, paths, n=3, cutoff=0.5)
+    near_c = close_matches(pattern, classes, cutoff=0.5)
+    near_p = close_matches(pattern, paths, cutoff=0.5)
     hint = []
     if near_c:
         hint.append("classes " + ", ".join(repr(c) for c in near_c))

@@ -52,7 +52,6 @@ Rules:
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,6 +59,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .._registry import unknown_options
 from .._values import is_int
 from ..blocks import block_info, create_block, list_blocks
 from ..blocks.identity import INITS
@@ -222,10 +222,9 @@ class Placement:
         selector = self._selector()
         position = "standard" if self.position is None and selector is None else self.position
         if position is not None and position not in POSITIONS:
-            close = difflib.get_close_matches(str(position), POSITIONS, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise PlacementError(
-                f"unknown position {position!r}{hint}; valid positions: {list(POSITIONS)}"
+                f"unknown position {unknown_options([position], POSITIONS)}; "
+                f"valid positions: {list(POSITIONS)}"
             )
         init = "default" if self.init is None else self.init
         if init not in INITS:
@@ -312,11 +311,7 @@ class Placement:
             )
         unknown = [k for k in config if k not in PLACEMENT_KEYS]
         if unknown:
-            hints = [difflib.get_close_matches(str(k), PLACEMENT_KEYS, n=1) for k in unknown]
-            said = ", ".join(
-                f"{k!r}" + (f" (did you mean {h[0]!r}?)" if h else "")
-                for k, h in zip(unknown, hints)
-            )
+            said = unknown_options(unknown, PLACEMENT_KEYS)
             raise PlacementError(
                 f"unknown key {said}; valid keys: {list(PLACEMENT_KEYS)}", index=index
             )

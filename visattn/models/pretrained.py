@@ -25,7 +25,6 @@ the tag's file (on a connected machine) and loads it through the same converter;
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
 import hashlib
 import re
 from collections.abc import Callable, Mapping
@@ -39,6 +38,7 @@ import tomllib
 import torch
 import torch.nn as nn
 
+from .._registry import Registry
 from ..constants import IMAGENET_MEAN, IMAGENET_STD
 from .checkpoint import _mismatch_phrases, _shape_mismatches, read_state_dict, unwrap_state_dict
 from .weights.converters import CONVERTERS, Converter
@@ -134,27 +134,32 @@ class PretrainedTag:
         return cfg
 
 
-_TAGS: dict[str, PretrainedTag] = {}
-_CONVERTERS: dict[str, Converter] = dict(CONVERTERS)  # the released layouts, and users' own
+def _tags_of(name: str) -> str:
+    model = name.removeprefix("visattn_").split(".", 1)[0]
+    same = _TAGS.names(f"{model}.*")
+    return (f"{model!r} has {', '.join(same)}; " if same else "") + "see visattn.list_pretrained()"
+
+
+_TAGS: Registry[PretrainedTag] = Registry("pretrained tag", hint=_tags_of)
+#: the released layouts (:mod:`visattn.models.weights.converters`) and users' own
+_CONVERTERS: Registry[Converter] = Registry(
+    "source", error=ValueError, hint=lambda _: f"known key layouts: {', '.join(list_converters())}"
+)
+for _source, _fn in CONVERTERS.items():
+    _CONVERTERS.add(_source, _fn)
 
 
 def register_pretrained(tag: PretrainedTag) -> PretrainedTag:
     """Add ``tag``; a taken ``<model>.<tag>`` or an unknown source raises ``ValueError``."""
-    if tag.name in _TAGS:
-        raise ValueError(f"pretrained tag {tag.name!r} is already registered")
     if tag.source not in _CONVERTERS:
-        raise ValueError(
-            f"pretrained tag {tag.name!r}: unknown source {tag.source!r}; "
-            f"known: {', '.join(sorted(_CONVERTERS))}"
-        )
-    _TAGS[tag.name] = tag
-    return tag
+        raise ValueError(f"pretrained tag {tag.name!r}: {_CONVERTERS.unknown(tag.source)}")
+    return _TAGS.add(tag.name, tag)
 
 
 def list_pretrained(pattern: str | None = None) -> list[PretrainedTag]:
     """The registered tags (``fnmatch`` ``pattern`` on ``<model>.<tag>``), sorted by name; each
     carries its source and published top-1."""
-    return [_TAGS[n] for n in sorted(_TAGS) if pattern is None or fnmatch.fnmatchcase(n, pattern)]
+    return [_TAGS[n] for n in _TAGS.names(pattern)]
 
 
 def get_pretrained(name: str) -> PretrainedTag:
@@ -163,28 +168,19 @@ def get_pretrained(name: str) -> PretrainedTag:
     key = name[len("visattn_") :] if name.startswith("visattn_") else name
     if key in _TAGS:
         return _TAGS[key]
-    model = key.split(".", 1)[0]
-    same = [n for n in _TAGS if n.startswith(model + ".")]
-    hint = f"; {model!r} has {', '.join(sorted(same))}" if same else ""
-    raise KeyError(f"unknown pretrained tag {name!r}{hint} (see visattn.list_pretrained())")
+    raise _TAGS.unknown(name)
 
 
 def register_converter(source: str) -> Callable[[Converter], Converter]:
     """Decorator: ``fn(state_dict, model) -> state_dict`` maps the layout ``source`` into
     visattn's. A taken name raises ``ValueError``."""
 
-    def deco(fn: Converter) -> Converter:
-        if source in _CONVERTERS:
-            raise ValueError(f"converter {source!r} is already registered")
-        _CONVERTERS[source] = fn
-        return fn
-
-    return deco
+    return _CONVERTERS.register(source)
 
 
 def list_converters() -> list[str]:
     """Names of the registered key layouts (``source=`` of :func:`load_pretrained`)."""
-    return sorted(_CONVERTERS)
+    return _CONVERTERS.names()
 
 
 # --------------------------------------------------------------------------- reading files
@@ -219,11 +215,7 @@ def convert_state_dict(
     state: Mapping[str, torch.Tensor], model: nn.Module, source: str
 ) -> dict[str, torch.Tensor]:
     """``state`` in the layout ``source`` mapped into ``model``'s keys (not yet checked)."""
-    if source not in _CONVERTERS:
-        raise ValueError(
-            f"unknown source {source!r}; known key layouts: {', '.join(list_converters())}"
-        )
-    return _CONVERTERS[source](dict(state), model)
+    return _CONVERTERS.lookup(source)(dict(state), model)
 
 
 def check_complete(

@@ -28,15 +28,15 @@ from then on. :func:`registered_model` registers a model for the duration of a `
 from __future__ import annotations
 
 import contextlib
-import difflib
-import fnmatch
 import inspect
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from typing import Any
 
 import torch.nn as nn
 
+from .._registry import Registry, UnknownNameError
 from .._subscribers import Listener, Subscribers
 from ..blocks import block_info, list_blocks
 from ..blocks import registry as _blocks
@@ -69,11 +69,8 @@ META_KEYS: dict[str, type] = {
 }
 
 
-class UnknownModelError(KeyError):
+class UnknownModelError(UnknownNameError):
     """Raised for a model name that is neither registered nor ``<block>_<backbone>``."""
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,7 +161,14 @@ class ModelSpec:
         )
 
 
-_MODELS: dict[str, ModelSpec] = {}
+_MODELS: Registry[ModelSpec] = Registry(
+    "model",
+    error=UnknownModelError,
+    hint=lambda _: (
+        "see visattn.list_models(); '<block>_<backbone>' composes a registered block with one "
+        f"of {', '.join(sorted(backbones()))}"
+    ),
+)
 _SUBSCRIBERS = Subscribers()
 _LISTED: set[str] = set()  # what the subscribers were last told is listed
 
@@ -185,7 +189,7 @@ def register_model(spec: ModelSpec) -> ModelSpec:
     if spec.name in _MODELS:
         raise ValueError(f"model {spec.name!r} is already registered")
     normalize_placements(list(spec.attention))  # fail at registration, not at first use
-    _MODELS[spec.name] = spec
+    _MODELS.add(spec.name, spec)
     _tell_subscribers()
     return spec
 
@@ -195,7 +199,7 @@ def unregister_model(name: str) -> ModelSpec:
     (compositions are not) raises :class:`UnknownModelError`."""
     if name not in _MODELS:
         raise UnknownModelError(f"model {name!r} is not registered")
-    spec = _MODELS.pop(name)
+    spec = _MODELS.remove(name)
     _tell_subscribers()
     return spec
 
@@ -247,12 +251,7 @@ def get_model_spec(name: str) -> ModelSpec:
         name = name[len("visattn_") :]
     spec = _MODELS.get(name) or _compose(name)
     if spec is None:
-        close = difflib.get_close_matches(name, list_models(), n=3, cutoff=0.6)
-        hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-        raise UnknownModelError(
-            f"unknown model {name!r}{hint} (see visattn.list_models(); '<block>_<backbone>' "
-            f"composes a registered block with one of {', '.join(sorted(backbones()))})"
-        )
+        raise _MODELS.unknown(name, choices=list_models())
     return spec
 
 
@@ -267,7 +266,7 @@ def list_models(pattern: str | None = None) -> list[str]:
     """Sorted model names (``fnmatch`` ``pattern``): the registered models and
     ``<block>_resnet56_cifar`` for every registered block. Other ``<block>_<backbone>``
     compositions are accepted by :func:`visattn.create_model` without being listed."""
-    return sorted(n for n in _listed() if pattern is None or fnmatch.fnmatchcase(n, pattern))
+    return sorted(n for n in _listed() if pattern is None or fnmatchcase(n, pattern))
 
 
 _blocks.subscribe(_tell_subscribers)  # a block registered or removed changes the list
