@@ -21,6 +21,7 @@ import yaml
 from helpers.ablate import TINY_SET, FakeTrainer, arg, parse_report, write_sweep
 from helpers.files import read_csv
 from helpers.paths import REPO
+from helpers.tiers import tiered
 from scipy import stats
 
 import visattn.ablate.runner as runner_mod
@@ -285,7 +286,13 @@ def _same_variant(sweep: Any, variant: Any, other: Any) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", SWEEP_FILES, ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "path",
+    # the GPU studies' full forms (45 s on 2 cores) build in the heavy tier; their quick forms,
+    # which share most variants, and every CPU sweep build by default
+    tiered(SWEEP_FILES, keep=lambda p: not p.stem.endswith("_full")),
+    ids=lambda p: p.stem,
+)
 def test_every_shipped_variant_builds_through_the_cli(
     path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -24,7 +24,7 @@ pytest.importorskip("mkdocstrings")
 pytest.importorskip("latex2mathml")  # docs/mathml.py, the build's hook
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # once per worker, even when other modules' tests interleave
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("site")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "DISABLE_MKDOCS_2_WARNING": "true"}

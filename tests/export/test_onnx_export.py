@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn as nn
-from helpers.tiers import REPRESENTATIVE_MODELS, tiered
+from helpers.tiers import REPRESENTATIVE_BLOCKS, REPRESENTATIVE_MODELS, tiered
 from helpers.weights import randomize
 
 import visattn
@@ -55,20 +55,15 @@ SLOW_EXPORTS = {
 # about 5x faster; the heavy tier exports it with its defaults as well
 SMALL_GRAPH = {"acmix": {"kernel_att": 3}}
 EXPORT_CASES = [*visattn.list_blocks(), *(f"{name}+defaults" for name in SMALL_GRAPH)]
-# blocks whose export and checks take over 4 s each on 2 cores (measured, 952 s default run of
-# 2026-12-03): exported in the heavy tier only, so the default run stays under 10 minutes; halo
-# keeps the pad-to-block path in the default run, bra's top-k export has its own test
-HEAVY_EXPORTS = {
-    "acmix", "agent_attn", "area_attn", "bat", "bra", "cc", "cot", "mhsa", "mlca",
-    "residual_attention", "scsa",
-}  # fmt: skip
+# the default run exports the representative blocks and halo (the pad-to-block path); the heavy
+# tier exports every block (about 100 s more on 2 cores); bra's top-k export has its own test
 
 
 @pytest.mark.parametrize(
     "case",
     tiered(
         EXPORT_CASES,
-        keep=lambda case: not case.endswith("+defaults") and case not in HEAVY_EXPORTS,
+        keep=REPRESENTATIVE_BLOCKS | {"halo"},
         slow=lambda case: case.partition("+")[0] in SLOW_EXPORTS,
     ),
 )

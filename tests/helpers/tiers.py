@@ -11,7 +11,6 @@ A test outside a matrix takes a plain ``@pytest.mark.slow`` or ``@pytest.mark.he
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
@@ -35,12 +34,15 @@ REPRESENTATIVE_MODELS = frozenset(
 REPRESENTATIVE_BLOCKS = frozenset({"se", "cbam", "bam", "nonlocal", "sk"})
 
 
-def deeper_sibling(name: str) -> bool:
-    """A 101- or 152-layer ImageNet ResNet (or Attention-92): the deeper member of a family whose
-    50-layer (or 56) member runs by default. Deeper members differ only in their stage counts,
-    and building them is most of a model-wide matrix's time on 2 cores, so model-wide checks
-    that do not depend on depth keep them in the heavy tier."""
-    return bool(re.search(r"resnet(101|152)|attention92$", name))
+def kept_model(name: str) -> bool:
+    """The default run's cases of a model-wide matrix whose cost is building the model: every
+    CIFAR model (small) and the ImageNet representatives above. Building the other ImageNet
+    ResNets (25-60M parameters each) is most of such a matrix's time on 2 cores; they differ
+    from the representatives in depth, block or attention, each of which a CIFAR model or a
+    block-wide test covers, so they run in the heavy tier."""
+    from visattn.models import get_model_spec
+
+    return get_model_spec(name).dataset == "cifar" or name in REPRESENTATIVE_MODELS
 
 
 Cases = Collection[Any] | Callable[[Any], bool]

@@ -10,7 +10,7 @@ import timm
 import timm.data
 import torch
 import torch.nn as nn
-from helpers.tiers import deeper_sibling, tiered
+from helpers.tiers import kept_model, tiered
 
 import visattn
 from visattn.constants import STATS
@@ -33,7 +33,7 @@ def _plain(v):
     return tuple(v) if isinstance(v, (list, tuple)) else v
 
 
-@pytest.mark.parametrize("name", tiered(NAMED, keep=lambda n: not deeper_sibling(n)))
+@pytest.mark.parametrize("name", tiered(NAMED, keep=kept_model))
 def test_timm_attributes_and_config_name_real_things(name):
     spec = get_model_spec(name)
     m = visattn.create_model(name).eval()
@@ -85,7 +85,7 @@ def test_cifar100_models_report_cifar100_statistics():
     "name",
     tiered(
         [n for n in NAMED if get_model_spec(n).dataset == "imagenet"],
-        keep=lambda n: not deeper_sibling(n),
+        keep=kept_model,
     ),
 )
 def test_pool_size_is_the_final_map_at_the_default_input_size(name):

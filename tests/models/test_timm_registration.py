@@ -21,7 +21,7 @@ from visattn.models import get_model_spec
 from visattn.models.registry import ModelSpec, registered_model, subscribe
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # once per worker, even when other modules' tests interleave
 def fresh() -> list[str]:
     """What a fresh interpreter prints after ``import visattn, timm``: how many models timm and
     visattn list and whether the names agree; then the feature shapes of
