@@ -39,6 +39,30 @@ def test_claim_version_never_gives_one_folder_twice(tmp_path: Path) -> None:
     ]
 
 
+def test_claim_version_survives_another_run_removing_the_empty_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run in the same save_dir that fails before writing anything removes its version folder
+    and then the empty ``lightning_logs``; a claim racing with it makes the folder again (CI hit
+    this between two test workers sharing a working directory)."""
+    from visattn.training import resume
+
+    counted = resume.next_version
+
+    def then_removed(save_dir: Path, name: str = resume.RUNS) -> int:
+        n = counted(save_dir, name)
+        root = Path(save_dir) / name
+        if root.is_dir():
+            root.rmdir()  # the other run's clean-up lands between counting and claiming
+        return n
+
+    (tmp_path / "lightning_logs").mkdir()
+    monkeypatch.setattr(resume, "next_version", then_removed)
+    monkeypatch.delenv(VERSION_ENV, raising=False)
+    assert claim_version(tmp_path) == 0
+    assert (tmp_path / "lightning_logs/version_0").is_dir()
+
+
 def test_claim_version_in_a_launched_rank_takes_rank_zeros(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

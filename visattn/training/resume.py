@@ -73,19 +73,19 @@ def checkpoint_progress(path: str | Path) -> tuple[int, int]:
 
 def next_version(save_dir: str | Path, name: str = RUNS) -> int:
     """The first unused ``N`` of ``save_dir/name/version_N`` (one more than the highest)."""
-    root = Path(save_dir) / name
-    taken = [
-        int(m.group(1))
-        for d in (root.iterdir() if root.is_dir() else ())
-        if d.is_dir() and (m := re.fullmatch(r"version_(\d+)", d.name))
-    ]
+    try:
+        names = [d.name for d in (Path(save_dir) / name).iterdir() if d.is_dir()]
+    except (FileNotFoundError, NotADirectoryError):  # no runs yet (or the folder just went)
+        names = []
+    taken = [int(m.group(1)) for n in names if (m := re.fullmatch(r"version_(\d+)", n))]
     return max(taken, default=-1) + 1
 
 
 def claim_version(save_dir: str | Path, name: str = RUNS) -> int:
     """Create ``save_dir/name/version_N`` for a new run and return ``N``: the first unused ``N``,
     taken by an exclusive ``mkdir``, so that runs started together in one ``save_dir`` (a shell
-    loop, a job array) each get a folder of their own, never the same one.
+    loop, a job array) each get a folder of their own, never the same one, and never fail because
+    another run removed the (then empty) ``name`` folder in between.
 
     In a process launched by rank 0 of a multi-process run (DDP: ``LOCAL_RANK``/``NODE_RANK`` >
     0), the version rank 0 claimed (:data:`VERSION_ENV`) is returned and nothing is created.
@@ -93,13 +93,17 @@ def claim_version(save_dir: str | Path, name: str = RUNS) -> int:
     if _launched_rank() and os.environ.get(VERSION_ENV, "").isdigit():
         return int(os.environ[VERSION_ENV])
     root = Path(save_dir) / name
-    root.mkdir(parents=True, exist_ok=True)
     n = next_version(save_dir, name)
     while True:
         try:
             (root / f"version_{n}").mkdir()
         except FileExistsError:
             n += 1
+            continue
+        except FileNotFoundError:
+            # no root yet, or a run in this save_dir that failed before writing anything just
+            # removed its empty version folder and then the empty root: create it and retry
+            root.mkdir(parents=True, exist_ok=True)
             continue
         os.environ[VERSION_ENV] = str(n)  # for the ranks this process launches
         return n
