@@ -65,7 +65,7 @@ def test_a_base_config_at_another_path_with_the_same_content_resumes(
     lines.clear()
     run_sweep(path, out, train_fn=fake, dry_run=True, echo=lines.append)
     assert all(
-        "its settings changed: trainer.gradient_clip_val: (unset) -> 0.5" in ln for ln in lines
+        "its settings changed: trainer.gradient_clip_val: null -> 0.5" in ln for ln in lines
     ), lines
 
 

@@ -15,7 +15,8 @@ from helpers.paths import REPO, SHARED_DATA
 
 from visattn.models.placement import Placement
 from visattn.training import run
-from visattn.training.cli import VisattnCLI, expand_config_args
+from visattn.training.cli import VisattnCLI
+from visattn.training.config import expand_config_args
 
 QUIET = [
     "--trainer.accelerator=cpu",

@@ -41,7 +41,6 @@ from typing import Any
 import torch
 
 from .job import RunTask, default_train_fn, read_marker, train_and_mark
-from .sweep import load_sweep
 
 __all__ = [
     "DRIVER_ENV",
@@ -106,8 +105,7 @@ def run_task(task: RunTask) -> dict[str, Any]:
     counter.parent.mkdir(parents=True, exist_ok=True)
     attempts = int(counter.read_text() or 0) + 1 if counter.is_file() else 1
     counter.write_text(str(attempts))
-    sweep = load_sweep(task.sweep)
-    return train_and_mark(task, sweep, default_train_fn(), print, attempts=attempts)
+    return train_and_mark(task, task.load_sweep(), default_train_fn(), print, attempts=attempts)
 
 
 def _failed_row(task: RunTask, error: str, **extra: Any) -> dict[str, Any]:

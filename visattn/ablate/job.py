@@ -10,37 +10,41 @@ Layout of one run under the sweep's output folder ``DIR``::
     DIR/runs/<variant>/.seed<k>.attempts     how often a worker started it
 
 The marker is written atomically once a run has finished (``ok`` or ``failed``). It records
-the run's settings (:func:`run_settings`: the fully resolved options, ``_base_`` pieces of base
-configs included, independent of where files live) and the checkpoint's size and SHA-256. A
-run is done when its marker says ``ok``, its settings are unchanged and its ``metrics.csv``
-and intact checkpoint still exist (:func:`completed`); any other run is trained again from
-scratch in a clean folder.
+the run's arguments, its settings (:func:`visattn.training.config.settings`: the resolved options
+that differ from the defaults, ``_base_`` pieces of base configs included, independent of where
+files live) and the checkpoint's size and SHA-256. A run is done when its marker says ``ok``,
+its settings are unchanged and its ``metrics.csv`` and intact checkpoint still exist
+(:func:`completed`); any other run is trained again from scratch in a clean folder. The driver
+resolves each run once; a worker receives the resolved namespace in its :class:`RunTask` and
+parses nothing.
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import math
+import pickle
 import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
 from ..files import atomic_write_text, file_digest, read_metrics_csv
 from ..localization import score_gradcam, score_model
 from ..profile import measure_latency
 from ..training import cli
-from ..training.load import load_run
+from ..training import config as run_config
+from ..training.load import load_run, load_weights
 from ..training.resume import checkpoint_progress, find_last_checkpoint
 from .lock import RunLock
-from .resolve import error_summary
-from .sweep import Run, Sweep
+from .resolve import build_run, error_summary
+from .sweep import Run, Sweep, load_sweep
 
 __all__ = [
     "MARKER",
@@ -51,7 +55,6 @@ __all__ = [
     "evaluate_run",
     "fmt_time",
     "read_marker",
-    "run_settings",
     "train_and_mark",
 ]
 
@@ -78,11 +81,28 @@ class RunTask:
     args: tuple[str, ...]
     root: str
     threads: int | None = None
+    #: the run's namespace as the driver resolved it (pickled, base64): the worker parses nothing
+    resolved: str = ""
+    settings: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: the driver's :class:`Sweep` (pickled, base64): the worker does not read the sweep file
+    sweep_state: str = ""
 
     @classmethod
     def of(cls, run: Run, sweep: Sweep, out: Path, i: int, n: int, threads: int | None) -> RunTask:
+        namespace = _packed(run.resolved.namespace)
         return cls(
-            str(sweep.path), str(out), i, n, run.variant, run.seed, run.args, str(run.root), threads
+            str(sweep.path),
+            str(out),
+            i,
+            n,
+            run.variant,
+            run.seed,
+            tuple(run.args),
+            str(run.root),
+            threads,
+            namespace,
+            run.settings,
+            _packed(sweep),
         )
 
     @classmethod
@@ -95,11 +115,30 @@ class RunTask:
 
     @property
     def run(self) -> Run:
-        return Run(self.variant, int(self.seed), tuple(self.args), Path(self.root))
+        """The run, resolved as the driver resolved it (when the task carries it)."""
+        args: tuple[str, ...] = tuple(self.args)
+        if self.resolved:
+            args = run_config.ResolvedArgs(args, _unpacked(self.resolved))
+        run = Run(self.variant, int(self.seed), args, Path(self.root))
+        if self.settings:
+            run.__dict__["settings"] = dict(self.settings)  # Run.settings, as the driver had it
+        return run
 
     @property
     def key(self) -> str:
         return self.run.key
+
+    def load_sweep(self) -> Sweep:
+        """The driver's sweep (without reading its file again, when the task carries it)."""
+        return _unpacked(self.sweep_state) if self.sweep_state else load_sweep(self.sweep)
+
+
+def _packed(value: Any) -> str:
+    return base64.b64encode(pickle.dumps(value)).decode()
+
+
+def _unpacked(text: str) -> Any:
+    return pickle.loads(base64.b64decode(text))  # written by this sweep's own driver
 
 
 def default_train_fn() -> TrainFn:
@@ -115,93 +154,6 @@ def fmt_time(seconds: float) -> str:
     h, rem = divmod(seconds, 3600)
     m, s = divmod(rem, 60)
     return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
-
-
-# --------------------------------------------------------------------------- settings
-
-#: Options that say where files live, not what a run computes: a sweep moved to another machine
-#: (its data elsewhere, the repository cloned into another folder) keeps its finished runs.
-LOCATION_KEYS = ("trainer.default_root_dir", "data.root")
-
-
-def _assign(flat: dict[str, Any], key: str, value: Any) -> None:
-    """Set ``key`` to ``value`` (a mapping is spread into dotted leaves), dropping what it
-    replaces: the key's own leaves and any leaf at one of its parents."""
-    parts = key.split(".")
-    for i in range(1, len(parts)):
-        flat.pop(".".join(parts[:i]), None)
-    for old in [k for k in flat if k == key or k.startswith(key + ".")]:
-        del flat[old]
-    if isinstance(value, Mapping) and value:
-        for k, v in value.items():
-            _merge(flat, f"{key}.{k}", v)
-    else:
-        flat[key] = value
-
-
-def _merge(flat: dict[str, Any], key: str, value: Any) -> None:
-    """Merge a config section into ``flat``: mappings field by field, as the CLI does."""
-    if isinstance(value, Mapping) and value:
-        for k, v in value.items():
-            _merge(flat, f"{key}.{k}" if key else str(k), v)
-    elif key:
-        _assign(flat, key, value)
-
-
-def _load_config(item: str) -> Any:
-    try:
-        is_file = Path(item).is_file()
-    except OSError:  # a YAML string too long for a file name
-        is_file = False
-    return yaml.safe_load(Path(item).read_text() if is_file else item)
-
-
-def run_settings(args: Sequence[str]) -> dict[str, str]:
-    """What decides a run's result: the options its ``train_cls.py`` arguments resolve to, as
-    ``{dotted key: JSON value}``, with every ``--config`` file expanded into its ``_base_``
-    pieces (as the CLI does: pieces first, later values win, a placement replaced whole) and the
-    options that only say where files live (:data:`LOCATION_KEYS`: the log directory and the
-    data folder) left out.
-
-    Files enter by content, not by path, so a copied or moved sweep folder (or a repository
-    cloned elsewhere) resumes, while any change that alters an option (in an override, a base
-    config or one of its pieces) is seen and named. Options left at the parser's defaults are
-    not listed.
-    """
-    items = list(args[1:] if args and not str(args[0]).startswith("--") else args)
-    expanded = cli.expand_config_args(items)
-    flat: dict[str, Any] = {}
-    i = 0
-    while i < len(expanded):
-        item = expanded[i]
-        if item == "--config" and i + 1 < len(expanded):
-            _merge(flat, "", _load_config(expanded[i + 1]))
-            i += 2
-            continue
-        key, sep, value = item.removeprefix("--").partition("=")
-        if not sep and i + 1 < len(expanded) and not expanded[i + 1].startswith("--"):
-            value, i = expanded[i + 1], i + 1  # "--key value"
-        _assign(flat, key, yaml.safe_load(value) if value else value)
-        i += 1
-    return {
-        k: json.dumps(flat[k], sort_keys=True, default=str)
-        for k in sorted(flat)
-        if k not in LOCATION_KEYS
-    }
-
-
-def _short(text: str, limit: int = 60) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def describe_changes(old: Mapping[str, str], new: Mapping[str, str]) -> str:
-    """``key: old -> new; ...`` for every key whose value differs (``(unset)`` if absent)."""
-    parts = []
-    for key in dict.fromkeys([*old, *new]):
-        a, b = old.get(key, "(unset)"), new.get(key, "(unset)")
-        if a != b:
-            parts.append(f"{key}: {_short(a)} -> {_short(b)}")
-    return "; ".join(parts)
 
 
 # --------------------------------------------------------------------------- the marker
@@ -243,7 +195,7 @@ def resume_point(run: Run) -> int | None:
         started = json.loads((run.root / STARTED).read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(started, dict) or started.get("settings") != run_settings(run.args):
+    if not isinstance(started, dict) or run_config.same_settings(started, run.settings):
         return None
     try:
         last = find_last_checkpoint(run.root)
@@ -256,9 +208,11 @@ def resume_point(run: Run) -> int | None:
 def completed(run: Run, out: Path) -> tuple[dict[str, Any] | None, str]:
     """The run's recorded ok row if it can be skipped, else ``None`` and why it must run.
 
-    A run is skipped when its marker says ``ok``, its settings (:func:`run_settings`) are
-    unchanged, its ``metrics.csv`` exists and its checkpoint either has the size and SHA-256
-    recorded when it finished or is not there at all: a sweep's results move between machines
+    A run is skipped when its marker says ``ok``, its settings
+    (:func:`visattn.training.config.settings`; a marker of an older visattn is resolved for the
+    comparison, :func:`~visattn.training.config.same_settings`) are unchanged, its
+    ``metrics.csv`` exists and its checkpoint either has the size and SHA-256 recorded when it
+    finished or is not there at all: a sweep's results move between machines
     as their markers, ``metrics.csv`` files and ``results.csv`` (a git commit, a copy without
     the ``*.ckpt`` files), and a run that finished stays finished without its checkpoint. A
     checkpoint that is there but damaged is refused and the run trains again.
@@ -274,11 +228,7 @@ def completed(run: Run, out: Path) -> tuple[dict[str, Any] | None, str]:
     if record is None:
         return None, "its completion marker is unreadable"
     row = record["row"]
-    old = record.get("settings") or {}
-    if any(k.startswith("config[") for k in old):
-        return None, "its marker predates resolved settings (written by an older visattn)"
-    old = {k: v for k, v in old.items() if k not in LOCATION_KEYS}  # markers of older visattn
-    changed = describe_changes(old, run_settings(run.args))
+    changed = run_config.same_settings(record, run.settings)
     if changed:
         return None, f"its settings changed: {changed}"
     if row.get("status") != "ok":
@@ -299,11 +249,15 @@ def completed(run: Run, out: Path) -> tuple[dict[str, Any] | None, str]:
 
 
 @torch.no_grad()
-def evaluate_run(summary: dict[str, Any], sweep: Sweep) -> dict[str, Any]:
+def evaluate_run(
+    summary: dict[str, Any], sweep: Sweep, resolved: Sequence[str] | None = None
+) -> dict[str, Any]:
     """Columns measured on the trained network of one run (``summary`` from ``cli.run``).
 
-    Loads the best (else the last) checkpoint with :func:`~visattn.training.load.load_run`
-    (network and data module rebuilt from the hyper-parameters saved in it), then measures
+    Loads the best (else the last) checkpoint into the network and data module built from the
+    run's ``resolved`` options (:func:`~visattn.ablate.resolve.build_run`; nothing parsed), or
+    without them with :func:`~visattn.training.load.load_run` (rebuilt from the
+    hyper-parameters saved in the checkpoint), then measures
     latency at batch 1 and at ``sweep.profile["batch"]`` (``visattn.profile.measure_latency``,
     eval mode, the validation images' size) and, when the validation set has ``boxes``, the
     localization scores of the attention maps (``visattn.localization.score_model``) and of
@@ -318,7 +272,7 @@ def evaluate_run(summary: dict[str, Any], sweep: Sweep) -> dict[str, Any]:
             "the run saved no checkpoint; the sweep needs one to measure the trained network "
             "(keep trainer.enable_checkpointing on)"
         )
-    loaded = load_run(ckpt)
+    loaded = load_run(ckpt) if resolved is None else load_weights(*build_run(resolved), ckpt)
     net, hp, dm = loaded.net, loaded.hparams, loaded.datamodule
     dm.setup("validate")
     val = dm.val_dataset
@@ -395,13 +349,16 @@ def _train_one(
     row: dict[str, Any] = {"run": run.key, "variant": run.variant, "seed": run.seed}
     t0 = time.perf_counter()
     try:
-        summary = train_fn([*run.args, *(["--ckpt_path=last"] if resume else [])])
+        args = run.resolved
+        summary = train_fn(args.but(ckpt_path="last") if resume else args)
         if sweep.test and summary.get("test_acc") is None:
             ckpt = _tested_checkpoint(summary, sweep.test)
-            test_args = ["test", *run.args[1:-1], f"--trainer.default_root_dir={run.root / 'test'}"]
-            summary["test_acc"] = train_fn([*test_args, f"--ckpt_path={ckpt}"]).get("test_acc")
+            test = args.but(
+                "test", trainer__default_root_dir=str(run.root / "test"), ckpt_path=ckpt
+            )
+            summary["test_acc"] = train_fn(test).get("test_acc")
         wall = time.perf_counter() - t0
-        cols = evaluate_run(summary, sweep)
+        cols = evaluate_run(summary, sweep, args)
     except Exception as exc:
         row.update(status="failed", error=error_summary(exc), wall_s=time.perf_counter() - t0)
         return row
@@ -424,6 +381,14 @@ def _train_one(
         **cols,
     )
     return row
+
+
+def _settings_record(run: Run) -> dict[str, Any]:
+    return {
+        "args": list(run.args),
+        "settings_format": run_config.SETTINGS_FORMAT,
+        "settings": run.settings,
+    }
 
 
 def train_and_mark(
@@ -449,7 +414,7 @@ def train_and_mark(
             if run.root.exists():
                 shutil.rmtree(run.root)
             run.root.mkdir(parents=True)
-            started = {"settings": run_settings(run.args), "args": list(run.args)}
+            started = _settings_record(run)
             atomic_write_text(run.root / STARTED, json.dumps(started, indent=1))
         row = _train_one(run, sweep, out, train_fn, resume)
         if not run.root.is_dir():  # writing the marker would recreate the folder elsewhere
@@ -461,7 +426,7 @@ def train_and_mark(
         if row["status"] == "ok" and row.get("ckpt") and (out / row["ckpt"]).is_file():
             digest = file_digest(out / row["ckpt"])
             row.update(ckpt_size=digest["size"], ckpt_sha256=digest["sha256"])
-        record = {"row": row, "args": list(run.args), "settings": run_settings(run.args)}
+        record = {"row": row, **_settings_record(run)}
         atomic_write_text(run.root / MARKER, json.dumps(record, indent=1, default=str))
     tag = f"[{sweep.name}] run {task.i}/{task.n} {run.key}"
     if row["status"] == "ok":

@@ -1,8 +1,9 @@
 """What a sweep's runs resolve to before anything trains: up-front validation of every variant and
 the width of equal-budget baselines.
 
-* :func:`resolve_run` parses one run's ``train_cls.py`` arguments with the real command-line
-  parser (base configs, ``_base_`` pieces, overrides) and builds its data module and Lightning
+* :func:`resolve_run` resolves one run's ``train_cls.py`` arguments with the command line's own
+  parser (:func:`visattn.training.config.resolve`: base configs, ``_base_`` pieces, overrides;
+  nothing is parsed when they come resolved) and builds its data module and Lightning
   module, so a misspelt key (``trainer.max_epocs``), a wrong type, an unknown placement key
   (``positon``) or a placement that matches nothing fails here, naming the variant.
 * :func:`check_variants` does it for one run per variant, before the first run trains, and also
@@ -26,12 +27,14 @@ import torch
 from .._errors import first_line
 from ..models import create_model
 from ..profile import count_macs, count_params
-from ..training.cli import VisattnCLI
+from ..training import config as run_config
+from ..training.cli import VisattnCLI, resolve_eval_transform
 
 __all__ = [
     "TOLERANCE",
     "BudgetMatch",
     "ResolvedRun",
+    "build_run",
     "check_variants",
     "error_summary",
     "match_width",
@@ -69,6 +72,37 @@ def _check_fit(cli: Any, checked_data: set[str]) -> None:
         checked_data.add(key)
 
 
+class _BuildOnly(VisattnCLI):
+    """The CLI up to its model and data module: no seed, logger, Trainer or folders."""
+
+    def _set_seed(self) -> None:  # building must not touch the global RNG
+        pass
+
+    def before_instantiate_classes(self) -> None:  # no logger, no checkpoint lookup
+        resolve_eval_transform(self.config)
+
+    def instantiate_classes(self) -> None:  # model and data only: no Trainer, no folders
+        instantiate = getattr(self.parser, "instantiate", None)  # jsonargparse >= 4.49
+        if instantiate is None:
+            instantiate = self.parser.instantiate_classes
+        self.config_init = instantiate(self.config)
+        self.datamodule = self._get(self.config_init, "data")
+        self.model = self._get(self.config_init, "model")
+
+
+def _built(args: Sequence[str]) -> _BuildOnly:
+    resolved = run_config.resolve(args)  # no parse when they come resolved (a sweep's run)
+    return _BuildOnly(args=resolved, run=False, parser_kwargs={"exit_on_error": False})
+
+
+def build_run(args: Sequence[str]) -> tuple[Any, Any]:
+    """``(ClassificationModule, VisattnDataModule)`` of a run, built from its options (resolved
+    here unless they come as a :class:`~visattn.training.config.ResolvedArgs`, then nothing is
+    parsed) without training or writing anything; the module's weights are untrained."""
+    cli = _built(args)
+    return cli.model, cli.datamodule
+
+
 def resolve_run(args: Sequence[str], checked_data: set[str] | None = None) -> ResolvedRun:
     """Parse ``args`` (a ``train_cls.py fit ...`` argument list) and build its data module and
     network without training or writing anything.
@@ -84,23 +118,7 @@ def resolve_run(args: Sequence[str], checked_data: set[str] | None = None) -> Re
         ``KeyError`` for bad placements and block options).
     """
 
-    class _ParseOnly(VisattnCLI):
-        def _set_seed(self) -> None:  # parsing must not touch the global RNG
-            pass
-
-        def before_instantiate_classes(self) -> None:  # no logger, no checkpoint lookup
-            pass
-
-        def instantiate_classes(self) -> None:  # model and data only: no Trainer, no folders
-            instantiate = getattr(self.parser, "instantiate", None)  # jsonargparse >= 4.49
-            if instantiate is None:
-                instantiate = self.parser.instantiate_classes
-            self.config_init = instantiate(self.config)
-            self.datamodule = self._get(self.config_init, "data")
-            self.model = self._get(self.config_init, "model")
-
-    argv = list(args[1:] if args and args[0] in ("fit", "test", "validate") else args)
-    cli = _ParseOnly(args=argv, run=False, parser_kwargs={"exit_on_error": False})
+    cli = _built(args)
     if checked_data is not None:
         _check_fit(cli, checked_data)
     hp = cli.model.hparams
@@ -145,7 +163,7 @@ def check_variants(runs: Sequence[Any], what: str = "sweep") -> None:
             continue
         seen.add(run.variant)
         try:
-            resolve_run(run.args, checked_data)
+            resolve_run(run.resolved, checked_data)
         except Exception as exc:  # every kind of bad input: report them all at once
             errors.append(f"  variant {run.variant!r}: {error_summary(exc)}")
     if errors:

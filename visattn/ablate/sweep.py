@@ -39,6 +39,7 @@ directory.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -49,6 +50,7 @@ from typing import Any
 import yaml
 
 from .._values import is_int
+from ..training import config as run_config
 from .resolve import BudgetMatch, match_width, resolve_run
 
 __all__ = ["SEED_RANGE", "Run", "Sweep", "Variant", "load_sweep", "overrides_to_args"]
@@ -163,16 +165,29 @@ class Variant:
 
 @dataclass(frozen=True)
 class Run:
-    """One training run: a variant trained with one seed."""
+    """One training run: a variant trained with one seed.
+
+    ``args`` are its ``train_cls.py`` arguments (log directory included); :attr:`resolved`
+    parses them once (or is them, when they came resolved: a worker's run) and
+    :attr:`settings` is their canonical form (:func:`visattn.training.config.settings`).
+    """
 
     variant: str
     seed: int
-    args: tuple[str, ...]  # the train_cls.py arguments, log directory included
+    args: tuple[str, ...]
     root: Path  # trainer.default_root_dir: <out>/runs/<variant>/seed<k>
 
     @property
     def key(self) -> str:
         return f"{self.variant}/seed{self.seed}"
+
+    @functools.cached_property
+    def resolved(self) -> run_config.ResolvedArgs:
+        return run_config.resolve(self.args)
+
+    @functools.cached_property
+    def settings(self) -> dict[str, str]:
+        return run_config.settings(self.resolved)
 
 
 @dataclass(frozen=True)
@@ -480,7 +495,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return dict(data)
 
 
-def _merge_variants(parent: Any, child: Any) -> Any:
+def _extended_variants(parent: Any, child: Any) -> Any:
     """The parent's variants with the child's merged in by name (replaced in place or appended);
     anything malformed is passed on for :class:`Sweep` to report."""
     if not isinstance(parent, list) or not isinstance(child, list):
@@ -520,7 +535,7 @@ def _read_extended(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
         )
     merged = _read_extended(parent_path, (*seen, path))
     if "variants" in data:
-        data["variants"] = _merge_variants(merged.get("variants"), data["variants"])
+        data["variants"] = _extended_variants(merged.get("variants"), data["variants"])
     return {**merged, **data}
 
 

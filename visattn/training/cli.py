@@ -27,11 +27,12 @@ What the CLI adds to plain LightningCLI:
 
 from __future__ import annotations
 
+import copy
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
 from jsonargparse import Namespace
 from lightning.pytorch import Trainer, seed_everything
 from lightning.pytorch.callbacks import (
@@ -57,6 +58,7 @@ from .callbacks import (
     RunSummary,
     run_directory,
 )
+from .config import ResolvedArgs, parse, restore_recorded
 from .loggers import TENSORBOARD, FlushLoggersOnCheckpoint, RememberRunIds, build_loggers
 from .module import ClassificationModule
 from .resume import (
@@ -65,12 +67,11 @@ from .resume import (
     checkpoint_progress,
     claim_version,
     find_last_checkpoint,
-    keep_recorded_options,
     keep_recorded_seed,
     next_version,
 )
 
-__all__ = ["SaveConfigInRun", "VisattnCLI", "cli_main", "run"]
+__all__ = ["SaveConfigInRun", "VisattnCLI", "cli_main", "resolve_eval_transform", "run"]
 
 
 def _local_ckpt_path(cfg: Namespace) -> str | None:
@@ -79,78 +80,6 @@ def _local_ckpt_path(cfg: Namespace) -> str | None:
     path = str(cfg.get("ckpt_path") or "")
     keyword = path in ("best", "last", "hpc") or path.startswith("registry") or "://" in path
     return path if path and not keyword else None
-
-
-def _expand_config(path: str, seen: tuple[str, ...] = ()) -> list[str]:
-    """``--config`` values for ``path``: its ``_base_`` pieces (recursively) then the file's own
-    content (as a YAML string when ``_base_`` had to be removed)."""
-    file = Path(path)
-    if not file.is_file():
-        return [path]  # a YAML string or a missing file: jsonargparse reports it
-    key = str(file.resolve())
-    if key in seen:
-        raise ValueError(f"config {path}: _base_ cycle through {' -> '.join(seen)}")
-    try:
-        with open(file) as f:  # a file object: YAML's error marks then name the file
-            content = yaml.safe_load(f) or {}
-    except yaml.YAMLError as e:
-        raise ValueError(f"config {path}: not valid YAML: {e}") from e
-    if not isinstance(content, dict) or "_base_" not in content:
-        return [path]
-    bases = content.pop("_base_")
-    bases = [bases] if isinstance(bases, str) else list(bases or [])
-    out: list[str] = []
-    for base in bases:
-        base_path = file.parent / base
-        if not base_path.is_file():
-            raise FileNotFoundError(f"config {path}: _base_ entry {base!r} not found ({base_path})")
-        out += _expand_config(str(base_path), (*seen, key))
-    if content:
-        out.append(yaml.safe_dump(content, sort_keys=False))
-    return out
-
-
-_RESET_ATTENTION = "--model.attention=null"
-
-
-def _sets_attention(item: str) -> bool:
-    """True if the ``--config`` value (a file or a YAML string) sets ``model.attention``."""
-    try:
-        content = yaml.safe_load(Path(item).read_text() if Path(item).is_file() else item)
-    except (OSError, ValueError, yaml.YAMLError):
-        return False
-    model = content.get("model") if isinstance(content, dict) else None
-    return isinstance(model, dict) and "attention" in model
-
-
-def expand_config_args(args: list[str]) -> list[str]:
-    """Replace every ``--config FILE`` whose file has ``_base_`` by one ``--config`` per piece,
-    and make every later ``model.attention`` replace the earlier one.
-
-    jsonargparse merges a placement given over another field by field (a placement is a
-    dataclass), so ``quickstart.yaml`` (cbam) followed by ``--model.attention '{name: eca}'``
-    would build eca with cbam's leftover fields. A reset to null before each whole-placement
-    value (a config piece that sets it, or ``--model.attention VALUE``) makes the last one win
-    whole; dotted overrides such as ``--model.attention.args.reduction 8`` still refine it.
-    """
-    out: list[str] = []
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg == "--config" and i + 1 < len(args):
-            value, i = args[i + 1], i + 2
-        elif arg.startswith("--config="):
-            value, i = arg.split("=", 1)[1], i + 1
-        else:
-            if arg == "--model.attention" or arg.startswith("--model.attention="):
-                out.append(_RESET_ATTENTION)
-            out.append(arg)
-            i += 1
-            continue
-        for item in _expand_config(value):
-            out += [_RESET_ATTENTION] if _sets_attention(item) else []
-            out += ["--config", item]
-    return out
 
 
 def _remove_if_empty(*folders: Path) -> None:
@@ -191,7 +120,7 @@ def _default_progress_bar(config: dict[str, Any], callbacks: list[Callback]) -> 
     return [VisattnRichProgressBar() if _RICH_AVAILABLE else VisattnTQDMProgressBar()]
 
 
-def _resolve_eval_transform(cfg: Namespace) -> None:
+def resolve_eval_transform(cfg: Namespace) -> None:
     """``--data.eval_transform TAG`` or ``model`` (the tag of ``--model.model``): the tag's
     eval transform as the mapping the data module takes, so ``config.yaml`` records it."""
     data = cfg.get("data")
@@ -246,6 +175,8 @@ class VisattnCLI(LightningCLI):
         self._version = 0  # the run's N: lightning_logs/version_N
         self._lock: RunFolderLock | None = None  # held on version_N while this process writes
         self._resumed_at: tuple[int, int] | None = None  # (epoch, step) of the resumed ckpt
+        self._run = kwargs.get("run", True)  # subcommands (fit, test) or the classes only
+        self._resolved = False  # given a ResolvedArgs: its options were parsed elsewhere
         kwargs.setdefault("save_config_callback", SaveConfigInRun)
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
         kwargs.setdefault("seed_everything_default", 0)
@@ -259,15 +190,29 @@ class VisattnCLI(LightningCLI):
                     _remove_if_empty(self._lock.path.parent, self._lock.path.parent.parent)
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
-        if isinstance(args, (dict, Namespace)):
+        if isinstance(args, ResolvedArgs):  # resolved once already (a sweep's driver): no parse
+            self._resolved = True
+            self.config = copy.deepcopy(args.namespace if self._run else args.config)
+            if not self._run:  # the classes only: no subcommand options (ckpt_path, ...)
+                known = parser.get_defaults().as_dict()
+                for key in [k for k in vars(self.config) if k not in known]:
+                    del self.config[key]
+        elif isinstance(args, (dict, Namespace)):
             self.config = parser.parse_object(args)
             return
-        argv = list(sys.argv[1:] if args is None else args)
-        self.config = parser.parse_args(expand_config_args(argv))
+        else:
+            self.config = parse(parser, sys.argv[1:] if args is None else args)
         sub = self.config.get("subcommand")
         path = _local_ckpt_path(self.config[sub]) if sub else None
         if path:  # named here, before LightningCLI reads its hyper-parameters
             training_checkpoint(read_checkpoint(path, mmap=True), path)
+
+    def _parse_ckpt_path(self) -> None:
+        # LightningCLI parses the config again with a checkpoint's hyper-parameters; resolved
+        # args are one run's own options (its test), and a resumed fit is handled by
+        # restore_recorded in before_instantiate_classes
+        if not self._resolved:
+            super()._parse_ckpt_path()
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.link_arguments("data.num_classes", "model.num_classes", apply_on="instantiate")
@@ -286,7 +231,7 @@ class VisattnCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config[self.subcommand] if self.subcommand else self.config
-        _resolve_eval_transform(cfg)
+        resolve_eval_transform(cfg)
         trainer = cfg.trainer
         save_dir = Path(trainer.get("default_root_dir") or ".")
         version = None
@@ -330,7 +275,7 @@ class VisattnCLI(LightningCLI):
         """A resumed fit keeps the run's recorded options (see ``visattn.training.resume``);
         the checkpoint is read here, before ``config.yaml`` or anything else is written."""
         saved = training_checkpoint(read_checkpoint(cfg.ckpt_path), cfg.ckpt_path)
-        kept = keep_recorded_options(cfg, saved, cfg.ckpt_path)
+        kept = restore_recorded(cfg, saved, cfg.ckpt_path)
         seed = keep_recorded_seed(cfg, cfg.ckpt_path)
         if seed:  # LightningCLI seeded before this hook: seed again with the recorded value
             seed_everything(cfg.seed_everything, workers=True)
@@ -411,8 +356,10 @@ def cli_main(args: list[str] | None = None) -> VisattnCLI:
         raise SystemExit(2) from None
 
 
-def run(args: list[str]) -> dict[str, Any]:
-    """Run one subcommand in-process, exactly as ``python train_cls.py <args>`` would.
+def run(args: Sequence[str]) -> dict[str, Any]:
+    """Run one subcommand in-process, exactly as ``python train_cls.py <args>`` would; a
+    :class:`~visattn.training.config.ResolvedArgs` is taken as resolved, without parsing it
+    again.
 
     Example: ``run(["fit", "--config", "configs/quickstart.yaml", "--trainer.max_epochs=2",
     "--trainer.default_root_dir=DIR", '--model.attention={"name": "se"}'])``.
@@ -429,7 +376,8 @@ def run(args: list[str]) -> dict[str, Any]:
     """
     if not args or args[0] not in ("fit", "test"):
         raise ValueError(f"run() needs the subcommand 'fit' or 'test' first; got {args!r}")
-    cli = VisattnCLI(args=list(args), parser_kwargs={"exit_on_error": False})
+    given = args if isinstance(args, ResolvedArgs) else list(args)
+    cli = VisattnCLI(args=given, parser_kwargs={"exit_on_error": False})
     summary = dict(cli.summary)
     if not summary:
         raise RuntimeError(f"subcommand {args[0]!r} produced no summary")

@@ -16,7 +16,7 @@ from ..data.datamodule import VisattnDataModule
 from ..models.checkpoint import check_state_dict_matches, read_checkpoint, training_checkpoint
 from .module import ClassificationModule
 
-__all__ = ["LoadedRun", "load_run"]
+__all__ = ["LoadedRun", "load_run", "load_weights"]
 
 
 @dataclass
@@ -64,13 +64,41 @@ def load_run(
     """
     saved = training_checkpoint(read_checkpoint(ckpt_path), ckpt_path)  # the only read
     module = _from_hparams(ClassificationModule, saved["hyper_parameters"])
+    dm = None
+    if saved.get("datamodule_hyper_parameters"):
+        overrides = {"num_workers": 0, **dict(data_overrides or {})}
+        dm = _from_hparams(VisattnDataModule, saved["datamodule_hyper_parameters"], **overrides)
+    return _with_weights(module, dm, saved, ckpt_path, device)
+
+
+def _with_weights(
+    module: ClassificationModule,
+    dm: VisattnDataModule | None,
+    saved: Mapping[str, Any],
+    ckpt_path: str | os.PathLike,
+    device: str,
+) -> LoadedRun:
     check_state_dict_matches(
         module, saved["state_dict"], ckpt_path, "Its hyper-parameters build another network."
     )
     module.load_state_dict(saved["state_dict"])
     net = module.net.to(device).eval()
-    dm = None
-    if saved.get("datamodule_hyper_parameters"):
-        overrides = {"num_workers": 0, **dict(data_overrides or {})}
-        dm = _from_hparams(VisattnDataModule, saved["datamodule_hyper_parameters"], **overrides)
     return LoadedRun(net=net, hparams=dict(module.hparams), datamodule=dm)
+
+
+def load_weights(
+    module: ClassificationModule,
+    datamodule: VisattnDataModule | None,
+    ckpt_path: str | os.PathLike,
+    *,
+    device: str = "cpu",
+) -> LoadedRun:
+    """A run's ``module`` and ``datamodule``, already built from its options (a sweep's worker
+    has them resolved), with the weights of ``ckpt_path`` loaded: :func:`load_run` without
+    rebuilding anything from the checkpoint's recorded hyper-parameters.
+
+    Raises:
+        CheckpointError: as :func:`load_run`; also when the weights belong to another network.
+    """
+    saved = training_checkpoint(read_checkpoint(ckpt_path), ckpt_path)
+    return _with_weights(module, datamodule, saved, ckpt_path, device)

@@ -8,9 +8,10 @@ resumed run keeps.
   checkpoint, so new values of the optimizer, schedule, loss or data options would not take
   effect (or only half: the new values sit in ``config.yaml`` while the old ones train). Such
   options are set back to the recorded values, and one warning names each
-  (:func:`keep_recorded_options`); options that say where the data is or how the run is
-  executed (:data:`FREE_ON_RESUME`) may change, and so may every ``trainer.*`` option (e.g.
-  ``max_epochs``, the point of resuming). A different network is refused.
+  (:func:`visattn.training.config.restore_recorded`); options that say where the data is or
+  how the run is executed (``config.FREE_ON_RESUME``) may change, and so may every
+  ``trainer.*`` option (e.g. ``max_epochs``, the point of resuming). A different network is
+  refused.
 * The checkpoint is read before anything is written, so a damaged one fails without touching
   the run's ``config.yaml``.
 """
@@ -27,11 +28,8 @@ from jsonargparse import Namespace
 
 from ..locks import FolderLock
 from ..models.checkpoint import read_checkpoint
-from ..models.placement import placements_to_config
 
 __all__ = [
-    "FREE_ON_RESUME",
-    "NETWORK_OPTIONS",
     "RUNS",
     "RUN_LOCK",
     "VERSION_ENV",
@@ -39,7 +37,6 @@ __all__ = [
     "checkpoint_progress",
     "claim_version",
     "find_last_checkpoint",
-    "keep_recorded_options",
     "keep_recorded_seed",
     "next_version",
 ]
@@ -51,16 +48,6 @@ RUNS = "lightning_logs"
 RUN_LOCK = ".visattn_run.lock"
 #: the version rank 0 claimed, passed to the processes it launches (DDP's other ranks)
 VERSION_ENV = "VISATTN_RUN_VERSION"
-
-#: model options that define the network: a resumed run must have the recorded ones
-NETWORK_OPTIONS = ("model", "attention", "model_kwargs")
-#: options that may change when a run resumes (where the data is, how the run executes)
-FREE_ON_RESUME = {
-    "model": frozenset({"num_classes", "compile", "channels_last", "check_finite_every"}),
-    "data": frozenset({"root", "download", "verify", "verify_images", "num_workers", "pin_memory"}),
-}
-# (section of the config, key of the recorded hyper-parameters in a Lightning checkpoint)
-_SECTIONS = (("model", "hyper_parameters"), ("data", "datamodule_hyper_parameters"))
 
 
 def checkpoint_progress(path: str | Path) -> tuple[int, int]:
@@ -168,51 +155,3 @@ def find_last_checkpoint(save_dir: str | Path, name: str = RUNS) -> tuple[int, P
     if len(candidates) == 1:
         return version, candidates[0]  # not read here: Lightning reads it once, to resume
     return version, max(candidates, key=checkpoint_progress)
-
-
-def _plain(value: Any) -> Any:
-    """A config value as plain data, for comparison with the recorded hyper-parameters."""
-    if isinstance(value, Namespace):
-        value = value.as_dict()
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _same(key: str, given: Any, recorded: Any) -> bool:
-    given, recorded = _plain(given), _plain(recorded)
-    if key == "attention":
-        given, recorded = placements_to_config(given), placements_to_config(recorded)
-    return given == recorded
-
-
-def keep_recorded_options(config: Namespace, ckpt: dict[str, Any], ckpt_path: str) -> list[str]:
-    """Set the ``model.*`` and ``data.*`` options of ``config`` (the ``fit`` subcommand's) that
-    differ from those recorded in ``ckpt`` back to the recorded values, except those in
-    :data:`FREE_ON_RESUME`; returns one line per option set back.
-
-    Raises:
-        ValueError: a network option (:data:`NETWORK_OPTIONS`) differs: the checkpoint's
-            weights belong to another network.
-    """
-    kept: list[str] = []
-    for section, saved_key in _SECTIONS:
-        recorded = ckpt.get(saved_key) or {}
-        given = config.get(section)
-        if given is None:
-            continue
-        for key, old in recorded.items():
-            if key in FREE_ON_RESUME[section] or key not in given or _same(key, given[key], old):
-                continue
-            option = f"--{section}.{key}"
-            if section == "model" and key in NETWORK_OPTIONS:
-                raise ValueError(
-                    f"--ckpt_path {ckpt_path} holds a run of another network: {option} is "
-                    f"{_plain(given[key])!r}, the run was trained with {old!r}; resume with the "
-                    "run's options, or start a new run (without --ckpt_path)"
-                )
-            kept.append(f"{option} {_plain(given[key])!r} (the run keeps {old!r})")
-            given[key] = old
-    return kept

@@ -1,0 +1,88 @@
+"""A sweep resolves each run's options once, in the driver; its workers parse nothing; the
+markers written before settings were canonical stay valid."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import jsonargparse
+import pytest
+import yaml
+from helpers.ablate import TINY_SET
+from helpers.paths import REPO
+
+import visattn.ablate.runner as runner_mod
+from visattn.ablate import run_sweep
+from visattn.ablate.job import completed, resume_point
+from visattn.ablate.sweep import load_sweep
+
+CIFAR_SWEEP = REPO / "configs/ablations/cifar10_cpu.yaml"
+CIFAR_RESULTS = REPO / "benchmarks/results/cifar10_cpu"
+#: the --set options the committed CIFAR-10 results were run with (see their report)
+CIFAR_SET = {"data.root": "../shared/data", "data.verify": False}
+
+
+def test_one_parse_per_run_in_the_driver_and_none_in_the_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counts = {"driver": 0, "worker": 0}
+    phase, depth = ["driver"], [0]
+    for name in ("parse_args", "parse_object", "parse_string", "parse_path", "parse_env"):
+        original = getattr(jsonargparse.ArgumentParser, name)
+
+        def counted(self, *a, _original=original, **k):
+            # a parse of options, not jsonargparse checking a value's type with a parser inside
+            caller = sys._getframe(1).f_code.co_filename
+            counts[phase[0]] += depth[0] == 0 and "jsonargparse" not in caller
+            depth[0] += 1
+            try:
+                return _original(self, *a, **k)
+            finally:
+                depth[0] -= 1
+
+        monkeypatch.setattr(jsonargparse.ArgumentParser, name, counted)
+    train_and_mark = runner_mod.train_and_mark
+
+    def in_the_worker(*a, **k):
+        phase[0] = "worker"
+        try:
+            return train_and_mark(*a, **k)
+        finally:
+            phase[0] = "driver"
+
+    monkeypatch.setattr(runner_mod, "train_and_mark", in_the_worker)
+    sweep = {
+        "name": "parses",
+        "base": [str(REPO / "configs/quickstart.yaml")],
+        "seeds": [0],
+        "set": {**TINY_SET, "trainer.max_epochs": 1, "trainer.logger": False},
+        "test": "last",
+        "variants": [{"name": "se", "set": {"model.attention": {"name": "se"}}}],
+    }
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(sweep))
+    rows = run_sweep(path, tmp_path / "out", echo=lambda s: None)  # real training, validated
+    assert [r["status"] for r in rows] == ["ok"] and rows[0]["test/acc"] is not None
+    assert counts == {"driver": 1, "worker": 0}
+
+
+@pytest.mark.skipif(not CIFAR_RESULTS.is_dir(), reason="no committed CIFAR-10 results")
+def test_the_committed_cifar10_markers_stay_finished() -> None:
+    """The CIFAR-10 runs were marked by the visattn before one run configuration (options as
+    set, unresolved); each is still recognised as finished, none would train again."""
+    sweep = load_sweep(CIFAR_SWEEP)
+    runs = [r for r in sweep.runs(CIFAR_RESULTS, CIFAR_SET) if (r.root / "result.json").is_file()]
+    assert runs, "no finished run committed"
+    for run in runs:
+        row, why = completed(run, CIFAR_RESULTS)
+        assert row is not None and why.startswith("done"), (run.key, why)
+    started = [
+        r for r in sweep.runs(CIFAR_RESULTS, CIFAR_SET) if (r.root / "started.json").is_file()
+    ]
+    for run in started:
+        if not (run.root / "result.json").exists() and any(run.root.rglob("last.ckpt")):
+            assert resume_point(run) is not None, run.key  # a cut-off run goes on
+    changed = sweep.runs(CIFAR_RESULTS, {**CIFAR_SET, "model.lr": 0.2})
+    row, why = completed(next(r for r in changed if r.key == runs[0].key), CIFAR_RESULTS)
+    assert row is None and "model.lr" in why

@@ -1,0 +1,113 @@
+"""visattn.training.config: one resolution of a run's options and one canonical form of them."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import pytest
+import yaml
+from helpers.paths import REPO
+
+from visattn.ablate.sweep import overrides_to_args
+from visattn.training import config as run_config
+
+OPTIONS = {
+    "model.model": "resnet20_cifar",
+    "model.attention": {"name": "se", "args": {"reduction": 8}, "stages": [2, 3]},
+    "model.lr": 0.05,
+    "model.label_smoothing": 0.1,
+    "trainer.max_epochs": 7,
+    "data.dataset": "shapes",
+    "data.batch_size": 32,
+}
+
+
+def _nested(flat: dict) -> dict:
+    out: dict = {}
+    for key, value in flat.items():
+        *parents, last = key.split(".")
+        node = out
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = value
+    return out
+
+
+def test_a_yaml_flags_and_a_sweep_set_give_byte_identical_dumps(tmp_path: Path) -> None:
+    as_file = tmp_path / "run.yaml"
+    as_file.write_text(yaml.safe_dump(_nested(OPTIONS)))
+    flags = []
+    for key, value in OPTIONS.items():
+        flags += [f"--{key}", value if isinstance(value, str) else json.dumps(value)]
+    routes = {
+        "yaml": ["fit", "--config", str(as_file)],
+        "flags": ["fit", *flags],
+        "sweep set": ["fit", *overrides_to_args(OPTIONS)],
+    }
+    dumps = {
+        name: run_config.canonical_dump(run_config.resolve(args)) for name, args in routes.items()
+    }
+    assert len(set(dumps.values())) == 1, dumps
+    dump = dumps["yaml"]
+    assert "model.lr: 0.05\n" in dump and "model.attention.args.reduction: 8\n" in dump
+    assert "data.root" not in dump and "config:" not in dump  # locations are not settings
+    assert "model.momentum" not in dump  # at its default
+    # over a config with other values, later sources win the same way on every route
+    quick = ["fit", "--config", str(REPO / "configs/quickstart.yaml"), "--data.root=/elsewhere"]
+    stacked = {
+        run_config.canonical_dump(run_config.resolve([*quick, *route[1:]]))
+        for route in routes.values()
+    }
+    assert len(stacked) == 1 and stacked != {dump}
+
+
+def test_settings_name_a_changed_option_with_the_default_it_left() -> None:
+    base = run_config.settings(run_config.resolve(["fit", *overrides_to_args(OPTIONS)]))
+    changed = run_config.settings(
+        run_config.resolve(["fit", *overrides_to_args({**OPTIONS, "model.momentum": 0.8})])
+    )
+    assert run_config.describe_changes(base, changed) == "model.momentum: 0.9 -> 0.8"
+
+
+def test_resolved_args_travel_pickled_and_derive_without_parsing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    resolved = run_config.resolve(
+        ["fit", *overrides_to_args(OPTIONS), "--trainer.default_root_dir=r"]
+    )
+    back = pickle.loads(pickle.dumps(resolved))
+    assert tuple(back) == tuple(resolved) and back.config == resolved.config
+
+    def no_parse(*a, **k):
+        raise AssertionError("parsed again")
+
+    monkeypatch.setattr(run_config, "parse", no_parse)
+    assert run_config.resolve(resolved) is resolved
+    test = resolved.but("test", trainer__default_root_dir="r/test", ckpt_path="r/last.ckpt")
+    assert test[0] == "test" and test[-2:] == ("--trainer.default_root_dir=r/test",
+                                                "--ckpt_path=r/last.ckpt")  # fmt: skip
+    assert sum(a.startswith("--trainer.default_root_dir=") for a in test) == 1  # replaced
+    assert (
+        test.config.trainer.default_root_dir == "r/test" and test.config.ckpt_path == "r/last.ckpt"
+    )
+    assert resolved.config.trainer.default_root_dir == "r"  # the original is unchanged
+    assert run_config.settings(test) == run_config.settings(resolved) | {
+        "ckpt_path": '"r/last.ckpt"'
+    }
+
+
+def test_a_marker_of_the_older_format_is_resolved_for_the_comparison() -> None:
+    current = run_config.settings(run_config.resolve(["fit", *overrides_to_args(OPTIONS)]))
+    # the older markers recorded the options as set (defaults included, placement as written)
+    legacy = {k: json.dumps(v, sort_keys=True) for k, v in OPTIONS.items()}
+    legacy |= {"model.momentum": "0.9", "data.root": '"/old/place"'}
+    assert run_config.same_settings({"settings": legacy}, current) == ""
+    legacy["model.lr"] = "0.1"
+    assert run_config.same_settings({"settings": legacy}, current) == "model.lr: 0.1 -> 0.05"
+    assert "no longer resolve" in run_config.same_settings(
+        {"settings": {**legacy, "model.gone_option": "1"}}, current
+    )
+    record = {"settings_format": run_config.SETTINGS_FORMAT, "settings": current}
+    assert run_config.same_settings(record, current) == ""
