@@ -58,7 +58,6 @@ from .callbacks import (
     RunSummary,
     run_directory,
 )
-from .config import ResolvedArgs, parse, restore_recorded
 from .loggers import TENSORBOARD, FlushLoggersOnCheckpoint, RememberRunIds, build_loggers
 from .module import ClassificationModule
 from .resume import (
@@ -70,6 +69,7 @@ from .resume import (
     keep_recorded_seed,
     next_version,
 )
+from .sources import ResolvedArgs, parse, restore_recorded
 
 __all__ = ["SaveConfigInRun", "VisattnCLI", "cli_main", "resolve_eval_transform", "run"]
 

@@ -1,0 +1,232 @@
+"""The sources of a run's options and their merge rules, below the command line: config files
+with ``_base_`` pieces (:func:`expand_config_args`), one parse (:func:`parse`), a resolved
+argument list (:class:`ResolvedArgs`) and a resumed fit's checkpoint record
+(:func:`restore_recorded`). :mod:`visattn.training.config` resolves a run with them."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from jsonargparse import ArgumentParser, Namespace
+
+from ..models.placement import placements_to_config
+
+__all__ = [
+    "FREE_ON_RESUME",
+    "NETWORK_OPTIONS",
+    "ResolvedArgs",
+    "expand_config_args",
+    "parse",
+    "plain",
+    "restore_recorded",
+    "to_json",
+]
+
+#: model options that define the network: a resumed run must have the recorded ones
+NETWORK_OPTIONS = ("model", "attention", "model_kwargs")
+#: options that may change when a run resumes (where the data is, how the run executes)
+FREE_ON_RESUME = {
+    "model": frozenset({"num_classes", "compile", "channels_last", "check_finite_every"}),
+    "data": frozenset({"root", "download", "verify", "verify_images", "num_workers", "pin_memory"}),
+}
+# (section of the config, key of the recorded hyper-parameters in a Lightning checkpoint)
+_SECTIONS = (("model", "hyper_parameters"), ("data", "datamodule_hyper_parameters"))
+
+
+# --------------------------------------------------------------------------- config files
+
+
+def _is_file(item: str) -> bool:
+    try:
+        return Path(item).is_file()
+    except OSError:  # a YAML string too long for a file name
+        return False
+
+
+def _expand_config(path: str, seen: tuple[str, ...] = ()) -> list[str]:
+    """``--config`` values for ``path``: its ``_base_`` pieces (recursively) then the file's own
+    content (as a YAML string when ``_base_`` had to be removed)."""
+    file = Path(path)
+    if not _is_file(path):
+        return [path]  # a YAML string or a missing file: jsonargparse reports it
+    key = str(file.resolve())
+    if key in seen:
+        raise ValueError(f"config {path}: _base_ cycle through {' -> '.join(seen)}")
+    try:
+        with open(file) as f:  # a file object: YAML's error marks then name the file
+            content = yaml.safe_load(f) or {}
+    except yaml.YAMLError as e:
+        raise ValueError(f"config {path}: not valid YAML: {e}") from e
+    if not isinstance(content, dict) or "_base_" not in content:
+        return [path]
+    bases = content.pop("_base_")
+    bases = [bases] if isinstance(bases, str) else list(bases or [])
+    out: list[str] = []
+    for base in bases:
+        base_path = file.parent / base
+        if not base_path.is_file():
+            raise FileNotFoundError(f"config {path}: _base_ entry {base!r} not found ({base_path})")
+        out += _expand_config(str(base_path), (*seen, key))
+    if content:
+        out.append(yaml.safe_dump(content, sort_keys=False))
+    return out
+
+
+_RESET_ATTENTION = "--model.attention=null"
+
+
+def _sets_attention(item: str) -> bool:
+    """True if the ``--config`` value (a file or a YAML string) sets ``model.attention``."""
+    try:
+        content = yaml.safe_load(Path(item).read_text() if _is_file(item) else item)
+    except (OSError, ValueError, yaml.YAMLError):
+        return False
+    model = content.get("model") if isinstance(content, dict) else None
+    return isinstance(model, dict) and "attention" in model
+
+
+def expand_config_args(args: Sequence[str]) -> list[str]:
+    """Replace every ``--config FILE`` whose file has ``_base_`` by one ``--config`` per piece,
+    and make every later ``model.attention`` replace the earlier one.
+
+    jsonargparse merges a placement given over another field by field (a placement is a
+    dataclass), so ``quickstart.yaml`` (cbam) followed by ``--model.attention '{name: eca}'``
+    would build eca with cbam's leftover fields. A reset to null before each whole-placement
+    value (a config piece that sets it, or ``--model.attention VALUE``) makes the last one win
+    whole; dotted overrides such as ``--model.attention.args.reduction 8`` still refine it.
+    """
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--config" and i + 1 < len(args):
+            value, i = args[i + 1], i + 2
+        elif arg.startswith("--config="):
+            value, i = arg.split("=", 1)[1], i + 1
+        else:
+            if arg == "--model.attention" or arg.startswith("--model.attention="):
+                out.append(_RESET_ATTENTION)
+            out.append(arg)
+            i += 1
+            continue
+        for item in _expand_config(value):
+            out += [_RESET_ATTENTION] if _sets_attention(item) else []
+            out += ["--config", item]
+    return out
+
+
+# --------------------------------------------------------------------------- one parse
+
+
+def parse(parser: ArgumentParser, args: Sequence[str]) -> Namespace:
+    """``args`` (``train_cls.py``'s, subcommand first where the parser has subcommands) parsed
+    by ``parser`` after :func:`expand_config_args`: the CLI's one parse."""
+    return parser.parse_args(expand_config_args(list(args)))
+
+
+class ResolvedArgs(tuple):
+    """A ``train_cls.py`` argument list (subcommand first) and the namespace it resolves to
+    (``namespace``: ``{subcommand, <subcommand>: options}``), so that what resolved it once
+    need not parse it again: :func:`visattn.training.cli.run` and the sweep's workers take it
+    as it is. It reads as the argument tuple (logs, markers) and pickles with its namespace.
+    """
+
+    namespace: Namespace
+
+    def __new__(cls, args: Sequence[str], namespace: Namespace) -> ResolvedArgs:
+        self = super().__new__(cls, tuple(args))
+        self.namespace = namespace
+        return self
+
+    def __getnewargs__(self) -> tuple[tuple[str, ...], Namespace]:  # type: ignore[override]
+        return tuple(self), self.namespace
+
+    @property
+    def subcommand(self) -> str:
+        return str(self.namespace.subcommand)
+
+    @property
+    def config(self) -> Namespace:
+        """The subcommand's options."""
+        return self.namespace[self.subcommand]
+
+    def but(self, subcommand: str | None = None, **options: Any) -> ResolvedArgs:
+        """The same run as ``subcommand`` (default: this one) with ``options`` (dotted keys
+        spelt with ``__`` for ``.``: ``trainer__default_root_dir=...``) set, in the arguments
+        (an existing ``--key=`` replaced) and in a copy of the namespace; nothing is parsed."""
+        sub = subcommand or self.subcommand
+        config = copy.deepcopy(self.config)
+        if sub == "test" and "verbose" not in config:
+            config.verbose = True  # Trainer.test's own default
+        args = [sub, *self[1:]]
+        for name, value in options.items():
+            key = name.replace("__", ".")
+            config[key] = value
+            flag = f"--{key}={value}"
+            at = [i for i, a in enumerate(args) if a.startswith(f"--{key}=")]
+            if at:
+                args[at[-1]] = flag
+            else:
+                args.append(flag)
+        return ResolvedArgs(args, Namespace({"subcommand": sub, sub: config}))
+
+
+def plain(value: Any) -> Any:
+    """A config value as plain data: namespaces as dicts, tuples as lists."""
+    if isinstance(value, Namespace):
+        value = value.as_dict()
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+
+def to_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+# --------------------------------------------------------------------------- a checkpoint's record
+
+
+def _recorded_value(key: str, value: Any) -> str:
+    data = plain(value)
+    return to_json(placements_to_config(data) if key == "attention" else data)
+
+
+def restore_recorded(config: Namespace, ckpt: dict[str, Any], ckpt_path: str) -> list[str]:
+    """The last source of a resumed fit: set the ``model.*`` and ``data.*`` options of
+    ``config`` (the ``fit`` subcommand's) that differ from those recorded in ``ckpt`` back to
+    the recorded values, except those in :data:`FREE_ON_RESUME`; returns one line per option
+    set back (see :mod:`visattn.training.resume`).
+
+    Raises:
+        ValueError: a network option (:data:`NETWORK_OPTIONS`) differs: the checkpoint's
+            weights belong to another network.
+    """
+    kept: list[str] = []
+    for section, saved_key in _SECTIONS:
+        recorded = ckpt.get(saved_key) or {}
+        given = config.get(section)
+        if given is None:
+            continue
+        for key, old in recorded.items():
+            if key in FREE_ON_RESUME[section] or key not in given:
+                continue
+            if _recorded_value(key, given[key]) == _recorded_value(key, old):
+                continue
+            option = f"--{section}.{key}"
+            if section == "model" and key in NETWORK_OPTIONS:
+                raise ValueError(
+                    f"--ckpt_path {ckpt_path} holds a run of another network: {option} is "
+                    f"{plain(given[key])!r}, the run was trained with {old!r}; resume with the "
+                    "run's options, or start a new run (without --ckpt_path)"
+                )
+            kept.append(f"{option} {plain(given[key])!r} (the run keeps {old!r})")
+            given[key] = old
+    return kept
