@@ -85,7 +85,7 @@ def test_resolved_args_travel_pickled_and_derive_without_parsing(
 
     monkeypatch.setattr(run_config, "parse", no_parse)
     assert run_config.resolve(resolved) is resolved
-    test = resolved.but("test", trainer__default_root_dir="r/test", ckpt_path="r/last.ckpt")
+    test = resolved.but("test", {"trainer.default_root_dir": "r/test", "ckpt_path": "r/last.ckpt"})
     assert test[0] == "test" and test[-2:] == ("--trainer.default_root_dir=r/test",
                                                 "--ckpt_path=r/last.ckpt")  # fmt: skip
     assert sum(a.startswith("--trainer.default_root_dir=") for a in test) == 1  # replaced

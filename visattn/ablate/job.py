@@ -350,12 +350,11 @@ def _train_one(
     t0 = time.perf_counter()
     try:
         args = run.resolved
-        summary = train_fn(args.but(ckpt_path="last") if resume else args)
+        summary = train_fn(args.but(options={"ckpt_path": "last"}) if resume else args)
         if sweep.test and summary.get("test_acc") is None:
             ckpt = _tested_checkpoint(summary, sweep.test)
-            test = args.but(
-                "test", trainer__default_root_dir=str(run.root / "test"), ckpt_path=ckpt
-            )
+            test_root = str(run.root / "test")
+            test = args.but("test", {"trainer.default_root_dir": test_root, "ckpt_path": ckpt})
             summary["test_acc"] = train_fn(test).get("test_acc")
         wall = time.perf_counter() - t0
         cols = evaluate_run(summary, sweep, args)

@@ -104,8 +104,8 @@ def build_run(args: Sequence[str]) -> tuple[Any, Any]:
 
 
 def resolve_run(args: Sequence[str], checked_data: set[str] | None = None) -> ResolvedRun:
-    """Parse ``args`` (a ``train_cls.py fit ...`` argument list) and build its data module and
-    network without training or writing anything.
+    """Resolve ``args`` (a ``train_cls.py fit ...`` argument list; nothing is parsed when they
+    come resolved) and build its data module and network without training or writing anything.
 
     With ``checked_data`` (the data options already checked, updated here), also run the
     network once on a batch of 2 at the data's image size and load the validation split once

@@ -83,22 +83,23 @@ class _ParserBuilt(Exception):
 def _parser() -> ArgumentParser:
     """``train_cls.py``'s parser (subcommands ``fit``, ``test``, ...), built once per process."""
 
-    class _BuildOnly(VisattnCLI):
+    class _ParserOnly(VisattnCLI):
         def parse_arguments(self, parser: Any, args: Any) -> None:
             raise _ParserBuilt(parser)
 
     try:
-        _BuildOnly(args=[], parser_kwargs={"exit_on_error": False})
+        _ParserOnly(args=[], parser_kwargs={"exit_on_error": False})
     except _ParserBuilt as built:
         return built.parser
     raise RuntimeError("VisattnCLI built no parser")  # pragma: no cover
 
 
 @functools.cache
-def _defaults(subcommand: str) -> Namespace:
+def _default_leaves(subcommand: str) -> dict[str, Any]:
+    """The subcommand's defaults as :func:`_leaves` (computed once per process)."""
     # jsonargparse keeps the subcommands' parsers here
     parser = _parser()._subcommands_action._name_parser_map[subcommand]
-    return parser.get_defaults()
+    return _leaves(parser.get_defaults())
 
 
 def resolve(args: Sequence[str]) -> ResolvedArgs:
@@ -141,7 +142,7 @@ def settings(resolved: ResolvedArgs | Namespace) -> dict[str, str]:
     """
     is_args = isinstance(resolved, ResolvedArgs)
     config = resolved.config if is_args else resolved
-    defaults = _leaves(_defaults(resolved.subcommand if is_args else "fit"))
+    defaults = _default_leaves(resolved.subcommand if is_args else "fit")
     leaves = _leaves(config)
     return {
         k: to_json(v)
@@ -164,10 +165,10 @@ def _short(text: str, limit: int = 60) -> str:
 def describe_changes(old: Mapping[str, str], new: Mapping[str, str]) -> str:
     """``key: old -> new; ...`` for every key whose value differs, as :func:`settings` of two
     runs (a key absent from one is at its default there, shown as the default's value)."""
-    defaults = {k: to_json(v) for k, v in _leaves(_defaults("fit")).items()}
+    defaults = _default_leaves("fit")
     parts = []
     for key in dict.fromkeys([*old, *new]):
-        unset = defaults.get(key, "(unset)")
+        unset = to_json(defaults[key]) if key in defaults else "(unset)"
         a, b = old.get(key, unset), new.get(key, unset)
         if a != b:
             parts.append(f"{key}: {_short(a)} -> {_short(b)}")

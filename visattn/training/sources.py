@@ -155,17 +155,16 @@ class ResolvedArgs(tuple):
         """The subcommand's options."""
         return self.namespace[self.subcommand]
 
-    def but(self, subcommand: str | None = None, **options: Any) -> ResolvedArgs:
-        """The same run as ``subcommand`` (default: this one) with ``options`` (dotted keys
-        spelt with ``__`` for ``.``: ``trainer__default_root_dir=...``) set, in the arguments
-        (an existing ``--key=`` replaced) and in a copy of the namespace; nothing is parsed."""
+    def but(
+        self, subcommand: str | None = None, options: Mapping[str, Any] | None = None
+    ) -> ResolvedArgs:
+        """The same run as ``subcommand`` (default: this one) with ``options`` (dotted keys:
+        ``{"ckpt_path": "last"}``) set, in the arguments (an existing ``--key=`` replaced) and in
+        a copy of the namespace; nothing is parsed."""
         sub = subcommand or self.subcommand
         config = copy.deepcopy(self.config)
-        if sub == "test" and "verbose" not in config:
-            config.verbose = True  # Trainer.test's own default
         args = [sub, *self[1:]]
-        for name, value in options.items():
-            key = name.replace("__", ".")
+        for key, value in (options or {}).items():
             config[key] = value
             flag = f"--{key}={value}"
             at = [i for i, a in enumerate(args) if a.startswith(f"--{key}=")]
