@@ -5,6 +5,8 @@ macOS's ``._x.jpg``), which are skipped instead of becoming a class or a sample.
 
 from __future__ import annotations
 
+import logging
+
 from pathlib import Path
 
 import numpy as np
@@ -120,6 +122,21 @@ def test_impossible_target_size_is_refused_before_any_data_is_made(size) -> None
         VisattnDataModule("shapes", target_size=size, num_workers=0)
 
 
-def test_target_size_is_refused_for_data_without_targets(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="target_size is an option of the shapes data"):
-        VisattnDataModule("cues_key", target_size=[0.3, 0.4], num_workers=0)
+def test_options_of_generated_data_are_dropped_with_a_notice_elsewhere(caplog) -> None:
+    """A quickstart config switched to other data keeps shapes' target_size and clutter: the
+    source that does not read them gets them back at their defaults, and one notice names them."""
+    with caplog.at_level(logging.WARNING, logger="visattn.data.datamodule"):
+        dm = VisattnDataModule("cues_key", target_size=[0.3, 0.4], noise=5.0, num_workers=0)
+    assert dm.hparams.target_size is None and dm.hparams.noise == 5.0  # cues reads the noise
+    notices = [r.getMessage() for r in caplog.records]
+    assert notices == [
+        "data: option target_size of the shapes data; the 'cues_key' data does not read it, "
+        "so it is dropped"
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="visattn.data.datamodule"):
+        dm = VisattnDataModule("cifar10", target_size=[0.3, 0.4], lines=0, num_workers=0)
+    assert (dm.hparams.target_size, dm.hparams.lines) == (None, 2)
+    assert "options lines, target_size of the shapes, cues_key, cues_pair, cues_target data" in (
+        caplog.text
+    )

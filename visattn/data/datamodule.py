@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+import logging
 import math
 import os
 from collections.abc import Callable, Iterator, Mapping
@@ -25,7 +27,7 @@ except ImportError as _err:
 from .arrays import ArrayDataset
 from .imagefolder import VERIFY_MODES
 from .shapes import check_target_size
-from .sources import DataSource, get_source, list_datasets
+from .sources import GENERATOR_OPTIONS, DataSource, get_source, list_datasets
 from .transforms import (
     AUGMENTS,
     DEVICE_PRESETS,
@@ -37,6 +39,8 @@ from .transforms import (
 )
 
 __all__ = ["EpochSampler", "VisattnDataModule"]
+
+log = logging.getLogger(__name__)
 
 
 class EpochSampler(Sampler[int]):
@@ -111,10 +115,11 @@ class VisattnDataModule(pl.LightningDataModule):
         val_split: CIFAR: hold out this many training images as val (0 = val is the test set).
         seed: seed of shapes' generation and of the subset/hold-out permutations.
         target_shapes, target_colors: shapes' classes (``len(shapes) * len(colors)``).
-        distractors, lines, noise: shapes' clutter.
+        distractors, lines, noise: shapes' clutter (cues reads them too).
         target_size: shapes: ``[lo, hi]``, the range of the target's side as fractions of
             ``image_size`` (None = ``[0.22, 0.32]``, :func:`~visattn.data.shapes.make_shapes`'
-            default); larger targets make an easier task.
+            default); larger targets make an easier task. Options of generated data that the
+            chosen ``dataset`` does not read go back to their defaults, with a logged notice.
         drop_last: drop the last incomplete training batch. A last batch of one image is
             always dropped (BatchNorm cannot train on one image).
         pin_memory: default: when CUDA is available.
@@ -174,6 +179,7 @@ class VisattnDataModule(pl.LightningDataModule):
         # num_classes is checked below and reaches the model by the link; kept out of hparams,
         # where Lightning would find it disagreeing (None) with the module's
         self.save_hyperparameters(ignore=["num_classes"])
+        _drop_unread_options(source, self.hparams)
         _check_options(source, self.hparams, augment)
         self.source = source
         self.augment = augment
@@ -435,14 +441,34 @@ def _check_options(source: DataSource, h: Mapping[str, Any], augment: str) -> No
 
 
 def _check_target_size(source: DataSource, target_size: Any) -> None:
-    if target_size is None:
+    if target_size is not None and "target_size" in source.generator_options:
+        check_target_size(target_size)
+
+
+def _drop_unread_options(source: DataSource, h: dict[str, Any]) -> None:
+    """Put the options of generated data that ``source`` does not read (a quickstart config
+    switched to ``--data.dataset imagefolder`` keeps ``target_size``) back to their defaults,
+    with one notice that names them."""
+    defaults = inspect.signature(VisattnDataModule.__init__).parameters
+    unread = sorted(
+        key
+        for key in GENERATOR_OPTIONS - source.generator_options
+        if h[key] != defaults[key].default
+    )
+    if not unread:
         return
-    if not source.sized_target:
-        takers = [n for n in list_datasets() if get_source(n).sized_target]
-        raise ValueError(
-            f"target_size is an option of the {', '.join(takers)} data, not of {source.name!r}"
-        )
-    check_target_size(target_size)
+    readers = [n for n in list_datasets() if set(unread) & get_source(n).generator_options]
+    log.warning(
+        "data: %s %s of the %s data; the %r data does not read %s, so %s dropped",
+        "option" if len(unread) == 1 else "options",
+        ", ".join(unread),
+        ", ".join(readers),
+        source.name,
+        "it" if len(unread) == 1 else "them",
+        "it is" if len(unread) == 1 else "they are",
+    )
+    for key in unread:
+        h[key] = defaults[key].default
 
 
 def _check_device_augment(source: DataSource, augment: str, color_jitter: float) -> None:

@@ -32,6 +32,7 @@ from .imagefolder import ImageFolderDataset, check_class_folders
 from .shapes import DEFAULT_COLORS, DEFAULT_SHAPES, DEFAULT_SPLIT_SIZES, make_shapes, shapes_classes
 
 __all__ = [
+    "GENERATOR_OPTIONS",
     "DataSource",
     "Splits",
     "get_source",
@@ -39,6 +40,12 @@ __all__ = [
     "register_source",
     "source_registered",
 ]
+
+#: the data module's options for generated data (``shapes``, ``cues_*``); file-backed sources
+#: read none of them
+GENERATOR_OPTIONS = frozenset(
+    {"target_shapes", "target_colors", "distractors", "lines", "noise", "target_size"}
+)
 
 #: train, val and test datasets, before the ``num_train``/``num_val``/``num_test`` subsets
 Splits = tuple[Dataset, Dataset, Dataset]
@@ -63,7 +70,8 @@ class DataSource:
         in_memory: the images are arrays in memory (``device_augment`` can work on them).
         resize_eval: evaluation resizes then centre-crops (files of any size).
         root_help: set when the source needs ``--data.root``: what the folder holds.
-        sized_target: the images hold one target whose size ``--data.target_size`` sets.
+        generator_options: the options of generated data (:data:`GENERATOR_OPTIONS`) this
+            source reads; the data module drops the others with a notice.
         prepare: fetches the files (``download=True``), once, before ``build``.
     """
 
@@ -78,7 +86,7 @@ class DataSource:
     in_memory: bool = True
     resize_eval: bool = False
     root_help: str | None = None
-    sized_target: bool = False
+    generator_options: frozenset[str] = frozenset()
     prepare: Callable[[Any], None] | None = None
 
     def __post_init__(self) -> None:
@@ -242,7 +250,7 @@ for _source in (
         augment="flip",
         image_size=32,
         classes=_shapes_classes,
-        sized_target=True,
+        generator_options=GENERATOR_OPTIONS,
     ),
     DataSource(
         "cifar10",
@@ -287,5 +295,6 @@ for _task in CUE_TASKS:  # cues_key, cues_pair, cues_target
             augment="flip",
             image_size=32,
             classes=_classes,
+            generator_options=frozenset({"distractors", "lines", "noise"}),
         )
     )
