@@ -3,7 +3,9 @@ weights [PATTERN]``: the zoo and its released weights as tables;
 ``python -m visattn export (--ckpt RUN.ckpt | --model NAME) --out model.onnx``: a network as an
 ONNX file checked in onnxruntime (or a ``.pt2`` torch.export program);
 ``python -m visattn ablate SWEEP.yaml --out DIR``: a sweep, exactly as ``python -m visattn.ablate``
-(every option passed through)."""
+(every option passed through);
+``python -m visattn yolo ARGS``: ultralytics' ``yolo ARGS`` with model files that hold visattn
+blocks (the ``yolo`` extra)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from . import block_info, create_block, create_model, list_blocks, list_models
 from .constants import MAX_IMAGE_SIZE
 from .export import ExportError, export_onnx, export_program
 from .models import get_model_spec
+from .models.costs import model_costs
 from .models.pretrained import PretrainedTag, list_pretrained
 from .profile import count_macs, count_params
 
@@ -51,22 +54,18 @@ def blocks_table(channels: int = 256, size: int = 14, family: str | None = None)
 
 def models_table(pattern: str | None = None) -> str:
     """Name, parameters and multiply-accumulates (one image at the model's default input size)
-    of the registered models, built with their paper's number of classes (10 for CIFAR)."""
+    of the registered models, built with their paper's number of classes (10 for CIFAR); the
+    counts of the named models come from their shipped table (:mod:`visattn.models.costs`)."""
     rows = []
-    for name in list_models(pattern):
-        spec = get_model_spec(name)
-        model = create_model(name, num_classes=spec.num_classes)
-        size = model.default_input_size
-        with torch.no_grad():
-            macs = count_macs(model, (1, *size))
+    for name, cost in model_costs(list_models(pattern)).items():
         rows.append(
             [
                 name,
-                f"{count_params(model) / 1e6:.3f}M",
-                _fmt_count(macs),
-                "x".join(map(str, size)),
-                str(spec.num_classes),
-                spec.paper,
+                f"{cost.params / 1e6:.3f}M",
+                _fmt_count(cost.macs),
+                "x".join(map(str, cost.input_size)),
+                str(cost.num_classes),
+                get_model_spec(name).paper,
             ]
         )
     return _table(["model", "params", "MACs", "input", "classes", "paper"], rows)
@@ -213,6 +212,10 @@ def main(argv: list[str] | None = None) -> int:
         from .ablate.__main__ import main as ablate_main
 
         return ablate_main(argv[1:])
+    if argv[:1] == ["yolo"]:  # ultralytics' own command line, after register()
+        from .integrations.yolo import main as yolo_main
+
+        return yolo_main(argv[1:])
     parser = argparse.ArgumentParser(
         prog="python -m visattn",
         description=__doc__,
@@ -249,6 +252,12 @@ def main(argv: list[str] | None = None) -> int:
         add_help=False,
         help="run or resume a sweep: the options of python -m visattn.ablate "
         "(python -m visattn ablate --help lists them)",
+    )
+    sub.add_parser(
+        "yolo",
+        add_help=False,
+        help="ultralytics' yolo command, with visattn's VisAttn rows registered "
+        "(e.g. python -m visattn yolo detect train model=yolov8n-cbam.yaml data=DATA.yaml)",
     )
     args = parser.parse_args(argv)
     if args.command == "export":

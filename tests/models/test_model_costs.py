@@ -1,0 +1,62 @@
+"""The shipped table of the named models' parameters and MACs (``visattn/models/costs.json``),
+which ``python -m visattn models`` prints without building a model: every named model has an
+entry, every entry is what counting the model gives now (the ImageNet models beyond the
+representatives in the heavy tier), and a model the table lacks is measured."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import visattn
+from tests.helpers.tiers import kept_model, tiered
+from visattn.__main__ import models_table
+from visattn.models import costs
+from visattn.models.registry import ModelSpec, get_model_spec, registered_model
+
+
+def _table() -> dict:
+    return json.loads(costs.COSTS_FILE.read_text())
+
+
+def test_every_named_model_has_an_entry_and_nothing_else() -> None:
+    assert sorted(_table()) == sorted(visattn.list_models())
+
+
+@pytest.mark.parametrize("name", tiered(visattn.list_models(), keep=kept_model))
+def test_entry_is_what_counting_the_model_gives(name: str) -> None:
+    """A model changed without rewriting the table (``python -m visattn.models.costs``)
+    fails here."""
+    entry = costs.ModelCost(**{**_table()[name], "input_size": tuple(_table()[name]["input_size"])})
+    assert entry == costs.measure_cost(name)
+
+
+def test_listing_builds_no_named_model(monkeypatch) -> None:
+    def refuse(name: str) -> None:
+        raise AssertionError(f"{name} was built for the listing")
+
+    monkeypatch.setattr(costs, "measure_cost", refuse)
+    text = models_table()
+    se = costs.model_costs(["se_resnet50"])["se_resnet50"]
+    assert "| se_resnet50 " in text and f"{se.params / 1e6:.3f}M" in text
+    assert len(text.splitlines()) == 2 + len(visattn.list_models())
+
+
+def test_a_model_outside_the_table_is_measured() -> None:
+    base = get_model_spec("resnet20_cifar")
+    spec = ModelSpec(
+        name="costs_test_eca_resnet20_cifar",
+        builder=base.builder,
+        placeable=True,
+        dataset="cifar",
+        fixed=base.fixed,
+        attention=({"name": "eca"},),
+        meta={"paper": "Test, 2026"},
+    )
+    with registered_model(spec):
+        got = costs.model_costs([spec.name])[spec.name]
+        model = visattn.create_model(spec.name)
+        assert got.params == sum(p.numel() for p in model.parameters())
+        assert got.params > costs.model_costs(["resnet20_cifar"])["resnet20_cifar"].params
+        assert got.input_size == (3, 32, 32) and got.num_classes == 10
