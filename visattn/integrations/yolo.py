@@ -46,7 +46,11 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
+import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -54,12 +58,26 @@ import torch.nn as nn
 
 from .._extras import missing_extra
 from ..blocks import block_info, create_block
+from ..files import atomic_write_text
 
-__all__ = ["MODULE_NAME", "VisAttn", "insert_attention", "register"]
+__all__ = [
+    "HEAD_INPUTS",
+    "MODULE_NAME",
+    "VisAttn",
+    "insert_attention",
+    "main",
+    "model_yaml",
+    "register",
+    "write_model_yaml",
+]
 
 #: the module name YAML rows use
 MODULE_NAME = "VisAttn"
 _WRAPPED = "_visattn_wrapped"
+
+#: the layers whose outputs the detection head reads (P3, P4, P5) in ultralytics' bundled model
+#: files: yolov8 (C2f, C2f, SPPF) and yolo11 (C3k2, C3k2, C2PSA)
+HEAD_INPUTS = {"yolov8": (4, 6, 9), "yolo11": (4, 6, 10)}
 
 
 def _options(block: str, options: Any) -> dict[str, Any]:
@@ -248,3 +266,69 @@ def insert_attention(
         if j in points:
             into.append([-1, 1, MODULE_NAME, copy.deepcopy(args)])
     return {**copy.deepcopy(dict(cfg)), "backbone": out_backbone, "head": out_head}
+
+
+def model_yaml(
+    family: str, block: str, options: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """Ultralytics' bundled ``family`` model file (``"yolov8"`` or ``"yolo11"``, every width
+    scale) with ``block`` on the P3, P4 and P5 features the head reads (:data:`HEAD_INPUTS`),
+    as a model dict."""
+    if family not in HEAD_INPUTS:
+        raise ValueError(f"model_yaml: family must be one of {list(HEAD_INPUTS)}, got {family!r}")
+    try:
+        from ultralytics.nn.tasks import yaml_model_load
+    except ImportError as err:
+        raise missing_extra(err, "yolo", "visattn.integrations.yolo.model_yaml") from err
+    bundled = {
+        k: v
+        for k, v in yaml_model_load(f"{family}.yaml").items()
+        if k not in ("scale", "yaml_file")  # yaml_model_load's own additions
+    }
+    return insert_attention(bundled, HEAD_INPUTS[family], block, options)
+
+
+def write_model_yaml(
+    path: str | os.PathLike,
+    family: str,
+    block: str,
+    options: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write :func:`model_yaml` as a model file (YAML in JSON's flow style), one layer per
+    line. Name it ``<family><scale>-<block>.yaml`` (``yolov8n-cbam.yaml``): ultralytics reads
+    the width scale from the name, as for its own files."""
+    cfg = model_yaml(family, block, options)
+    lines = [
+        f"# Ultralytics {family} with visattn's {block!r} on the P3, P4 and P5 features the head",
+        f"# reads (after layers {', '.join(map(str, HEAD_INPUTS[family]))} of {family}.yaml; the "
+        "head's indices renumbered).",
+        "# Written by visattn.integrations.yolo.write_model_yaml from ultralytics' bundled "
+        f"{family}.yaml,",
+        "# which is AGPL-3.0 like ultralytics; so is this file. Build it in a process that ran",
+        "# visattn.integrations.yolo.register(), or with the `visattn yolo ...` command.",
+    ]
+    for key, value in cfg.items():
+        if key in ("backbone", "head"):
+            lines.append(f"{key}:")
+            lines += [f"  - {json.dumps(row)}" for row in value]
+        elif isinstance(value, Mapping):  # scales: one line per scale
+            lines.append(f"{key}:")
+            lines += [f"  {k}: {json.dumps(v)}" for k, v in value.items()]
+        else:
+            lines.append(f"{key}: {json.dumps(value)}")
+    out = Path(path)
+    atomic_write_text(out, "\n".join(lines) + "\n")
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``visattn yolo ARGS``: ultralytics' ``yolo`` command (``yolo ARGS``) in a process that ran
+    :func:`register`, so model files with ``VisAttn`` rows build, e.g. ``visattn yolo detect
+    train model=yolov8n-cbam.yaml data=data.yaml epochs=1``."""
+    register()
+    from ultralytics.cfg import entrypoint
+
+    args = sys.argv[1:] if argv is None else list(argv)
+    sys.argv[:] = ["yolo", *args]  # ultralytics reads its arguments from this very list
+    entrypoint()
+    return 0
