@@ -44,25 +44,25 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.slow
 def test_site_builds_strictly_with_a_page_per_block(site: Path):
     for name in visattn.list_blocks():
-        page = site / "blocks" / name / "index.html"
+        page = site / "blocks" / f"{name}.html"
         assert page.is_file(), f"no gallery page for block {name!r}"
         html = page.read_text()
         assert html_escape(visattn.block_info(name).paper.split(",")[0]) in html
     gallery = (site / "blocks" / "index.html").read_text()
-    assert all(f'href="{n}/"' in gallery for n in visattn.list_blocks())
+    assert all(f'href="{n}.html"' in gallery for n in visattn.list_blocks())
 
 
 @pytest.mark.slow
 def test_block_pages_show_their_pictures_and_typeset_equations(site: Path):
     assets = REPO / "docs" / "assets" / "attention"
     for name in visattn.list_blocks():
-        html = (site / "blocks" / name / "index.html").read_text()
+        html = (site / "blocks" / f"{name}.html").read_text()
         if (assets / f"{name}.png").is_file():  # a committed picture is shown and shipped
-            assert f'src="../../assets/attention/{name}.png"' in html, name
+            assert f'src="../assets/attention/{name}.png"' in html, name
             assert (site / "assets" / "attention" / f"{name}.png").is_file()
         else:
             assert f"make_pictures.py --blocks {name}" in html, name
-    se = (site / "blocks" / "se" / "index.html").read_text()
+    se = (site / "blocks" / "se.html").read_text()
     assert '<div class="arithmatex"><math alttext="z_c = \\frac{1}{HW}' in se  # MathML, built
     assert "<mfrac>" in se and "mathjax" not in se.lower()  # no script, no network
 
@@ -98,11 +98,11 @@ def test_gallery_shows_every_picture_and_says_which_are_missing(site: Path):
 
 @pytest.mark.slow
 def test_guides_show_the_placement_diagram_and_the_example_report(site: Path):
-    placement = (site / "guides" / "placement" / "index.html").read_text()
+    placement = (site / "guides" / "placement.html").read_text()
     assert "assets/placement.svg" in placement
     svg = (site / "assets" / "placement.svg").read_text()
     assert all(f">{p}</text>" in svg for p in POSITIONS)
-    ablations = (site / "guides" / "ablations" / "index.html").read_text()
+    ablations = (site / "guides" / "ablations.html").read_text()
     example = REPO / "docs" / "assets" / "report_example"
     plots = sorted(example.glob("*.png"))
     assert plots, "no example report: run docs/make_report_example.py on a finished sweep"
@@ -114,7 +114,21 @@ def test_guides_show_the_placement_diagram_and_the_example_report(site: Path):
 
 @pytest.mark.slow
 def test_site_has_the_api_reference_and_benchmarks(site: Path):
-    reference = (site / "reference" / "models" / "index.html").read_text()
+    reference = (site / "reference" / "models.html").read_text()
     assert "create_model" in reference and "inject" in reference
     assert (site / "results" / "index.html").is_file()
-    assert (site / "benchmarks" / "index.html").is_file()
+    assert (site / "benchmarks.html").is_file()
+
+
+@pytest.mark.slow
+def test_site_reads_from_disk(site: Path):
+    """Opened from ``file://``, a link lands on a page (no ``dir/`` link that a browser shows
+    as a folder listing) and search has its index as a script (no fetch from a server)."""
+    folder_links = []
+    for page in site.rglob("*.html"):
+        for href in re.findall(r'href="([^"#?]*)"', page.read_text()):
+            internal = href and "://" not in href and not href.startswith(("mailto:", "data:"))
+            if internal and href.endswith("/"):
+                folder_links.append((str(page.relative_to(site)), href))
+    assert not folder_links, folder_links[:10]
+    assert (site / "search" / "search_index.js").read_text().startswith("var __index = ")
