@@ -41,9 +41,9 @@ def main(argv: list[str] | None = None) -> int:
         pages = {
             "home": (site / "index.html", 1000),
             "gallery": (site / "blocks" / "index.html", 1400),
-            f"block_{args.block}": (site / "blocks" / args.block / "index.html", 2200),
-            "guide_placement": (site / "guides" / "placement" / "index.html", 1800),
-            "guide_ablations": (site / "guides" / "ablations" / "index.html", 3000),
+            f"block_{args.block}": (site / "blocks" / f"{args.block}.html", 2200),
+            "guide_placement": (site / "guides" / "placement.html", 1800),
+            "guide_ablations": (site / "guides" / "ablations.html", 3000),
         }
         for name, (page, height) in pages.items():
             png = OUT / f"{name}.png"
@@ -53,7 +53,10 @@ def main(argv: list[str] | None = None) -> int:
                     "--headless",
                     "--no-sandbox",
                     "--disable-gpu",
-                    "--hide-scrollbars",
+                    "--no-first-run",
+                    "--disable-background-networking",
+                    "--disable-component-update",
+                    "--disable-sync",
                     "--allow-file-access-from-files",
                     "--virtual-time-budget=15000",  # the theme's scripts and lazy images settle
                     f"--window-size=1280,{height}",
