@@ -109,7 +109,7 @@ def test_guides_show_the_placement_diagram_and_the_example_report(site: Path):
     for png in plots:
         assert f"assets/report_example/{png.name}" in ablations, png.name
         assert (site / "assets" / "report_example" / png.name).is_file()
-    assert "Δ val/acc paired" in ablations  # the report's table, included
+    assert "Δ test/acc paired" in ablations  # the report's table, included
 
 
 @pytest.mark.slow

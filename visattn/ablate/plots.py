@@ -1,13 +1,14 @@
 """PNG plots of a sweep (matplotlib, Agg backend), from results.csv and the runs' metrics.csv.
 
 * ``acc_vs_params.png``, ``acc_vs_macs.png``, ``acc_vs_latency.png``: one point per variant at
-  its mean val/acc with the standard deviation over seeds as error bar (and the latency's spread
-  as horizontal bar); baselines are drawn as squares.
+  its mean of the sweep's metric (val/acc or test/acc, the report's headline) with the standard
+  deviation over seeds as error bar (and the latency's spread as horizontal bar); baselines are
+  drawn as squares.
 * ``val_curves.png``: validation accuracy per epoch, mean over seeds per variant with a ±1 std
-  band, read from each ok run's ``metrics.csv``.
-* ``paired_diff.png``: a forest plot of the paired comparison, one line per non-baseline
-  variant: the mean of its per-seed val/acc differences to its baseline with the 95% paired-t
-  interval (a cross where fewer than 2 pairs give no interval), and a line at 0.
+  band, read from each ok run's ``metrics.csv``, at the epochs that validated.
+* ``paired_diff.png``: a forest plot of the paired comparison of the metric, one line per
+  non-baseline variant: the mean of its per-seed differences to its baseline with the 95%
+  paired-t interval (a cross where fewer than 2 pairs give no interval), and a line at 0.
 """
 
 from __future__ import annotations
@@ -45,12 +46,13 @@ def _scatter(
     x_label: str,
     baselines: set[str],
     path: Path,
+    metric: str,
     x_err: bool = False,
 ) -> None:
     fig, ax = plt.subplots(figsize=(6.4, 4.8))
     colors = _variant_colors([s.name for s in summaries])
     for s in summaries:
-        x, y = s.stats[x_col], s.stats["val/acc"]
+        x, y = s.stats[x_col], s.stats[metric]
         if y.n == 0 or math.isnan(x.mean):
             continue
         yerr = 0.0 if math.isnan(y.std) else y.std * 100
@@ -73,13 +75,13 @@ def _scatter(
             fontsize=7,
         )
     ax.set_xlabel(x_label)
-    _finish_accuracy_plot(fig, ax, path)
+    _finish_accuracy_plot(fig, ax, path, metric)
 
 
-def _finish_accuracy_plot(fig: plt.Figure, ax: plt.Axes, path: Path) -> None:
-    """The val/acc axis of the scatter and curve plots, a grid, a legend of the variants drawn,
-    then the file."""
-    ax.set_ylabel("val/acc (%), mean ± std over seeds")
+def _finish_accuracy_plot(fig: plt.Figure, ax: plt.Axes, path: Path, metric: str) -> None:
+    """The accuracy axis of the scatter and curve plots, a grid, a legend of the variants
+    drawn, then the file."""
+    ax.set_ylabel(f"{metric} (%), mean ± std over seeds")
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=6, loc="best")
@@ -100,7 +102,8 @@ def _curves(rows: Sequence[dict[str, Any]], root: Path, path: Path) -> None:
         if r["variant"] not in order:
             order.append(r["variant"])
         if r["status"] == "ok" and r.get("metrics_csv"):
-            curve = read_metric_curve(root / r["metrics_csv"])
+            csv = root / r["metrics_csv"]
+            curve = _validated(read_metric_curve(csv), read_metric_curve(csv, "val/loss"))
             if curve:
                 per_variant[r["variant"]].append(curve)
     fig, ax = plt.subplots(figsize=(6.4, 4.8))
@@ -133,11 +136,26 @@ def _curves(rows: Sequence[dict[str, Any]], root: Path, path: Path) -> None:
         )
     ax.set_xlabel("epoch (0-based, as logged)")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    _finish_accuracy_plot(fig, ax, path)
+    _finish_accuracy_plot(fig, ax, path, "val/acc")
 
 
-def _forest(summaries: list, baseline: str | Mapping[str, str] | None, path: Path) -> None:
-    comps = compare(summaries, baseline, "val/acc")
+def _validated(curve: dict[int, float], losses: dict[int, float]) -> dict[int, float]:
+    """The epochs of ``curve`` that validated. A metrics.csv written before visattn left the
+    val cells of an epoch that did not validate empty repeats the last validation there (same
+    val/loss and val/acc to the last bit, which two validations never give): those are dropped."""
+    out, last = {}, None
+    for epoch in sorted(curve):
+        seen = (curve[epoch], losses.get(epoch))
+        if seen != last or seen[1] is None:
+            out[epoch] = curve[epoch]
+        last = seen
+    return out
+
+
+def _forest(
+    summaries: list, baseline: str | Mapping[str, str] | None, path: Path, metric: str
+) -> None:
+    comps = compare(summaries, baseline, metric)
     names = [s.name for s in summaries if s.name in comps and comps[s.name].paired.n]
     colors = _variant_colors([s.name for s in summaries])
     fig, ax = plt.subplots(figsize=(6.4, max(2.4, 0.45 * len(names) + 1.4)))
@@ -161,7 +179,7 @@ def _forest(summaries: list, baseline: str | Mapping[str, str] | None, path: Pat
         [f"{n} vs {comps[n].baseline} (n={comps[n].paired.n})" for n in reversed(names)],
         fontsize=6,
     )
-    ax.set_xlabel("Δ val/acc (pp), mean of per-seed differences, 95% paired-t CI")
+    ax.set_xlabel(f"Δ {metric} (pp), mean of per-seed differences, 95% paired-t CI")
     if not names:
         ax.text(0.5, 0.5, "no paired runs yet", ha="center", va="center", transform=ax.transAxes)
     ax.grid(alpha=0.3, axis="x")
@@ -174,8 +192,11 @@ def write_plots(
     out_dir: str | Path,
     *,
     baseline: str | Mapping[str, str] | None = None,
+    metric: str = "val/acc",
 ) -> list[Path]:
-    """Write the five PNG plots of ``rows`` (results.csv rows) into ``out_dir`` atomically.
+    """Write the five PNG plots of ``rows`` (results.csv rows) into ``out_dir`` atomically; the
+    scatter and forest plots show ``metric`` (the sweep's headline, ``val/acc`` or
+    ``test/acc``).
 
     ``metrics_csv`` paths in the rows are taken relative to ``out_dir``. Returns the paths.
     """
@@ -186,11 +207,13 @@ def write_plots(
     else:
         bases = {baseline if baseline is not None else (summaries[0].name if summaries else "")}
     paths = [out / n for n in ("acc_vs_params.png", "acc_vs_macs.png", "acc_vs_latency.png")]
-    _scatter(summaries, "params", 1e-6, "parameters (M)", bases, paths[0])
-    _scatter(summaries, "macs", 1e-6, "multiply-accumulates per image (M)", bases, paths[1])
-    _scatter(summaries, "latency_ms", 1.0, "latency at batch 1 (ms)", bases, paths[2], x_err=True)
+    _scatter(summaries, "params", 1e-6, "parameters (M)", bases, paths[0], metric)
+    _scatter(summaries, "macs", 1e-6, "multiply-accumulates per image (M)", bases, paths[1], metric)
+    _scatter(
+        summaries, "latency_ms", 1.0, "latency at batch 1 (ms)", bases, paths[2], metric, x_err=True
+    )
     paths.append(out / "val_curves.png")
     _curves(rows, out, paths[3])
     paths.append(out / "paired_diff.png")
-    _forest(summaries, baseline, paths[4])
+    _forest(summaries, baseline, paths[4], metric)
     return paths

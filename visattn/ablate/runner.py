@@ -163,7 +163,7 @@ def write_outputs(
     kwargs["notes"] = [*kwargs["notes"], *notes]
     write_report(reported, out / "report.md", planned=len(runs), **kwargs)
     if plots and reported:
-        write_plots(reported, out, baseline=sweep.baselines)
+        write_plots(reported, out, baseline=sweep.baselines, metric=sweep.metric)
 
 
 def _readable_rows(path: Path) -> list[dict[str, Any]]:
