@@ -18,6 +18,7 @@ import torch
 from . import block_info, create_block, create_model, list_blocks, list_models
 from .constants import MAX_IMAGE_SIZE
 from .export import ExportError, export_onnx, export_program
+from .integrations import yolo
 from .models import get_model_spec
 from .models.costs import model_costs
 from .models.pretrained import PretrainedTag, list_pretrained
@@ -213,9 +214,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return ablate_main(argv[1:])
     if argv[:1] == ["yolo"]:  # ultralytics' own command line, after register()
-        from .integrations.yolo import main as yolo_main
-
-        return yolo_main(argv[1:])
+        return yolo.main(argv[1:])
     parser = argparse.ArgumentParser(
         prog="python -m visattn",
         description=__doc__,

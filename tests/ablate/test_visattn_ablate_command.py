@@ -36,7 +36,7 @@ def test_help_lists_the_ablate_command(capsys: pytest.CaptureFixture[str]) -> No
         main(["--help"])
     assert done.value.code == 0
     out = capsys.readouterr().out
-    assert "{blocks,models,weights,export,ablate}" in out and "run or resume a sweep" in out
+    assert "{blocks,models,weights,export,ablate,yolo}" in out and "run or resume a sweep" in out
 
 
 def test_ablate_help_shows_the_sweep_options(capsys: pytest.CaptureFixture[str]) -> None:
