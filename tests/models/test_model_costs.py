@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers.models import eca_resnet20_spec
+from helpers.tiers import kept_model, tiered
 
 import visattn
-from tests.helpers.tiers import kept_model, tiered
 from visattn.__main__ import models_table
 from visattn.models import costs
-from visattn.models.registry import ModelSpec, get_model_spec, registered_model
+from visattn.models.registry import registered_model
 
 
 def _table() -> dict:
@@ -44,16 +45,7 @@ def test_listing_builds_no_named_model(monkeypatch) -> None:
 
 
 def test_a_model_outside_the_table_is_measured() -> None:
-    base = get_model_spec("resnet20_cifar")
-    spec = ModelSpec(
-        name="costs_test_eca_resnet20_cifar",
-        builder=base.builder,
-        placeable=True,
-        dataset="cifar",
-        fixed=base.fixed,
-        attention=({"name": "eca"},),
-        meta={"paper": "Test, 2026"},
-    )
+    spec = eca_resnet20_spec("costs_test_eca_resnet20_cifar")
     with registered_model(spec):
         got = costs.model_costs([spec.name])[spec.name]
         model = visattn.create_model(spec.name)

@@ -13,12 +13,12 @@ import pytest
 import timm
 import torch
 import torch.nn as nn
+from helpers.models import eca_resnet20_spec
 from helpers.paths import REPO
 
 import visattn
 from visattn.blocks.registry import registered_block
-from visattn.models import get_model_spec
-from visattn.models.registry import ModelSpec, registered_model, subscribe
+from visattn.models.registry import registered_model, subscribe
 
 
 @pytest.fixture(scope="session")  # once per worker, even when other modules' tests interleave
@@ -90,16 +90,7 @@ def test_a_block_registered_later_is_listed_in_timm_until_it_is_removed() -> Non
 
 
 def test_a_scoped_model_is_registered_in_visattn_and_timm_then_removed() -> None:
-    base = get_model_spec("resnet20_cifar")
-    spec = ModelSpec(
-        name="scoped_test_resnet20_cifar",
-        builder=base.builder,
-        placeable=True,
-        dataset="cifar",
-        fixed=base.fixed,
-        attention=({"name": "eca"},),
-        meta={"paper": "Test, 2026"},
-    )
+    spec = eca_resnet20_spec("scoped_test_resnet20_cifar")
     seen: list[tuple[list[str], list[str]]] = []
     unsubscribe = subscribe(lambda added, removed: seen.append((list(added), list(removed))))
     try:
