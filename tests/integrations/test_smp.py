@@ -1,6 +1,6 @@
 """visattn models as segmentation-models-pytorch timm-universal encoders (``tu-visattn_*``):
-Unet, FPN, UNet++ and DeepLabV3+ (dilated stages), local weights, and the refusals of
-:func:`visattn.integrations.smp.encoder_name`."""
+Unet, FPN, UNet++ and DeepLabV3+ (dilated stages), local weights, TorchScript of every encoder
+inside smp, and the refusals of :func:`visattn.integrations.smp.encoder_name`."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ import torch
 smp = pytest.importorskip("segmentation_models_pytorch")
 
 import timm  # noqa: E402
+from helpers.tiers import tiered  # noqa: E402
 
 import visattn  # noqa: E402
 from visattn.integrations.smp import encoder_name  # noqa: E402
+from visattn.models import get_model_spec  # noqa: E402
 
 SIZE = 64
 
@@ -117,3 +119,53 @@ def test_models_without_a_dilated_form_are_refused_for_deeplab() -> None:
         encoder_name("resnet50", output_stride=4)
     with pytest.raises(KeyError, match="se_resnet50"):
         encoder_name("se_resnet5")
+
+
+def test_a_block_that_cannot_be_dilated_is_refused_for_deeplab_with_visattns_reason() -> None:
+    assert encoder_name("botnet50") == "tu-visattn_botnet50"
+    with pytest.raises(ValueError, match=r"botnet50.*output_stride 16.*mhsa.*dilated"):
+        encoder_name("botnet50", output_stride=16)
+
+
+#: every ImageNet model under Unet (stride 32) and DeepLabV3+ (stride 16); the default run keeps
+#: a channel-attention ResNet, the conv-replacing BoTNet and a Residual Attention Network
+SCRIPT_CASES = tiered(
+    [
+        (name, arch)
+        for name in visattn.list_models()
+        if get_model_spec(name).dataset == "imagenet"
+        for arch in ("Unet", "DeepLabV3Plus")
+    ],
+    keep=lambda case: (
+        case
+        in {
+            ("se_resnet50", "Unet"),
+            ("se_resnet50", "DeepLabV3Plus"),
+            ("botnet50", "Unet"),
+            ("attention56", "Unet"),
+        }
+    ),
+)
+
+
+@pytest.mark.parametrize(("name", "arch"), SCRIPT_CASES)
+def test_every_encoder_smp_can_build_scripts_inside_smp(name: str, arch: str, tmp_path) -> None:
+    """smp declares its timm-universal encoders scriptable: every ``tu-visattn_*`` ImageNet
+    encoder that :func:`encoder_name` accepts compiles with ``torch.jit.script`` inside the
+    decoder, gives the eager outputs, and saves and reloads; one it refuses says why."""
+    output_stride = 32 if arch == "Unet" else 16
+    try:
+        encoder = encoder_name(name, output_stride=output_stride)
+    except ValueError as err:
+        assert name in str(err) and ("no output_stride" in str(err) or "dilated" in str(err))
+        return
+    options = {} if arch == "Unet" else {"encoder_output_stride": output_stride}
+    model = getattr(smp, arch)(encoder, encoder_weights=None, classes=2, **options).eval()
+    scripted = torch.jit.script(model)
+    torch.jit.save(scripted, tmp_path / "model.pt")
+    reloaded = torch.jit.load(tmp_path / "model.pt")
+    x = torch.randn(1, 3, SIZE, SIZE)
+    with torch.no_grad():
+        want = model(x)
+        torch.testing.assert_close(scripted(x), want)
+        torch.testing.assert_close(reloaded(x), want)

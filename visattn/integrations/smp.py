@@ -27,12 +27,18 @@ runs the same check first and says why a model cannot be an encoder:
 * ``gsop_resnet50`` keeps layer4 at stride 1 (GSoP-Net1's layout, strides up to 16); a
   caller's ``last_stride=2`` does not reach smp's check. ``gsop_resnet50_s32`` is the same
   network at stride 32;
-* Residual Attention Networks have no dilated form for ``output_stride`` 16 or 8.
+* Residual Attention Networks have no dilated form for ``output_stride`` 16 or 8, and a
+  network whose attention replaces a later stage's conv (``botnet50``'s MHSA) cannot dilate it.
+
+Every ``tu-visattn_*`` encoder smp builds can be compiled with ``torch.jit.script`` (smp's
+Unet, DeepLabV3+, ...): ``features_only`` gives :class:`~visattn.models.features.FeatureStages`.
 
 This module does not import smp; it needs only visattn (and timm).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import timm
 import torch
@@ -45,13 +51,14 @@ __all__ = ["SMP_REDUCTIONS", "encoder_name"]
 SMP_REDUCTIONS = (2, 4, 8, 16, 32)
 
 
-def _reductions(timm_name: str) -> list[int]:
-    """The feature strides of the default ``features_only`` build, as smp reads them."""
+def _reductions(timm_name: str, **options: Any) -> list[int]:
+    """The feature strides of the ``features_only`` build with ``options`` (none: the default
+    build smp reads)."""
     try:
         with torch.device("meta"):  # the layout only: no weights allocated
-            model = timm.create_model(timm_name, features_only=True)
+            model = timm.create_model(timm_name, features_only=True, **options)
     except (NotImplementedError, RuntimeError):  # a block whose set-up reads tensor values
-        model = timm.create_model(timm_name, features_only=True)
+        model = timm.create_model(timm_name, features_only=True, **options)
     return list(model.feature_info.reduction())
 
 
@@ -101,4 +108,11 @@ def encoder_name(model: str, *, output_stride: int = 32) -> str:
                 f"visattn model {name!r} has no output_stride option (no dilated form), so "
                 "it cannot be a DeepLab encoder; use a visattn ResNet such as 'se_resnet50'"
             )
+        try:  # what smp builds for DeepLab: a block that cannot be dilated refuses here
+            _reductions(f"visattn_{name}", output_stride=output_stride)
+        except ValueError as err:
+            raise ValueError(
+                f"visattn model {name!r} cannot be a DeepLab encoder at output_stride "
+                f"{output_stride}: {err}"
+            ) from err
     return f"tu-visattn_{name}"

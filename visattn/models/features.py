@@ -28,12 +28,18 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from timm.layers import SelectAdaptivePool2d
-from timm.models._features import feature_take_indices
+from timm.models._features import FeatureGetterNet, feature_take_indices
 from torch.utils.checkpoint import checkpoint
 
 from .checkpoint import load_checkpoint
 
-__all__ = ["GLOBAL_POOLS", "TimmModelMixin", "check_global_pool", "classifier_head"]
+__all__ = [
+    "GLOBAL_POOLS",
+    "FeatureStages",
+    "TimmModelMixin",
+    "check_global_pool",
+    "classifier_head",
+]
 
 #: timm's global pooling types (``SelectAdaptivePool2d``); ``""`` leaves the features unpooled
 GLOBAL_POOLS = ("avg", "max", "avgmax", "catavgmax", "")
@@ -209,3 +215,24 @@ class TimmModelMixin:
         if prune_head:
             self.reset_classifier(0)
         return take
+
+
+class FeatureStages(FeatureGetterNet):
+    """What ``timm.create_model("visattn_<name>", features_only=True)`` returns: timm's
+    ``FeatureGetterNet`` (the features of the model's ``forward_intermediates``, the same
+    modules and state-dict keys), which ``torch.jit.script`` can also compile.
+
+    timm's getter is not scriptable (its index helper formats f-strings, and
+    ``forward_intermediates`` runs a Python list of stages), so under TorchScript the forward
+    runs the model's ``scripted_intermediates(x, take)`` instead: the same features, with the
+    stages written out. smp's timm-universal encoders (``tu-visattn_*``) script through it."""
+
+    def __init__(self, model: nn.Module, out_indices=4, **kwargs) -> None:
+        super().__init__(model, out_indices, **kwargs)
+        take, _ = feature_take_indices(len(model.feature_info), self.out_indices)
+        self.take: list[int] = [int(i) for i in take]
+
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        if not torch.jit.is_scripting():
+            return super().forward(x)
+        return self.model.scripted_intermediates(x, self.take)

@@ -192,6 +192,18 @@ class ResidualAttentionNet(TimmModelMixin, nn.Module):
     def forward_norm(self, x: torch.Tensor) -> torch.Tensor:
         return self.act(self.norm(x))
 
+    def scripted_intermediates(self, x: torch.Tensor, take: list[int]) -> list[torch.Tensor]:
+        """``forward_intermediates(x, take, intermediates_only=True)`` without the feature
+        API's Python list of stages, for TorchScript (:class:`FeatureStages`)."""
+        x = self.forward_stem(x)
+        outs = [x]
+        x = self.forward_stem_pool(x)
+        for stage in self.stages:
+            x = stage(x)
+            outs.append(x)
+        outs[-1] = self.forward_norm(outs[-1])
+        return [outs[i] for i in take]
+
     def prune_stages(self, n: int) -> None:
         self.stages = self.stages[:n]
 

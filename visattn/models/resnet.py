@@ -560,6 +560,25 @@ class ResNet(TimmModelMixin, nn.Module):
     def forward_norm(self, x: torch.Tensor) -> torch.Tensor:
         return self.relu_final(self.bn_final(x))
 
+    def scripted_intermediates(self, x: torch.Tensor, take: list[int]) -> list[torch.Tensor]:
+        """``forward_intermediates(x, take, intermediates_only=True)`` with the stages written
+        out, as ``forward_features`` has them for TorchScript (:class:`FeatureStages`)."""
+        x = self.forward_stem(x)
+        outs = [x]
+        x = self.layer1(self.forward_stem_pool(x))
+        outs.append(x)
+        if hasattr(self, "layer2"):
+            x = self.layer2(x)
+            outs.append(x)
+        if hasattr(self, "layer3"):
+            x = self.layer3(x)
+            outs.append(x)
+        if hasattr(self, "layer4"):
+            x = self.layer4(x)
+            outs.append(x)
+        outs[-1] = self.forward_norm(outs[-1])
+        return [outs[i] for i in take]
+
     def prune_stages(self, n: int) -> None:
         for name in self.stage_names[n:]:
             delattr(self, name)

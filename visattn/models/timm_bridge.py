@@ -1,8 +1,9 @@
 """The bridge to timm: every model in :func:`visattn.list_models` is a timm model
 ``visattn_<name>``, built through timm's ``build_model_with_cfg``, so timm's options work:
 
-* ``features_only=True`` with ``out_indices`` (timm's ``FeatureGetterNet`` over the model's
-  ``forward_intermediates``), ``feature_info``;
+* ``features_only=True`` with ``out_indices`` (:class:`~visattn.models.features.FeatureStages`,
+  timm's ``FeatureGetterNet`` over the model's ``forward_intermediates``, scriptable),
+  ``feature_info``;
 * ``pretrained=True`` with ``pretrained_cfg_overlay=dict(file=PATH)``: a visattn checkpoint or
   torchvision / timm ResNet weights, loaded by :func:`visattn.models.load_checkpoint`
   (attention keys reported as new; the classifier kept at its initialisation when
@@ -33,6 +34,7 @@ from timm.models._pretrained import DefaultCfg, PretrainedCfg
 from . import registry, timm_entrypoints
 from .checkpoint import read_state_dict
 from .factory import create_model, pretrained_cfg_for
+from .features import FeatureStages
 from .pretrained import PretrainedTag, check_sha256, list_pretrained, timm_filter_fn
 from .registry import ModelSpec, get_model_spec
 
@@ -81,7 +83,7 @@ def create_timm_model(name: str, pretrained: bool = False, **kwargs: Any) -> nn.
                 pretrained_cfg_overlay={**keep, "custom_load": False, **overlay},
                 pretrained_filter_fn=timm_filter_fn(tag),
                 feature_cfg={
-                    "feature_cls": "getter",
+                    "feature_cls": FeatureStages,
                     "out_indices": tuple(range(spec.feature_levels)),
                 },
                 **kwargs,
@@ -113,7 +115,10 @@ def create_timm_model(name: str, pretrained: bool = False, **kwargs: Any) -> nn.
         pretrained,
         pretrained_cfg=cfg,
         pretrained_cfg_overlay={**ours, **overlay},
-        feature_cfg={"feature_cls": "getter", "out_indices": tuple(range(spec.feature_levels))},
+        feature_cfg={
+            "feature_cls": FeatureStages,
+            "out_indices": tuple(range(spec.feature_levels)),
+        },
         **kwargs,
     )
 
