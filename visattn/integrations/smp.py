@@ -28,7 +28,8 @@ runs the same check first and says why a model cannot be an encoder:
   caller's ``last_stride=2`` does not reach smp's check. ``gsop_resnet50_s32`` is the same
   network at stride 32;
 * Residual Attention Networks have no dilated form for ``output_stride`` 16 or 8, and a
-  network whose attention replaces a later stage's conv (``botnet50``'s MHSA) cannot dilate it.
+  network whose attention replaces a later stage's conv (``botnet50``'s MHSA) cannot dilate it,
+  nor can a block sized for the stride-32 maps (``ge_resnet50``'s global-extent gather).
 
 Every ``tu-visattn_*`` encoder smp builds can be compiled with ``torch.jit.script`` (smp's
 Unet, DeepLabV3+, ...): ``features_only`` gives :class:`~visattn.models.features.FeatureStages`.
@@ -53,12 +54,18 @@ SMP_REDUCTIONS = (2, 4, 8, 16, 32)
 
 def _reductions(timm_name: str, **options: Any) -> list[int]:
     """The feature strides of the ``features_only`` build with ``options`` (none: the default
-    build smp reads)."""
+    build smp reads). With options, the build also runs once at the model's input size, so a
+    block that cannot take the maps they make refuses here, with its own reason."""
     try:
         with torch.device("meta"):  # the layout only: no weights allocated
             model = timm.create_model(timm_name, features_only=True, **options)
+            if options:
+                model.eval()(torch.empty(1, *model.pretrained_cfg["input_size"]))
     except (NotImplementedError, RuntimeError):  # a block whose set-up reads tensor values
         model = timm.create_model(timm_name, features_only=True, **options)
+        if options:
+            with torch.no_grad():
+                model.eval()(torch.zeros(1, *model.pretrained_cfg["input_size"]))
     return list(model.feature_info.reduction())
 
 
@@ -108,7 +115,7 @@ def encoder_name(model: str, *, output_stride: int = 32) -> str:
                 f"visattn model {name!r} has no output_stride option (no dilated form), so "
                 "it cannot be a DeepLab encoder; use a visattn ResNet such as 'se_resnet50'"
             )
-        try:  # what smp builds for DeepLab: a block that cannot be dilated refuses here
+        try:  # what smp builds for DeepLab: a block that cannot work dilated refuses here
             _reductions(f"visattn_{name}", output_stride=output_stride)
         except ValueError as err:
             raise ValueError(
