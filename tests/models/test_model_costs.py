@@ -9,12 +9,12 @@ import json
 
 import pytest
 from helpers.models import eca_resnet20_spec
-from helpers.tiers import kept_model, tiered
+from helpers.tiers import REPRESENTATIVE_MODELS, kept_model, tiered
 
 import visattn
 from visattn.__main__ import models_table
 from visattn.models import costs
-from visattn.models.registry import registered_model
+from visattn.models.registry import get_model_spec, registered_model
 
 
 def _table() -> dict:
@@ -25,12 +25,29 @@ def test_every_named_model_has_an_entry_and_nothing_else() -> None:
     assert sorted(_table()) == sorted(visattn.list_models())
 
 
+def _entry(name: str) -> costs.ModelCost:
+    e = _table()[name]
+    return costs.ModelCost(e["params"], e["macs"], tuple(e["input_size"]), e["num_classes"])
+
+
 @pytest.mark.parametrize("name", tiered(visattn.list_models(), keep=kept_model))
-def test_entry_is_what_counting_the_model_gives(name: str) -> None:
+def test_entry_has_the_built_models_parameters(name: str) -> None:
     """A model changed without rewriting the table (``python -m visattn.models.costs``)
-    fails here."""
-    entry = costs.ModelCost(**{**_table()[name], "input_size": tuple(_table()[name]["input_size"])})
-    assert entry == costs.measure_cost(name)
+    fails here: parameters, input size and classes (a build, no forward)."""
+    classes = get_model_spec(name).num_classes
+    model = visattn.create_model(name, num_classes=classes)
+    entry = _entry(name)
+    assert (entry.params, entry.input_size, entry.num_classes) == (
+        sum(p.numel() for p in model.parameters()),
+        tuple(model.default_input_size),
+        classes,
+    )
+
+
+@pytest.mark.parametrize("name", tiered(visattn.list_models(), keep=REPRESENTATIVE_MODELS))
+def test_entry_is_what_counting_the_model_gives(name: str) -> None:
+    """The MACs too (a counted forward): the representatives by default, every model heavy."""
+    assert _entry(name) == costs.measure_cost(name)
 
 
 def test_listing_builds_no_named_model(monkeypatch) -> None:
