@@ -6,7 +6,6 @@ macOS's ``._x.jpg``), which are skipped instead of becoming a class or a sample.
 from __future__ import annotations
 
 import logging
-
 from pathlib import Path
 
 import numpy as np

@@ -268,9 +268,7 @@ def insert_attention(
     return {**copy.deepcopy(dict(cfg)), "backbone": out_backbone, "head": out_head}
 
 
-def model_yaml(
-    family: str, block: str, options: Mapping[str, Any] | None = None
-) -> dict[str, Any]:
+def model_yaml(family: str, block: str, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Ultralytics' bundled ``family`` model file (``"yolov8"`` or ``"yolo11"``, every width
     scale) with ``block`` on the P3, P4 and P5 features the head reads (:data:`HEAD_INPUTS`),
     as a model dict."""
