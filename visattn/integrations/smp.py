@@ -58,15 +58,20 @@ def _reductions(timm_name: str, **options: Any) -> list[int]:
     block that cannot take the maps they make refuses here, with its own reason."""
     try:
         with torch.device("meta"):  # the layout only: no weights allocated
-            model = timm.create_model(timm_name, features_only=True, **options)
-            if options:
-                model.eval()(torch.empty(1, *model.pretrained_cfg["input_size"]))
+            model = _features(timm_name, options)
     except (NotImplementedError, RuntimeError):  # a block whose set-up reads tensor values
-        model = timm.create_model(timm_name, features_only=True, **options)
-        if options:
-            with torch.no_grad():
-                model.eval()(torch.zeros(1, *model.pretrained_cfg["input_size"]))
+        model = _features(timm_name, options)
     return list(model.feature_info.reduction())
+
+
+def _features(timm_name: str, options: dict[str, Any]) -> torch.nn.Module:
+    """The ``features_only`` build, run once at its input size where ``options`` are given
+    (on the device in effect: meta tensors under ``torch.device("meta")``)."""
+    model = timm.create_model(timm_name, features_only=True, **options)
+    if options:
+        with torch.no_grad():
+            model.eval()(torch.zeros(1, *model.pretrained_cfg["input_size"]))
+    return model
 
 
 def encoder_name(model: str, *, output_stride: int = 32) -> str:

@@ -545,24 +545,16 @@ class ResNet(TimmModelMixin, nn.Module):
         """``(N, in_chans, H, W) -> (N, num_features, H', W')``."""
         if not torch.jit.is_scripting():
             return super().forward_features(x)  # the feature API's loop (grad checkpointing)
-        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
-        # the stages written out (at most four, see __init__): TorchScript cannot look up a
-        # variable list of named submodules, but folds hasattr
-        x = self.layer1(x)
-        if hasattr(self, "layer2"):
-            x = self.layer2(x)
-        if hasattr(self, "layer3"):
-            x = self.layer3(x)
-        if hasattr(self, "layer4"):
-            x = self.layer4(x)
-        return self.forward_norm(x)
+        return self.scripted_intermediates(x, [-1])[0]  # the last feature: the normed map
 
     def forward_norm(self, x: torch.Tensor) -> torch.Tensor:
         return self.relu_final(self.bn_final(x))
 
     def scripted_intermediates(self, x: torch.Tensor, take: list[int]) -> list[torch.Tensor]:
         """``forward_intermediates(x, take, intermediates_only=True)`` with the stages written
-        out, as ``forward_features`` has them for TorchScript (:class:`FeatureStages`)."""
+        out (at most four, see __init__): TorchScript cannot look up a variable list of named
+        submodules, but folds ``hasattr``. ``forward_features`` and :class:`FeatureStages` run
+        it under TorchScript."""
         x = self.forward_stem(x)
         outs = [x]
         x = self.layer1(self.forward_stem_pool(x))
