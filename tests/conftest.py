@@ -1,11 +1,13 @@
 """Fixtures and hooks of the whole suite: a seeded random state and one torch thread per test,
-the tests marked ``data`` skipped when the real data is absent, and the ``heavy`` tier (see
+the tests marked ``data`` skipped when the real data is absent, the tests listed in
+tests/slow_tests.txt marked ``slow`` (tests/helpers/slow_list.py), and the ``heavy`` tier (see
 tests/helpers/tiers.py) deselected unless ``-m`` names it."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from helpers import slow_list
 from helpers.paths import SHARED_DATA
 
 
@@ -43,7 +45,12 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             pytest.skip(f"no real data at {folder}")
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest's own -m deselection reads the markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    measured = slow_list.load()  # the measured part of the slow tier (tests/helpers/slow_list.py)
+    for item in items:
+        if item.nodeid in measured:
+            item.add_marker(pytest.mark.slow)
     # A -m on the command line replaces addopts' -m 'not heavy', so `pytest -m "not slow"` alone
     # would select the heavy cases that are not slow: without `heavy` in the expression they
     # stay deselected (`pytest -m heavy` or `-m "heavy or not heavy"` runs them).

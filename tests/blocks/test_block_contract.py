@@ -292,18 +292,23 @@ def test_registering_a_taken_name_raises_value_error() -> None:
         assert visattn.block_info("se").cls.__name__ != "_Gate"
 
 
-def test_a_scoped_registration_is_undone_and_leaves_the_class_as_it_was() -> None:
+def test_registration_leaves_the_class_as_written_and_a_scoped_one_is_undone() -> None:
+    written = dict(vars(_Gate))
     with registry.registered_block("generic_test_gate", _Gate, family="channel", paper="T, 2026"):
-        assert visattn.block_info("generic_test_gate").cls is _Gate
+        assert dict(vars(_Gate)) == written  # the decorator changes nothing in the class
+        info = visattn.block_info("generic_test_gate")
+        assert info.impl is _Gate and issubclass(info.cls, _Gate) and info.cls is not _Gate
         with pytest.raises(TypeError, match="block 'generic_test_gate': unknown option"):
+            info.cls(4, scael=1.0)
+        with pytest.raises(TypeError, match="unexpected keyword argument 'scael'"):  # plain Python
             _Gate(4, scael=1.0)
+        assert not _Gate(4)._forward_pre_hooks  # no input check on the class as written
+        assert info.cls(4)._forward_pre_hooks  # the registry's class checks its input
+        assert registry.is_block(_Gate(4)) and registry.block_of(info.cls(4)) == info
     assert "generic_test_gate" not in visattn.list_blocks()
     with pytest.raises(KeyError, match="generic_test_gate"):
         visattn.block_info("generic_test_gate")
-    assert not hasattr(_Gate, "block_name") and "__init__" in vars(_Gate)
-    with pytest.raises(TypeError, match="unexpected keyword argument 'scael'"):  # plain Python
-        _Gate(4, scael=1.0)
-    assert not _Gate(4)._forward_pre_hooks  # no input check added by the registry
+    assert dict(vars(_Gate)) == written and not registry.is_block(_Gate(4))
     with pytest.raises(KeyError, match="generic_test_gat"):
         registry.unregister_block("generic_test_gate")
 

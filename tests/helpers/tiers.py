@@ -5,7 +5,8 @@ TorchScript and fx; identity insertion of every block at every position of a Res
 backward of every ImageNet model at 224x224) take well over an hour on 2 CPU cores. The default
 run keeps a representative case of each and :func:`tiered` marks the rest ``heavy``, which
 pyproject's addopts deselect; ``pytest -m heavy`` runs them (before a release, or on a bigger
-machine). ``slow`` marks the cases over ~20 s on 2 cores, deselected with ``-m "not slow"``.
+machine). ``slow`` marks the cases over ~20 s on 2 cores, deselected with ``-m "not slow"``
+(which also leaves out the tests measured over ~1 s, listed in tests/slow_tests.txt).
 A test outside a matrix takes a plain ``@pytest.mark.slow`` or ``@pytest.mark.heavy``.
 """
 

@@ -10,7 +10,10 @@ Other layers follow the registry through :func:`subscribe` (the timm bridge does
 models named after blocks); :func:`registered_block` registers a block for the duration of a
 ``with`` block (tests).
 
-The decorator also gives every block two behaviours users of ``torch.nn`` and timm expect:
+The decorator records the class and changes nothing in it. What the registry hands out
+(:func:`create_block`, :attr:`BlockInfo.cls`, :func:`~visattn.timm_attn`, and so every model and
+placement) is a subclass made at registration (:func:`block_class`) whose constructor adds the
+behaviours users of ``torch.nn`` and timm expect:
 
 * ``device=`` / ``dtype=`` factory keywords (timm passes them to ``attn_layer``), applied after
   construction when the class does not take them itself;
@@ -30,11 +33,13 @@ The decorator also gives every block two behaviours users of ``torch.nn`` and ti
 from __future__ import annotations
 
 import contextlib
+import copyreg
 import dataclasses
 import functools
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 import torch
@@ -83,7 +88,11 @@ class BlockInfo:
     name: str
     family: str
     paper: str
+    #: the class to build the block with: the registered class with the registry's behaviours
+    #: (a subclass made at registration; the registered class itself is left as written)
     cls: type[nn.Module]
+    #: the class as registered
+    impl: type[nn.Module]
     defaults: dict[str, Any] = field(default_factory=dict)
     replaces_conv: bool = False
     #: for an alias (timm's attention strings, :mod:`visattn.blocks.aliases`): the block it
@@ -117,6 +126,8 @@ _REGISTRY: Registry[BlockInfo] = Registry(
     cutoff=0.5,
 )
 _SUBSCRIBERS = Subscribers()
+#: registered class (as written) -> its name
+_BY_CLASS: dict[type[nn.Module], str] = {}
 
 
 def _signature_defaults(cls: type[nn.Module], name: str) -> dict[str, Any]:
@@ -197,44 +208,71 @@ def _refuse_non_finite_fp16(
     )
 
 
-def _wrap_init(
-    cls: type[nn.Module],
-    name: str,
-    defaults: dict[str, Any],
-    reduced: Reduced | None,
-    fp16_limit: str | None,
-) -> None:
-    original = cls.__init__
-    params = inspect.signature(original).parameters
-    takes_factory = all(k in params for k in _FACTORY_KWARGS)
-    takes_var_kw = any(p.kind is p.VAR_KEYWORD for p in params.values())
+class _BlockClassType(type):
+    """The metaclass of the classes the registry makes (:attr:`BlockInfo.cls`,
+    :func:`~visattn.timm_attn`): pickled as the call that makes them, so a pickled model loads in
+    a fresh process."""
 
-    @functools.wraps(original)
-    def __init__(self, channels: int, *args: Any, **kwargs: Any) -> None:
-        bound = getattr(type(self), "bound_options", None)  # a timm_attn class: options bound
-        if type(self) is not cls and bound is None:  # a subclass's super().__init__: no rewrap
-            original(self, channels, *args, **kwargs)
-            return
-        if bound is not None:
-            kwargs = merge_options(bound, kwargs, reduced)
-        factory = (
-            {} if takes_factory else {k: kwargs.pop(k) for k in _FACTORY_KWARGS if k in kwargs}
-        )
-        for k in TIMM_HOOK_KEYWORDS:  # timm's rule: accepted, and ignored where they do not apply
-            if k in kwargs and k not in params and not takes_var_kw:
-                del kwargs[k]
-        if not takes_var_kw:
-            unknown = [k for k in kwargs if k not in params and k not in TIMM_WIDTH_KEYWORDS]
-            if unknown:
-                raise TypeError(
-                    f"block '{name}': unknown option {unknown_options(unknown, defaults)}; "
-                    f"valid options: {', '.join(defaults) or 'none'}"
-                )
-        if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
-            raise ValueError(f"block '{name}': channels must be a positive int, got {channels!r}")
-        kwargs = translate(name, reduced, channels, kwargs, defaults)
+
+copyreg.pickle(_BlockClassType, lambda c: c.made_by)
+
+
+def _registered_class(name: str) -> type[nn.Module]:
+    return _REGISTRY[name].cls
+
+
+def _constructor_options(
+    info: BlockInfo,
+    params: Mapping[str, inspect.Parameter],
+    bound: Mapping[str, Any],
+    channels: int,
+    kwargs: dict[str, Any],
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The registered class's keywords for a call of the registry's class, and the factory
+    keywords (``device``/``dtype``) to apply after construction; raises for an unknown option
+    or a channel count that is not a positive int."""
+    name, defaults, reduced = info.name, info.defaults, info.reduced
+    takes_var_kw = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    if bound:
+        kwargs = merge_options(bound, kwargs, reduced)
+    takes_factory = all(k in params for k in _FACTORY_KWARGS)
+    factory = {} if takes_factory else {k: kwargs.pop(k) for k in _FACTORY_KWARGS if k in kwargs}
+    for k in TIMM_HOOK_KEYWORDS:  # timm's rule: accepted, and ignored where they do not apply
+        if k in kwargs and k not in params and not takes_var_kw:
+            del kwargs[k]
+    if not takes_var_kw:
+        unknown = [k for k in kwargs if k not in params and k not in TIMM_WIDTH_KEYWORDS]
+        if unknown:
+            raise TypeError(
+                f"block '{name}': unknown option {unknown_options(unknown, defaults)}; "
+                f"valid options: {', '.join(defaults) or 'none'}"
+            )
+    if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
+        raise ValueError(f"block '{name}': channels must be a positive int, got {channels!r}")
+    return translate(name, reduced, channels, kwargs, defaults), factory
+
+
+def block_class(
+    info: BlockInfo,
+    *,
+    bound: Mapping[str, Any],
+    qualname: str,
+    doc: str,
+    made_by: tuple[Callable[..., type[nn.Module]], tuple[Any, ...]],
+) -> type[nn.Module]:
+    """A subclass of ``info.cls`` (the registered class ``info.impl`` at registration, the
+    registry's subclass of it for :func:`~visattn.timm_attn`) whose constructor adds the registry's
+    behaviours (the module docstring's list) with ``bound`` options as defaults; the registered
+    class itself is left as written. ``made_by`` is the call that makes the class again
+    (pickling)."""
+    impl, name = info.impl, info.name
+    params = inspect.signature(impl.__init__).parameters
+
+    @functools.wraps(impl.__init__)
+    def __init__(self: nn.Module, channels: int, *args: Any, **kwargs: Any) -> None:
+        kwargs, factory = _constructor_options(info, params, bound, channels, kwargs)
         try:
-            original(self, channels, *args, **kwargs)
+            impl.__init__(self, channels, *args, **kwargs)
         except ValueError as e:
             msg = str(e)
             raise ValueError(
@@ -243,11 +281,25 @@ def _wrap_init(
         if any(v is not None for v in factory.values()):
             self.to(**{k: v for k, v in factory.items() if v is not None})
         self.register_forward_pre_hook(check_block_input)
-        if fp16_limit is not None:
+        if info.fp16_limit is not None:
             self.register_forward_hook(check_fp16_output)
 
-    __init__.own_init = cls.__dict__.get("__init__")  # None: inherited (unregister_block)
-    cls.__init__ = __init__
+    return _BlockClassType(
+        impl.__name__,
+        (info.cls,),  # the registered class, or for timm_attn the registry's subclass of it
+        {
+            "__init__": __init__,
+            "__module__": impl.__module__,
+            "__qualname__": qualname,
+            "__doc__": doc,
+            "block_name": name,
+            "block_family": info.family,
+            "block_fp16_limit": info.fp16_limit,
+            "bound_to": impl,
+            "bound_options": MappingProxyType(dict(bound)),
+            "made_by": made_by,
+        },
+    )
 
 
 def register_block(
@@ -307,23 +359,23 @@ def register_block(
         for option in (spec.reduction, spec.width, spec.floor, spec.divisor) if spec else ():
             if option is not None and option not in defaults:
                 raise TypeError(f"block '{name}': reduced names no option '{option}'")
-        _wrap_init(cls, name, defaults, spec, fp16_limit)
-        cls.block_name = name
-        cls.block_family = family
-        cls.block_fp16_limit = fp16_limit
-        _REGISTRY.add(
-            name,
-            BlockInfo(
-                name=name,
-                family=family,
-                paper=paper,
-                cls=cls,
-                defaults=defaults,
-                replaces_conv=replaces_conv,
-                fp16_limit=fp16_limit,
-                reduced=spec,
-            ),
+        info = BlockInfo(
+            name=name,
+            family=family,
+            paper=paper,
+            cls=cls,
+            impl=cls,
+            defaults=defaults,
+            replaces_conv=replaces_conv,
+            fp16_limit=fp16_limit,
+            reduced=spec,
         )
+        made_by = (_registered_class, (name,))
+        made = block_class(
+            info, bound={}, qualname=cls.__qualname__, doc=cls.__doc__ or "", made_by=made_by
+        )
+        _REGISTRY.add(name, dataclasses.replace(info, cls=made))
+        _BY_CLASS[cls] = name
         _SUBSCRIBERS.notify(added=[name])
         return cls
 
@@ -331,17 +383,11 @@ def register_block(
 
 
 def unregister_block(name: str) -> BlockInfo:
-    """Remove the block ``name`` from the registry and give its class back its own
-    ``__init__``; returns what the registry held. Unknown names raise ``UnknownBlockError``."""
+    """Remove the block ``name`` from the registry; returns what the registry held. Unknown
+    names raise ``UnknownBlockError``."""
     info = _lookup(name)
     _REGISTRY.remove(name)
-    cls = info.cls
-    own = cls.__init__.own_init  # the constructor before register_block wrapped it
-    if own is None:
-        del cls.__init__
-    else:
-        cls.__init__ = own
-    del cls.block_name, cls.block_family, cls.block_fp16_limit
+    _BY_CLASS.pop(info.impl, None)
     _SUBSCRIBERS.notify(removed=[name])
     return info
 
@@ -442,10 +488,17 @@ def create_block(name: str, channels: int, *, init: str = "default", **kwargs: A
     return make_identity(block, info.alias_of or info.name) if init == "identity" else block
 
 
-def is_block(module: nn.Module) -> bool:
-    """True for instances of registered block classes."""
-    name = getattr(type(module), "block_name", None)
-    if name is None or name not in _REGISTRY:
-        return False
+def block_of(module: nn.Module) -> BlockInfo | None:
+    """The :class:`BlockInfo` of a block instance: of a class made by the registry
+    (:func:`create_block`, :attr:`BlockInfo.cls`, :func:`~visattn.timm_attn`) or of a registered
+    class built directly; ``None`` for any other module."""
     cls = type(module)
-    return _REGISTRY[name].cls in (cls, getattr(cls, "bound_to", None))
+    impl = getattr(cls, "bound_to", cls)
+    name = getattr(cls, "block_name", None) or _BY_CLASS.get(impl)
+    info = _REGISTRY.get(name) if name is not None else None
+    return info if info is not None and info.impl is impl else None
+
+
+def is_block(module: nn.Module) -> bool:
+    """True for instances of registered block classes (see :func:`block_of`)."""
+    return block_of(module) is not None

@@ -3,14 +3,13 @@
 timm's models take their attention as a class (or a string that timm's ``get_attn`` turns into
 one) and call it as ``cls(channels, **kwargs)``, with keywords of timm's conventions
 (:mod:`visattn.blocks.conventions`). :func:`timm_attn` gives such a class for any visattn name,
-with options bound; the registry's constructor wrapper merges them with the caller's.
+with options bound; the constructor of :func:`~visattn.blocks.registry.block_class` merges them
+with the caller's.
 """
 
 from __future__ import annotations
 
-import copyreg
 import inspect
-from types import MappingProxyType
 from typing import Any
 
 import torch.nn as nn
@@ -18,7 +17,7 @@ from timm.layers import get_attn
 
 from .._registry import unknown_options
 from .conventions import TIMM_HOOK_KEYWORDS, TIMM_WIDTH_KEYWORDS, merge_options
-from .registry import _FACTORY_KWARGS, BlockInfo, block_info
+from .registry import _FACTORY_KWARGS, BlockInfo, block_class, block_info
 
 __all__ = ["timm_attn"]
 
@@ -43,16 +42,8 @@ def _timm_rounding(name: str, info: BlockInfo) -> dict[str, Any]:
     return {info.reduced.divisor or "rd_divisor": param.default}
 
 
-class _TimmAttnType(type):
-    """The metaclass of :func:`timm_attn`'s classes: pickled as the call that makes them (timm
-    keeps ``attn_layer`` in a model's ``_model_args``, so ``torch.save(model)`` pickles it)."""
-
-
 def _timm_attn_class(name: str, options: tuple[tuple[str, Any], ...]) -> type[nn.Module]:
     return timm_attn(name, **dict(options))
-
-
-copyreg.pickle(_TimmAttnType, lambda c: (_timm_attn_class, (c.timm_attn_name, c.timm_attn_options)))
 
 
 def timm_attn(name: str, **options: Any) -> type[nn.Module]:
@@ -87,25 +78,18 @@ def timm_attn(name: str, **options: Any) -> type[nn.Module]:
         said = unknown_options(unknown, valid)
         raise TypeError(f"block '{name}': unknown option {said}; valid options: {', '.join(valid)}")
     key = (info.name, repr(sorted(options.items())))
-    cls = _CLASSES.get(key)
-    if cls is not None and cls.bound_to is block_info(info.alias_of or info.name).cls:
-        return cls
     base = block_info(info.alias_of or info.name)
+    cls = _CLASSES.get(key)
+    if cls is not None and cls.bound_to is base.impl:
+        return cls
     timm_defaults = merge_options(_timm_rounding(info.name, info), info.alias_args, info.reduced)
     bound = merge_options(timm_defaults, options, info.reduced)
-    cls = _TimmAttnType(
-        base.cls.__name__,
-        (base.cls,),
-        {
-            "__module__": base.cls.__module__,
-            "__qualname__": f"timm_attn({info.name!r})",
-            "__doc__": f"timm_attn({info.name!r}): {base.cls.__name__} with {bound or 'no options'}"
-            " bound.",
-            "bound_options": MappingProxyType(bound),
-            "bound_to": base.cls,
-            "timm_attn_name": info.name,
-            "timm_attn_options": tuple(options.items()),
-        },
+    cls = block_class(
+        base,
+        bound=bound,
+        qualname=f"timm_attn({info.name!r})",
+        doc=f"timm_attn({info.name!r}): {base.impl.__name__} with {bound or 'no options'} bound.",
+        made_by=(_timm_attn_class, (info.name, tuple(options.items()))),
     )
     _CLASSES[key] = cls
     return cls

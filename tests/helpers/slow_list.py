@@ -1,0 +1,69 @@
+"""The measured part of the ``slow`` tier: ``tests/slow_tests.txt``.
+
+``-m "not slow"`` is the quick pass a developer runs between edits. Beside the tests marked
+``@pytest.mark.slow`` by hand (over ~20 s each), it leaves out the tests that a timed run found
+over a threshold: a few percent of the tests that take about half of the quick pass's time
+(small trainings, sweeps, exports, whole-network builds). They stay in the default run. The list
+is data, written from a timed run by this module::
+
+    python -m pytest -q -m "not slow" --durations=0 -p no:randomly > durations.txt
+    python tests/helpers/slow_list.py durations.txt --over 1.0
+
+A node id that no longer exists is ignored (a renamed test runs in the quick pass until the list
+is written again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections import Counter
+from pathlib import Path
+
+PATH = Path(__file__).resolve().parents[1] / "slow_tests.txt"
+_LINE = re.compile(r"^([\d.]+)s (?:call|setup|teardown)\s+(\S.*?)\s*$")
+_HEADER = (
+    "# Tests over {over:g} s (setup + call + teardown) in a timed quick pass; "
+    "marked slow by tests/conftest.py.\n# Written by tests/helpers/slow_list.py: {note}\n"
+)
+
+
+def load(path: Path = PATH) -> frozenset[str]:
+    """The node ids listed in ``path`` (none when it is absent)."""
+    if not path.is_file():
+        return frozenset()
+    lines = path.read_text().splitlines()
+    return frozenset(s for s in (line.strip() for line in lines) if s and not s.startswith("#"))
+
+
+def durations(text: str) -> Counter[str]:
+    """Seconds per node id (setup, call and teardown added) from pytest's ``--durations=0``."""
+    out: Counter[str] = Counter()
+    for line in text.splitlines():
+        m = _LINE.match(line)
+        if m:
+            out[m.group(2)] += float(m.group(1))
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("durations", type=Path, help="output of pytest --durations=0")
+    parser.add_argument("--over", type=float, default=1.0, help="seconds (default 1.0)")
+    parser.add_argument("--note", default="", help="where and how the times were measured")
+    args = parser.parse_args(argv)
+    times = durations(args.durations.read_text())
+    if not times:
+        raise SystemExit(f"{args.durations}: no '--durations=0' lines found")
+    slow = sorted(t for t, s in times.items() if s > args.over)
+    kept = sum(s for t, s in times.items() if s <= args.over)
+    header = _HEADER.format(over=args.over, note=args.note or "no note")
+    PATH.write_text(header + "".join(f"{t}\n" for t in slow))
+    print(
+        f"{len(slow)} of {len(times)} tests over {args.over:g} s "
+        f"({sum(times.values()) - kept:.0f} of {sum(times.values()):.0f} s) -> {PATH}"
+    )
+
+
+if __name__ == "__main__":
+    main()
