@@ -6,8 +6,11 @@ over a threshold: a few percent of the tests that take about half of the quick p
 (small trainings, sweeps, exports, whole-network builds). They stay in the default run. The list
 is data, written from a timed run by this module::
 
-    python -m pytest -q -m "not slow" --durations=0 -p no:randomly > durations.txt
-    python tests/helpers/slow_list.py durations.txt --over 1.0
+    python -m pytest -q -m "not slow" --durations=0 > durations.txt
+    python tests/helpers/slow_list.py durations.txt --over 1.0 --add --note "machine, date"
+
+(``--add`` keeps the tests already listed, which such a run does not time; without it the list
+is replaced, from a run of ``-m "not slow or slow"``.)
 
 A node id that no longer exists is ignored (a renamed test runs in the quick pass until the list
 is written again).
@@ -36,6 +39,10 @@ def load(path: Path = PATH) -> frozenset[str]:
     return frozenset(s for s in (line.strip() for line in lines) if s and not s.startswith("#"))
 
 
+def _text(path: Path) -> str:
+    return path.read_text() if path.is_file() else ""
+
+
 def durations(text: str) -> Counter[str]:
     """Seconds per node id (setup, call and teardown added) from pytest's ``--durations=0``."""
     out: Counter[str] = Counter()
@@ -51,17 +58,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("durations", type=Path, help="output of pytest --durations=0")
     parser.add_argument("--over", type=float, default=1.0, help="seconds (default 1.0)")
     parser.add_argument("--note", default="", help="where and how the times were measured")
+    parser.add_argument("--add", action="store_true", help="keep the tests already listed")
     args = parser.parse_args(argv)
     times = durations(args.durations.read_text())
     if not times:
         raise SystemExit(f"{args.durations}: no '--durations=0' lines found")
-    slow = sorted(t for t, s in times.items() if s > args.over)
+    slow = sorted({t for t, s in times.items() if s > args.over} | (load() if args.add else set()))
     kept = sum(s for t, s in times.items() if s <= args.over)
+    old = [line for line in _text(PATH).splitlines() if line.startswith("#")] if args.add else []
     header = _HEADER.format(over=args.over, note=args.note or "no note")
-    PATH.write_text(header + "".join(f"{t}\n" for t in slow))
+    PATH.write_text(
+        "\n".join(old) + ("\n" if old else "") + header + "".join(f"{t}\n" for t in slow)
+    )
     print(
-        f"{len(slow)} of {len(times)} tests over {args.over:g} s "
-        f"({sum(times.values()) - kept:.0f} of {sum(times.values()):.0f} s) -> {PATH}"
+        f"timed: {len(times)} tests, {sum(times.values()):.0f} s; over {args.over:g} s: "
+        f"{sum(times.values()) - kept:.0f} s; {len(slow)} tests listed in {PATH}"
     )
 
 
