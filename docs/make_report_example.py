@@ -3,7 +3,8 @@
     python docs/make_report_example.py runs/ablations/se_quick
 
 copies ``report.md`` and every ``*.png`` beside it from the sweep folder (what
-``python -m visattn.ablate SWEEP --out DIR`` writes) into ``docs/assets/report_example/``,
+``python -m visattn.ablate SWEEP --out DIR`` writes) into ``docs/assets/report_example/`` (or
+``docs/assets/NAME/`` with ``--name NAME``),
 replacing what was there; ``docs/guides/ablations.md`` includes that copy of the report
 (``pymdownx.snippets``), so its plot links (``![name](name.png)``) are rewritten to be relative
 to the guide, and its title becomes a sub-heading. The sweep must have finished its report:
@@ -18,13 +19,14 @@ import re
 import shutil
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parent / "assets" / "report_example"
+ASSETS = Path(__file__).resolve().parent / "assets"
+OUT = ASSETS / "report_example"
 #: the copy's folder as seen from the guide that includes it (docs/guides/ablations.md)
 GUIDE_TO_OUT = "../assets/report_example"
 _PLOT_LINK = re.compile(r"!\[[^\]]*\]\(([^)\s]+\.png)\)")
 
 
-def copy_report(sweep_dir: str | Path, out: Path = OUT) -> list[Path]:
+def copy_report(sweep_dir: str | Path, out: Path = OUT, link_to: str = GUIDE_TO_OUT) -> list[Path]:
     """Replace ``out``'s contents with ``sweep_dir``'s ``report.md`` and PNG plots.
 
     Raises:
@@ -49,7 +51,7 @@ def copy_report(sweep_dir: str | Path, out: Path = OUT) -> list[Path]:
     out.mkdir(parents=True)
     copied = [out / "report.md"]
     # included in docs/guides/ablations.md: links relative to the guide, headings below its own
-    text = _PLOT_LINK.sub(lambda m: m[0].replace(m[1], f"{GUIDE_TO_OUT}/{m[1]}"), text)
+    text = _PLOT_LINK.sub(lambda m: m[0].replace(m[1], f"{link_to}/{m[1]}"), text)
     copied[0].write_text(re.sub(r"^(#+) ", r"\1## ", text, flags=re.M))
     for png in sorted(src.glob("*.png")):
         shutil.copy2(png, out / png.name)
@@ -60,8 +62,16 @@ def copy_report(sweep_dir: str | Path, out: Path = OUT) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("sweep_dir", help="a finished sweep's output folder (its --out)")
+    ap.add_argument(
+        "--name",
+        default=OUT.name,
+        help=f"the copy's folder under docs/assets (default {OUT.name}; the guide includes "
+        "report_example and report_imagenette112)",
+    )
     args = ap.parse_args(argv)
-    for path in copy_report(args.sweep_dir):
+    if not args.name or "/" in args.name or args.name.startswith("."):
+        ap.error(f"--name must be one folder name under docs/assets, got {args.name!r}")
+    for path in copy_report(args.sweep_dir, ASSETS / args.name, f"../assets/{args.name}"):
         print(path)
     return 0
 

@@ -153,3 +153,14 @@ def test_report_example_refuses_an_unfinished_sweep_and_keeps_the_old_example(
     with pytest.raises(FileNotFoundError, match=r"links plots that are not in .*paired_diff"):
         script.copy_report(sweep, out)
     assert (out / "report.md").read_text() == "old"
+
+
+def test_report_example_under_another_name_links_to_its_own_folder(tmp_path: Path) -> None:
+    script = _script("make_report_example")
+    sweep = _sweep_folder(tmp_path / "sweep", ["paired_diff"])
+    out = tmp_path / "report_other"
+    script.copy_report(sweep, out, "../assets/report_other")
+    links = re.findall(r"\]\(([^)]+\.png)\)", (out / "report.md").read_text())
+    assert links == ["../assets/report_other/paired_diff.png"]
+    with pytest.raises(SystemExit):
+        script.main([str(sweep), "--name", "../elsewhere"])

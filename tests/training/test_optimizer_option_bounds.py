@@ -1,14 +1,17 @@
-"""Optimizer options that would train silently wrong are refused when the module is built."""
+"""Optimizer options that would train silently wrong are refused when the module is built, and
+any torch optimizer class can be named (visattn/training/optimizers.py)."""
 
 from __future__ import annotations
 
 import math
 
 import pytest
+import torch
 
 pytest.importorskip("lightning")
 
 from visattn.training.module import ClassificationModule
+from visattn.training.optimizers import optimizer_spec
 
 
 @pytest.mark.parametrize("weight_decay", [-1.0, -1e-8, math.nan])
@@ -38,3 +41,92 @@ def test_a_warm_up_as_long_as_the_run_is_warned_about(tmp_path) -> None:
             "--model.schedule=cosine",
             "--model.warmup_epochs=2",
         )
+
+
+# --------------------------------------------------------------------------- any optimizer class
+
+RADAM = {"class_path": "torch.optim.RAdam", "init_args": {"decoupled_weight_decay": True}}
+
+
+def test_any_optimizer_class_in_lightnings_spelling_gets_visattns_groups_and_lr() -> None:
+    module = ClassificationModule(
+        model="resnet20_cifar",
+        num_classes=4,
+        optimizer=RADAM,
+        lr=0.003,
+        weight_decay=0.05,
+        no_weight_decay_norm_bias=True,
+        lr_mult={"head": 2.0},
+    )
+    module.trainer = type("T", (), {"max_epochs": 2, "estimated_stepping_batches": 10})()
+    module._steps_per_epoch = lambda: 5  # no trainer loop here: the schedule's length
+    opt = module.configure_optimizers()["optimizer"]
+    assert type(opt) is torch.optim.RAdam and opt.defaults["decoupled_weight_decay"] is True
+    by_name = {g["name"]: g for g in opt.param_groups}
+    assert by_name["head/decay"]["initial_lr"] == pytest.approx(0.006)  # lr x lr_mult
+    assert by_name["backbone/no_decay"]["weight_decay"] == 0.0
+    assert by_name["backbone/decay"]["weight_decay"] == 0.05
+
+
+def test_a_bare_class_path_is_the_class_with_its_defaults() -> None:
+    spec = optimizer_spec("torch.optim.Adagrad")
+    assert spec.cls is torch.optim.Adagrad and spec.init_args == {}
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("adam", r"neither a named optimizer \(sgd, adamw\) nor a class path.*'adamw'"),
+        ("torch.optim.Radam", r"cannot import 'torch.optim.Radam'.*did you mean 'RAdam'"),
+        ("torch.nn.Linear", r"'torch.nn.Linear' is not a torch.optim.Optimizer class"),
+        ({"class_path": "torch.optim.RAdam", "init_args": {"lr": 0.1}}, r"lr: set model\.lr"),
+        (
+            {"class_path": "torch.optim.RAdam", "init_args": {"decoupled_wd": True}},
+            r"RAdam takes no 'decoupled_wd' \(did you mean 'decoupled_weight_decay'\?\)",
+        ),
+        ({"class_path": "torch.optim.RAdam", "init_arg": {}}, r"unknown key 'init_arg'"),
+        ({"init_args": {}}, r"a mapping with class_path"),
+    ],
+)
+def test_a_wrong_optimizer_is_refused_when_the_module_is_built(value, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        ClassificationModule(model="resnet20_cifar", num_classes=4, optimizer=value)
+
+
+def test_a_named_optimizers_option_is_refused_for_a_class_it_does_not_reach() -> None:
+    with pytest.raises(
+        ValueError, match=r"model\.momentum .*put it in model\.optimizer\.init_args"
+    ):
+        ClassificationModule(model="resnet20_cifar", num_classes=4, optimizer=RADAM, momentum=0.5)
+    ClassificationModule(model="resnet20_cifar", num_classes=4, optimizer=RADAM, momentum=0.9)
+
+
+def test_yaml_and_flags_resolve_the_class_path_to_the_same_settings(tmp_path) -> None:
+    from visattn.training.config import canonical_dump, resolve
+
+    config = tmp_path / "opt.yaml"
+    config.write_text(
+        "model:\n  optimizer:\n    class_path: torch.optim.RAdam\n"
+        "    init_args: {decoupled_weight_decay: true}\n  lr: 0.003\n"
+    )
+    by_file = canonical_dump(resolve(["fit", "--config", str(config)]))
+    by_flags = canonical_dump(
+        resolve(
+            [
+                "fit",
+                "--model.optimizer={class_path: torch.optim.RAdam, "
+                "init_args: {decoupled_weight_decay: true}}",
+                "--model.lr=0.003",
+            ]
+        )
+    )
+    assert by_file == by_flags and "model.optimizer.class_path" in by_file
+    # a run that keeps the named recipe has no new key: finished sweeps' markers stay valid
+    assert "optimizer" not in canonical_dump(resolve(["fit", "--model.lr=0.003"]))
+
+
+def test_a_class_path_optimizer_trains(tmp_path) -> None:
+    from helpers.training import tiny_fit
+
+    tiny_fit(tmp_path, "--model.optimizer=torch.optim.RAdam", "--trainer.max_epochs=1")
+    assert list(tmp_path.rglob("metrics.csv"))

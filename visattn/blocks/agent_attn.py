@@ -97,9 +97,8 @@ class AgentAttention(AttendMixin, nn.Module):
             paper's Eq. (4) alone).
         feat_size: map size the row and column biases are made for (int or ``(H, W)``).
         dwc_kernel: kernel of the depthwise conv on ``V`` (odd; official 3).
-        attn_impl: the softmax attention's path, ``fused`` (``F.scaled_dot_product_attention``,
-            the default) or ``math`` (the weights written out, as before the shared primitive);
-            the same function.
+        attn_impl: ``fused`` (``F.scaled_dot_product_attention``) or ``math`` (weights written
+            out); the same function (:func:`~visattn.blocks._attention.softmax_attention`).
     """
 
     def __init__(

@@ -67,9 +67,8 @@ class AreaAttention(AttendMixin, nn.Module):
         direction: ``"horizontal"`` strips of rows (the authors' code) or ``"vertical"`` strips
             of columns.
         pe_kernel: kernel of the depthwise positional conv (odd; paper 5).
-        attn_impl: the softmax attention's path, ``fused`` (``F.scaled_dot_product_attention``,
-            the default) or ``math`` (the weights written out, as before the shared primitive);
-            the same function.
+        attn_impl: ``fused`` (``F.scaled_dot_product_attention``) or ``math`` (weights written
+            out); the same function (:func:`~visattn.blocks._attention.softmax_attention`).
     """
 
     def __init__(

@@ -63,9 +63,8 @@ class BiLevelRoutingAttention(AttendMixin, nn.Module):
         topk: regions each region attends to (BiFormer-T/S/B: 1, 4, 16 in stages 1-3); at most
             ``S^2``.
         lepe_kernel: kernel of the local context enhancement (odd; BiFormer's models 5).
-        attn_impl: the softmax attention's path, ``fused`` (``F.scaled_dot_product_attention``,
-            the default) or ``math`` (the weights written out, as before the shared primitive);
-            the same function.
+        attn_impl: ``fused`` (``F.scaled_dot_product_attention``) or ``math`` (weights written
+            out); the same function (:func:`~visattn.blocks._attention.softmax_attention`).
     """
 
     def __init__(

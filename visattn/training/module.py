@@ -14,6 +14,7 @@ from torchmetrics.classification import MulticlassAccuracy
 from ..models import create_model
 from ..models.placement import Placement, placements_to_config
 from .callbacks import BackboneFreeze, ExactResumeRNG
+from .optimizers import optimizer_spec
 from .parameters import PARAM_KINDS, split_parameters
 
 __all__ = ["DEFAULT_NUM_CLASSES", "ClassificationModule", "NonFiniteLossError", "lr_factor"]
@@ -21,7 +22,6 @@ __all__ = ["DEFAULT_NUM_CLASSES", "ClassificationModule", "NonFiniteLossError", 
 #: the class count a module built without ``num_classes`` starts with, until a data module says
 DEFAULT_NUM_CLASSES = 10
 
-OPTIMIZERS = ("sgd", "adamw")
 SCHEDULES = ("multistep", "cosine", "linear", "constant")
 
 
@@ -96,9 +96,12 @@ class ClassificationModule(pl.LightningModule):
             model), where it is faster on CPU and CUDA; pass ``false`` to keep NCHW.
         compile: wrap the network's forward in ``torch.compile`` (``self.net`` stays the plain
             module, so checkpoints hold ``net.*`` keys).
-        optimizer: ``"sgd"`` or ``"adamw"``.
+        optimizer: ``"sgd"`` or ``"adamw"``, or any ``torch.optim.Optimizer`` class as
+            ``{"class_path": ..., "init_args": {...}}`` (LightningCLI's spelling) or a bare
+            class path (:mod:`visattn.training.optimizers`).
         lr, momentum, nesterov, weight_decay, betas: optimizer settings (momentum/nesterov for
-            SGD, betas for AdamW).
+            SGD, betas for AdamW; a class path's own options go in its ``init_args``; ``lr``
+            and ``weight_decay`` apply to every optimizer).
         no_weight_decay_norm_bias: no weight decay for 1-d parameters (norm scales/shifts,
             biases).
         lr_mult: learning-rate multipliers by parameter kind, ``{"backbone": .., "attention":
@@ -127,7 +130,7 @@ class ClassificationModule(pl.LightningModule):
         model_kwargs: dict | None = None,
         channels_last: bool | None = None,
         compile: bool = False,
-        optimizer: str = "sgd",
+        optimizer: str | dict[str, Any] = "sgd",
         lr: float = 0.1,
         momentum: float = 0.9,
         nesterov: bool = False,
@@ -147,8 +150,9 @@ class ClassificationModule(pl.LightningModule):
         check_finite_every: int = 1,
     ) -> None:
         super().__init__()
-        if optimizer not in OPTIMIZERS:
-            raise ValueError(f"unknown optimizer {optimizer!r}; choose from {list(OPTIMIZERS)}")
+        self._optimizer = optimizer_spec(
+            optimizer, momentum=momentum, nesterov=nesterov, betas=betas
+        )
         if schedule not in SCHEDULES:
             raise ValueError(f"unknown schedule {schedule!r}; choose from {list(SCHEDULES)}")
         if lr_interval not in ("step", "epoch"):
@@ -365,10 +369,9 @@ class ClassificationModule(pl.LightningModule):
     def configure_optimizers(self) -> dict[str, Any]:
         h = self.hparams
         groups = self._param_groups()
-        if h.optimizer == "sgd":
-            opt = torch.optim.SGD(groups, lr=h.lr, momentum=h.momentum, nesterov=h.nesterov)
-        else:
-            opt = torch.optim.AdamW(groups, lr=h.lr, betas=tuple(h.betas))
+        opt = self._optimizer.build(
+            groups, h.lr, momentum=h.momentum, nesterov=h.nesterov, betas=h.betas
+        )
         max_epochs = self.trainer.max_epochs
         if h.schedule in ("cosine", "linear") and (max_epochs is None or max_epochs < 1):
             raise ValueError(
