@@ -376,3 +376,14 @@ def test_conv_replacing_block_maps_channels_and_stride(name: str, stride: int) -
     assert (blk.in_channels, blk.out_channels, blk.stride) == (32, 64, stride)
     y = blk(randn(32, (16, 16)))
     assert y.shape == (2, 64, 16 // stride, 16 // stride)
+
+
+def test_a_block_from_the_registry_pickles_as_its_registered_name() -> None:
+    import pickle
+
+    blk = visattn.create_block("cbam", 16).eval()
+    again = pickle.loads(pickle.dumps(blk))
+    assert type(again) is type(blk) is visattn.block_info("cbam").cls
+    assert again._forward_pre_hooks  # the registry's input check came back with it
+    x = torch.randn(2, 16, 8, 8)
+    torch.testing.assert_close(again(x), blk(x))
