@@ -21,8 +21,15 @@ from pathlib import Path
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 OUT = ASSETS / "report_example"
-#: the copy's folder as seen from the guide that includes it (docs/guides/ablations.md)
-GUIDE_TO_OUT = "../assets/report_example"
+
+
+def from_guide(name: str) -> str:
+    """The folder ``docs/assets/<name>`` as seen from the guide that includes its report
+    (docs/guides/ablations.md)."""
+    return f"../assets/{name}"
+
+
+GUIDE_TO_OUT = from_guide(OUT.name)
 _PLOT_LINK = re.compile(r"!\[[^\]]*\]\(([^)\s]+\.png)\)")
 
 
@@ -71,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not args.name or "/" in args.name or args.name.startswith("."):
         ap.error(f"--name must be one folder name under docs/assets, got {args.name!r}")
-    for path in copy_report(args.sweep_dir, ASSETS / args.name, f"../assets/{args.name}"):
+    for path in copy_report(args.sweep_dir, ASSETS / args.name, from_guide(args.name)):
         print(path)
     return 0
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any
 
@@ -23,6 +24,12 @@ __all__ = ["DEFAULT_NUM_CLASSES", "ClassificationModule", "NonFiniteLossError", 
 DEFAULT_NUM_CLASSES = 10
 
 SCHEDULES = ("multistep", "cosine", "linear", "constant")
+
+
+def _defaults(options: dict[str, Any]) -> dict[str, Any]:
+    """The :class:`ClassificationModule` defaults of ``options``' keys (its signature's)."""
+    params = inspect.signature(ClassificationModule.__init__).parameters
+    return {k: params[k].default for k in options}
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -150,9 +157,8 @@ class ClassificationModule(pl.LightningModule):
         check_finite_every: int = 1,
     ) -> None:
         super().__init__()
-        self._optimizer = optimizer_spec(
-            optimizer, momentum=momentum, nesterov=nesterov, betas=betas
-        )
+        named = {"momentum": momentum, "nesterov": nesterov, "betas": betas}
+        self._optimizer = optimizer_spec(optimizer, named, _defaults(named))
         if schedule not in SCHEDULES:
             raise ValueError(f"unknown schedule {schedule!r}; choose from {list(SCHEDULES)}")
         if lr_interval not in ("step", "epoch"):
@@ -369,9 +375,7 @@ class ClassificationModule(pl.LightningModule):
     def configure_optimizers(self) -> dict[str, Any]:
         h = self.hparams
         groups = self._param_groups()
-        opt = self._optimizer.build(
-            groups, h.lr, momentum=h.momentum, nesterov=h.nesterov, betas=h.betas
-        )
+        opt = self._optimizer.build(groups, h.lr)
         max_epochs = self.trainer.max_epochs
         if h.schedule in ("cosine", "linear") and (max_epochs is None or max_epochs < 1):
             raise ValueError(

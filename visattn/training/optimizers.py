@@ -29,30 +29,26 @@ import torch
 
 from .._registry import did_you_mean, unknown_options
 
-__all__ = ["NAMED", "NAMED_OPTIONS", "OptimizerSpec", "optimizer_spec"]
+__all__ = ["NAMED", "OptimizerSpec", "optimizer_spec"]
 
-#: the named recipes: their options are the module's flat keys
-NAMED = ("sgd", "adamw")
+#: the named recipes: their class and which of the module's flat options they read
+NAMED = {
+    "sgd": (torch.optim.SGD, ("momentum", "nesterov")),
+    "adamw": (torch.optim.AdamW, ("betas",)),
+}
 #: the module's own options, refused in ``init_args``
 _OWN = {"lr": "model.lr", "weight_decay": "model.weight_decay", "params": "the parameter groups"}
 _KEYS = ("class_path", "init_args")
 
 
 class OptimizerSpec:
-    """A resolved ``model.optimizer``: the class and its extra keyword arguments."""
+    """A resolved ``model.optimizer``: the class and its keyword arguments besides ``lr``."""
 
     def __init__(self, name: str, cls: type[torch.optim.Optimizer], init_args: Mapping[str, Any]):
         self.name, self.cls, self.init_args = name, cls, dict(init_args)
 
-    def build(self, groups: list[dict[str, Any]], lr: float, **named: Any) -> torch.optim.Optimizer:
-        """The optimizer over ``groups`` (each with its own weight decay) at ``lr``; ``named``
-        are the named recipe's options (ignored for a class path)."""
-        if self.name == "sgd":
-            return torch.optim.SGD(
-                groups, lr=lr, momentum=named["momentum"], nesterov=named["nesterov"]
-            )
-        if self.name == "adamw":
-            return torch.optim.AdamW(groups, lr=lr, betas=tuple(named["betas"]))
+    def build(self, groups: list[dict[str, Any]], lr: float) -> torch.optim.Optimizer:
+        """The optimizer over ``groups`` (each with its own weight decay) at ``lr``."""
         return self.cls(groups, lr=lr, **self.init_args)
 
 
@@ -94,25 +90,28 @@ def _check_init_args(path: str, cls: type, init_args: Any) -> dict[str, Any]:
     return dict(init_args)
 
 
-#: the named recipes' flat options and their defaults (the module's)
-NAMED_OPTIONS = {"momentum": 0.9, "nesterov": False, "betas": (0.9, 0.999)}
-
-
-def optimizer_spec(value: str | Mapping[str, Any], **named: Any) -> OptimizerSpec:
-    """The :class:`OptimizerSpec` of a ``model.optimizer`` value; raises ``ValueError`` naming
-    what is wrong (an unknown name or class, a class that is not an optimizer, an option the
-    class does not take, ``lr``/``weight_decay`` in ``init_args``, or a named recipe's option
-    such as ``momentum`` changed from its default for a class path, which would not read it)."""
+def optimizer_spec(
+    value: str | Mapping[str, Any],
+    named: Mapping[str, Any] | None = None,
+    defaults: Mapping[str, Any] | None = None,
+) -> OptimizerSpec:
+    """The :class:`OptimizerSpec` of a ``model.optimizer`` value. ``named`` are the module's flat
+    options of the named recipes as given (``momentum``, ``nesterov``, ``betas``), ``defaults``
+    their defaults. Raises ``ValueError`` naming what is wrong: an unknown name or class, a class
+    that is not an optimizer, an option the class does not take, ``lr``/``weight_decay`` in
+    ``init_args``, or a named recipe's option changed from its default for a class path, which
+    would not read it."""
+    named, defaults = dict(named or {}), dict(defaults or {})
+    if isinstance(value, str) and value in NAMED:
+        cls, reads = NAMED[value]
+        return OptimizerSpec(value, cls, {k: _plain(named[k]) for k in reads if k in named})
     spec = _spec(value)
-    if spec.name not in NAMED:
-        changed = [
-            k for k, v in named.items() if k in NAMED_OPTIONS and _plain(v) != NAMED_OPTIONS[k]
-        ]
-        if changed:
-            raise ValueError(
-                f"model.{changed[0]} is an option of the named optimizers ({', '.join(NAMED)}); "
-                f"{spec.name} does not read it: put it in model.optimizer.init_args"
-            )
+    changed = [k for k, v in named.items() if k in defaults and _plain(v) != _plain(defaults[k])]
+    if changed:
+        raise ValueError(
+            f"model.{changed[0]} is an option of the named optimizers ({', '.join(NAMED)}); "
+            f"{spec.name} does not read it: put it in model.optimizer.init_args"
+        )
     return spec
 
 
@@ -121,8 +120,6 @@ def _plain(v: Any) -> Any:
 
 
 def _spec(value: str | Mapping[str, Any]) -> OptimizerSpec:
-    if isinstance(value, str) and value in NAMED:
-        return OptimizerSpec(value, torch.optim.SGD if value == "sgd" else torch.optim.AdamW, {})
     if isinstance(value, str):
         return OptimizerSpec(value, _import(value), {})
     if not isinstance(value, Mapping) or "class_path" not in value:
