@@ -243,9 +243,17 @@ def test_seven_studies_the_cpu_sweeps_and_the_gpu_reproduction_are_shipped(
     assert c10.seeds == (0, 1, 2, 3, 4) and c10.test == "last" and c10.metric == "test/acc"
     assert c10.baseline == "resnet20_none" and c10.order == "seed"
     assert "data.num_train" not in c10.overrides and "data.val_split" not in c10.overrides
-    assert {v.name for v in c10.variants} == {
-        f"resnet20_{b}" for b in ("none", "se", "gsop", "cbam")
+    # the first table's four variants, then the leaderboard: two blocks of each family and
+    # the width-matched control for GSoP, all paired with the same baseline runs
+    blocks = ("none", "se", "gsop", "cbam", "eca", "gc", "simam", "nonlocal", "bam", "coord")
+    assert [v.name for v in c10.variants][:4] == [f"resnet20_{b}" for b in blocks[:4]]
+    assert {v.name for v in c10.variants} == {f"resnet20_{b}" for b in blocks} | {
+        "resnet20_residual_attention",
+        "resnet20_scse",
+        "resnet20_wide_gsop",
     }
+    wide = next(v for v in c10.variants if v.name == "resnet20_wide_gsop")
+    assert wide.match == ("params", "resnet20_gsop") and wide.baseline is None
     recipe = load_sweep(REPO / "configs" / "ablations" / "cifar10_recipe.yaml")
     assert recipe.overrides["data.val_split"] == 5000 and recipe.test is None
     assert recipe.base == c10.base  # the recipe checked is the table's

@@ -230,3 +230,35 @@ def test_bench_train_measures_both_data_pipelines(tmp_path):
     data = {r["impl"]: r for r in read_csv(out) if r["kind"] == "data"}
     assert set(data) == {"loader_albumentations", "loader_device_aug", "device_aug_only"}
     assert all(float(r["images_per_s"]) > 0 for r in data.values())
+
+
+@pytest.fixture(scope="module")
+def bench_steps():
+    yield from benchmark_module("bench_steps")
+
+
+def test_bench_steps_times_the_sweeps_own_networks_against_the_plain_one(
+    tmp_path, bench_steps, capsys
+):
+    out = tmp_path / "steps.csv"
+    argv = ["--variants", "resnet20_eca,resnet20_wide_gsop", "--rounds", "1", "--steps", "1"]
+    status = bench_steps.main(
+        [*argv, "--batch", "4", "--profile", "--profile-steps", "1", "--out", str(out)]
+    )
+    assert status == 0
+    rows = {r["variant"]: r for r in read_csv(out)}
+    assert list(rows) == ["resnet20_none", "resnet20_eca", "resnet20_wide_gsop"]  # baseline first
+    assert float(rows["resnet20_none"]["ratio"]) == 1.0
+    # the networks are the sweep's: ECA adds 27 parameters (3 per block, 9 blocks), the
+    # equal-budget control is widened to within 2% of GSoP's 417,898
+    assert int(rows["resnet20_eca"]["params"]) - int(rows["resnet20_none"]["params"]) == 27
+    assert abs(int(rows["resnet20_wide_gsop"]["params"]) / 417_898 - 1) < 0.02
+    assert float(rows["resnet20_wide_gsop"]["macs_added_pct"]) > 40  # width costs MACs
+    assert rows["resnet20_eca"]["where"]  # the profiler's attribution
+    text = capsys.readouterr().out
+    assert "vector extensions" in text and "- cpu:" in text
+
+
+def test_bench_steps_refuses_an_unknown_variant_naming_the_sweeps(bench_steps):
+    with pytest.raises(SystemExit, match="resnet20_none"):
+        bench_steps.main(["--variants", "resnet20_nope", "--rounds", "1"])

@@ -1,0 +1,236 @@
+"""Training-step time of a network with each attention block against the same network without.
+
+    python benchmarks/bench_steps.py                           # every variant of the leaderboard
+    python benchmarks/bench_steps.py --quick                   # fewer rounds, about two minutes
+    python benchmarks/bench_steps.py --variants resnet20_se,resnet20_eca --profile
+    python benchmarks/bench_steps.py --precision bf16          # bf16 autocast, and its speedup
+
+The networks are the sweep's own (``--sweep``, default the CIFAR-10 leaderboard
+``configs/ablations/cifar10_cpu.yaml``): each variant's seed-0 run is built from its resolved
+options exactly as the sweep trains it (block, position, stages, widened baseline), in the
+memory format the run uses (channels-last by default), untrained. One *step* is what the
+training loop does per batch: forward, label-smoothed cross-entropy, ``zero_grad``, backward and
+an SGD + Nesterov step (weight decay 5e-4), on one fixed random batch (``--batch``, default 128
+images at the data's size).
+
+Timing: every network is warmed up, then ``--rounds`` samples of ``--steps`` steps are taken
+*interleaved* (sample ``i`` of every network before sample ``i + 1`` of any, the order
+alternating from one round to the next), and the median per network is kept; ``ratio`` = the
+variant's median step / the plain network's median step, both from this run. One thread by
+default (``--threads``), as the sweep runs on this kind of machine. Run it on an idle machine: a
+second job skews even ratios.
+
+Columns: ``params``; ``macs_added`` = the variant's forward multiply-accumulates minus the plain
+network's, in percent of the plain network's (``visattn.profile.count_macs``); ``step_ms`` and
+``ratio``; with ``--profile``, ``where`` = the three operators whose self CPU time grew most
+against the plain network over ``--profile-steps`` steps (torch.profiler), with the growth per
+step in ms. With ``--precision bf16`` every network also runs under CPU bf16 autocast and
+``bf16_speedup`` = fp32 step / bf16 step; the header says whether the CPU has AMX (where bf16
+matrix products are fast) or not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import statistics
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from _common import interleaved_median_ms, machine_description, markdown_table, write_csv
+
+from visattn.ablate.resolve import build_run
+from visattn.ablate.sweep import load_sweep
+from visattn.profile import count_macs, count_params
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_SWEEP = ROOT / "configs" / "ablations" / "cifar10_cpu.yaml"
+COLUMNS = [
+    "variant",
+    "params",
+    "macs_added_pct",
+    "step_ms",
+    "ratio",
+    "bf16_ms",
+    "bf16_speedup",
+    "where",
+]
+#: the CPU flags that decide which kernels run (the host kind varies between machines)
+VECTOR_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
+
+
+def vector_extensions() -> list[str]:
+    """The :data:`VECTOR_FLAGS` this CPU reports in ``/proc/cpuinfo`` (empty elsewhere)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    flags = next(
+        (ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), []
+    )
+    return [f for f in VECTOR_FLAGS if f in flags]
+
+
+class Step:
+    """One training step of ``net`` on a fixed batch, as the training loop takes it."""
+
+    def __init__(self, net: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, bf16: bool) -> None:
+        self.net, self.x, self.y, self.bf16 = net.train(), x, y, bf16
+        self.opt = torch.optim.SGD(
+            net.parameters(), lr=1e-3, momentum=0.9, nesterov=True, weight_decay=5e-4
+        )
+
+    def __call__(self) -> None:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
+            loss = F.cross_entropy(self.net(self.x), self.y, label_smoothing=0.1)
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+
+
+def build_networks(
+    sweep_path: Path, names: Sequence[str] | None
+) -> dict[str, tuple[torch.nn.Module, bool]]:
+    """``{variant: (network, channels_last)}`` of the sweep's seed-0 runs, in the memory format
+    each run uses; the sweep's baseline comes first."""
+    sweep = load_sweep(sweep_path)
+    runs = {
+        r.variant: r for r in sweep.runs("/tmp/visattn-bench-steps") if r.seed == sweep.seeds[0]
+    }
+    wanted = list(runs) if not names else list(names)
+    unknown = [n for n in wanted if n not in runs]
+    if unknown:
+        raise SystemExit(f"unknown variant(s) {unknown}; the sweep has: {', '.join(runs)}")
+    order = [sweep.baseline] + [n for n in wanted if n != sweep.baseline]
+    nets = {}
+    for name in order:
+        module, _ = build_run(runs[name].args)
+        nets[name] = (module.net, bool(module.channels_last))
+    return nets
+
+
+def profile_growth(steps: dict[str, Step], base: str, n: int, top: int = 3) -> dict[str, str]:
+    """Per variant, the ``top`` operators whose self CPU time per step grew most over ``base``'s."""
+    from torch.profiler import ProfilerActivity, profile
+
+    per_op: dict[str, collections.Counter] = {}
+    for name, step in steps.items():
+        step()
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(n):
+                step()
+        per_op[name] = collections.Counter(
+            {e.key: e.self_cpu_time_total / 1e3 / n for e in prof.key_averages()}
+        )
+    out = {}
+    for name, ops in per_op.items():
+        if name == base:
+            continue
+        growth = ops.copy()
+        growth.subtract(per_op[base])
+        out[name] = "; ".join(f"{op} +{ms:.1f}" for op, ms in growth.most_common(top) if ms > 0)
+    return out
+
+
+def time_steps(steps: dict[str, Step], args: argparse.Namespace) -> dict[str, float]:
+    """Median ms per step of each network, sampled interleaved."""
+    many: dict[str, Callable[[], None]] = {k: _repeat(s, args.steps) for k, s in steps.items()}
+    ms = interleaved_median_ms(many, device="cpu", warmup=1, repeats=args.rounds)
+    return {k: v / args.steps for k, v in ms.items()}
+
+
+def _repeat(fn: Callable[[], None], n: int) -> Callable[[], None]:
+    def run() -> None:
+        for _ in range(n):
+            fn()
+
+    return run
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.quick:
+        args.rounds, args.steps = min(args.rounds, 3), min(args.steps, 2)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    built = build_networks(Path(args.sweep), args.variants)
+    nets = {k: net for k, (net, _) in built.items()}
+    base = next(iter(nets))
+    shape = (3, args.image_size, args.image_size)
+    x = torch.randn(args.batch, *shape)
+    y = torch.randint(0, 10, (args.batch,))
+    fp32 = {}
+    for name, (net, channels_last) in built.items():
+        xin = x.contiguous(memory_format=torch.channels_last) if channels_last else x
+        fp32[name] = Step(net, xin, y, bf16=False)
+    macs = {k: count_macs(n.eval(), (1, *shape)) for k, n in nets.items()}
+    info = machine_description("cpu")
+    ext = vector_extensions()
+    print(f"# Training-step time against the plain network ({Path(args.sweep).name})\n")
+    print("command: `python " + " ".join(sys.argv) + "`\n")
+    for k, v in info.items():
+        print(f"- {k}: {v}")
+    print(f"- vector extensions: {', '.join(ext) or 'none of ' + ', '.join(VECTOR_FLAGS)}")
+    print(
+        f"- batch {args.batch} x {shape}, {args.rounds} rounds of {args.steps} steps, interleaved\n"
+    )
+    step_ms = time_steps(fp32, args)
+    bf16_ms: dict[str, float] = {}
+    if args.precision == "bf16":
+        if "amx_bf16" not in ext:
+            print("(this CPU has no AMX: bf16 matrix products have no fast path here)\n")
+        bf16 = {k: Step(s.net, s.x, s.y, bf16=True) for k, s in fp32.items()}
+        bf16_ms = time_steps(bf16, args)
+    where = profile_growth(fp32, base, args.profile_steps) if args.profile else {}
+    rows: list[dict[str, Any]] = []
+    for name, net in nets.items():
+        rows.append(
+            {
+                "variant": name,
+                "params": count_params(net),
+                "macs_added_pct": round(100 * (macs[name] - macs[base]) / macs[base], 3),
+                "step_ms": round(step_ms[name], 2),
+                "ratio": round(step_ms[name] / step_ms[base], 3),
+                "bf16_ms": round(bf16_ms[name], 2) if bf16_ms else "",
+                "bf16_speedup": round(step_ms[name] / bf16_ms[name], 3) if bf16_ms else "",
+                "where": where.get(name, ""),
+            }
+        )
+    print(markdown_table(rows, COLUMNS))
+    ratios = [r["ratio"] for r in rows[1:]]
+    if ratios:
+        print(f"\nmedian ratio over {len(ratios)} variants: {statistics.median(ratios):.3f}")
+    if args.out:
+        write_csv(rows, args.out, COLUMNS)
+        print(f"wrote {args.out}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sweep", default=str(DEFAULT_SWEEP), help="the sweep whose variants to time")
+    p.add_argument(
+        "--variants",
+        type=lambda s: [v for v in s.split(",") if v],
+        default=None,
+        help="comma-separated variant names (default: all; the baseline is always timed)",
+    )
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--image-size", type=int, default=32)
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1, as the sweep)")
+    p.add_argument("--rounds", type=int, default=9, help="interleaved samples per network")
+    p.add_argument("--steps", type=int, default=4, help="training steps per sample")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    p.add_argument("--profile", action="store_true", help="attribute the extra time to operators")
+    p.add_argument("--profile-steps", type=int, default=3)
+    p.add_argument("--quick", action="store_true", help="3 rounds of 2 steps")
+    p.add_argument("--out", default=None, help="also write the rows to this CSV file")
+    return p
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
