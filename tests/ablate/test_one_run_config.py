@@ -86,3 +86,24 @@ def test_the_committed_cifar10_markers_stay_finished() -> None:
     changed = sweep.runs(CIFAR_RESULTS, {**CIFAR_SET, "model.lr": 0.2})
     row, why = completed(next(r for r in changed if r.key == runs[0].key), CIFAR_RESULTS)
     assert row is None and "model.lr" in why
+
+
+def test_an_old_marker_naming_a_foreign_class_stops_the_sweep_without_importing_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """P2: an old-format marker's options were resolved with the parser, which imports the
+    classes they name; a marker is data that users commit and clone."""
+    from visattn.models.checkpoint import UntrustedClassError
+    from visattn.training import config as run_config
+
+    (tmp_path / "evilmod.py").write_text(
+        "import pathlib\npathlib.Path(__file__).with_name('imported.marker').write_text('ran')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    record = {"settings": {"trainer.logger": '{"class_path": "evilmod.Evil"}'}}  # no format
+    with pytest.raises(UntrustedClassError, match=r"trainer\.logger.*evilmod\.Evil"):
+        run_config.same_settings(record, {})
+    assert not (tmp_path / "imported.marker").exists()
+    # a bare class path as the value is caught too
+    with pytest.raises(UntrustedClassError):
+        run_config.same_settings({"settings": {"trainer.logger": '"evilmod.Evil"'}}, {})

@@ -107,3 +107,70 @@ def test_the_matching_checkpoint_still_tests(fitted: Path, tmp_path: Path) -> No
     last = fitted / "lightning_logs" / "version_0" / "checkpoints" / "last.ckpt"
     summary = run(["test", *TINY, f"--ckpt_path={last}", f"--trainer.default_root_dir={tmp_path}"])
     assert 0.0 <= summary["test_acc"] <= 1.0
+
+
+EVIL = """
+import pathlib, torch
+pathlib.Path(__file__).with_name("imported.marker").write_text("ran")
+class Evil(torch.optim.SGD):
+    pass
+"""
+
+
+def _planted(fitted: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of the run's last.ckpt whose saved optimizer option names ``evilmod.Evil``, with
+    evilmod.py importable (first on the path, as ``python -m`` puts the working folder)."""
+    (tmp_path / "evilmod.py").write_text(EVIL)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    last = next(fitted.rglob("last.ckpt"))
+    saved = torch.load(last, weights_only=True)
+    saved["hyper_parameters"]["optimizer"] = {"class_path": "evilmod.Evil", "init_args": {}}
+    path = tmp_path / "x.ckpt"
+    torch.save(saved, path)
+    return path
+
+
+def test_a_checkpoint_naming_a_foreign_class_is_refused_before_anything_imports_it(
+    fitted: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """P1: a checkpoint is data; its options may not choose a module to import."""
+    from visattn.models.checkpoint import UntrustedClassError
+    from visattn.training.load import load_run
+
+    path = _planted(fitted, tmp_path, monkeypatch)
+    with pytest.raises(UntrustedClassError, match=r"optimizer.*'evilmod.Evil'"):
+        load_run(path)  # export and visualize load through this
+    with pytest.raises(UntrustedClassError, match="evilmod.Evil"):
+        run(["test", *TINY, f"--ckpt_path={path}", f"--trainer.default_root_dir={tmp_path}"])
+    with pytest.raises(UntrustedClassError, match="evilmod.Evil"):  # a resumed fit
+        tiny_fit(tmp_path / "resume", f"--ckpt_path={path}", "--trainer.max_epochs=2")
+    assert not (tmp_path / "imported.marker").exists()
+
+
+def test_the_export_command_refuses_such_a_checkpoint_from_the_working_folder(
+    fitted: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+    import sys
+
+    path = _planted(fitted, tmp_path, monkeypatch)
+    proc = subprocess.run(
+        [sys.executable, "-m", "visattn", "export", "--ckpt", str(path), "--out", "o.onnx"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode != 0 and "evilmod.Evil" in proc.stderr + proc.stdout
+    assert not (tmp_path / "imported.marker").exists() and not (tmp_path / "o.onnx").exists()
+
+
+def test_trusted_packages_and_options_given_by_the_user_stay_allowed() -> None:
+    from visattn.models.checkpoint import check_recorded_classes
+
+    check_recorded_classes(
+        {
+            "optimizer": {"class_path": "torch.optim.RAdam", "init_args": {}},
+            "_instantiator": "lightning.pytorch.cli.instantiate_module",
+            "attention": {"name": "se"},  # not a class option
+            "model": "resnet20_cifar",
+        },
+        "test",
+    )

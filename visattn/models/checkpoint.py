@@ -15,6 +15,7 @@ file and what is wrong, instead of the loader's own error.
 
 from __future__ import annotations
 
+import json
 import logging
 import pickle
 import re
@@ -35,6 +36,9 @@ from ..constants import HOOK_SLOTS, SLOT_POSITIONS
 __all__ = [
     "CheckpointError",
     "LoadReport",
+    "TRUSTED_MODULES",
+    "UntrustedClassError",
+    "check_recorded_classes",
     "check_state_dict_matches",
     "check_training_checkpoint",
     "load_checkpoint",
@@ -149,6 +153,63 @@ def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
         raise _damaged(path, e) from e
 
 
+#: the packages whose classes a recorded option (a checkpoint's hyper-parameters, a sweep's
+#: completion marker) may name: importing any other module would run its top-level code, and a
+#: ``.py`` file shipped beside a downloaded checkpoint is found first on ``python -m``'s path
+TRUSTED_MODULES = ("torch", "lightning", "pytorch_lightning", "visattn")
+#: the options whose values are class paths (LightningCLI's spelling and visattn's own)
+_CLASS_KEYS = frozenset(
+    {"class_path", "_class_path", "_instantiator", "optimizer", "logger", "callbacks"}
+)
+
+
+class UntrustedClassError(CheckpointError):
+    """A recorded option names a class outside :data:`TRUSTED_MODULES`."""
+
+
+def _class_paths(value: Any, key: str = "") -> list[tuple[str, str]]:
+    """``(option, class path)`` for every class path in ``value``, a nested record."""
+    if isinstance(value, Mapping):
+        found = []
+        for k, v in value.items():
+            option = f"{key}.{k}" if key else str(k)
+            if str(k).rsplit(".", 1)[-1] in _CLASS_KEYS and isinstance(v, str) and "." in v:
+                found.append((option, v))
+            else:
+                found += _class_paths(v, option)
+        return found
+    if isinstance(value, (list, tuple)):
+        return [f for item in value for f in _class_paths(item, key)]
+    if isinstance(value, str) and value[:1] in "{[" and key.rsplit(".", 1)[-1] in _CLASS_KEYS:
+        try:  # a flat record keeps nested options as JSON text
+            return _class_paths(json.loads(value), key)
+        except ValueError:
+            return []
+    return []
+
+
+def check_recorded_classes(record: Any, source: str) -> None:
+    """Refuse a record (read from a file, never typed by the user) that names a class outside
+    :data:`TRUSTED_MODULES`, before anything imports it.
+
+    Options given on the command line or in a config file may name any class (they are the
+    user's own code); a checkpoint or a completion marker is data, and data must not choose a
+    module to import. ``source`` names the file in the message.
+
+    Raises:
+        UntrustedClassError: naming the option and the class.
+    """
+    for option, path in _class_paths(record):
+        root = path.split(".", 1)[0]
+        if root not in TRUSTED_MODULES:
+            raise UntrustedClassError(
+                f"{source} records {option} = {path!r}, a class outside "
+                f"{', '.join(TRUSTED_MODULES)}; a recorded option may not choose a module to "
+                "import (its code would run). Give that option on the command line if you "
+                "trust it, or use a checkpoint from a source you trust"
+            )
+
+
 def training_checkpoint(obj: Any, path: str | PathLike[str]) -> dict[str, Any]:
     """``obj`` (read from ``path``) as a checkpoint written by ``train_cls.py``: a Lightning
     checkpoint dict with the network's ``state_dict`` and the ``hyper_parameters`` that rebuild
@@ -157,10 +218,14 @@ def training_checkpoint(obj: Any, path: str | PathLike[str]) -> dict[str, Any]:
     Raises:
         CheckpointError: anything else, saying what the file holds instead (a plain
             state_dict gets the ways to use one).
+        UntrustedClassError: its hyper-parameters name a class outside
+            :data:`TRUSTED_MODULES` (:func:`check_recorded_classes`).
     """
     if isinstance(obj, dict) and isinstance(obj.get("state_dict"), dict):
         hparams = obj.get("hyper_parameters")
         if "pytorch-lightning_version" in obj and isinstance(hparams, dict) and "model" in hparams:
+            check_recorded_classes(hparams, f"checkpoint {path}")
+            check_recorded_classes(obj.get("datamodule_hyper_parameters"), f"checkpoint {path}")
             return obj
     if isinstance(obj, dict) and obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
         raise CheckpointError(

@@ -29,6 +29,7 @@ from typing import Any
 import yaml
 from jsonargparse import ArgumentParser, Namespace
 
+from ..models.checkpoint import UntrustedClassError, check_recorded_classes
 from .cli import VisattnCLI
 from .sources import (
     FREE_ON_RESUME,
@@ -195,6 +196,7 @@ def _settings_of_record(record: Mapping[str, Any]) -> dict[str, str]:
         return recorded
     if any(k.startswith("config[") for k in recorded):
         raise ValueError("it was written by an older visattn that recorded config file names")
+    check_recorded_classes(_nested(recorded), "its record")  # before the parser imports any
     config = yaml.safe_dump(_nested(recorded), sort_keys=True)
     return settings(resolve(["fit", "--config", config]) if recorded else resolve(["fit"]))
 
@@ -204,6 +206,8 @@ def same_settings(record: Mapping[str, Any], current: Mapping[str, str]) -> str:
     settings ``current``, else what differs (for the sweep's message)."""
     try:
         old = _settings_of_record(record)
+    except UntrustedClassError:
+        raise  # a record that would import foreign code stops the sweep, nothing is replaced
     except Exception as exc:  # an option that no longer exists, a record from long ago
         return f"its recorded settings no longer resolve ({str(exc).splitlines()[0]})"
     return describe_changes(old, current)
