@@ -140,9 +140,9 @@ def test_a_checkpoint_naming_a_foreign_class_is_refused_before_anything_imports_
     path = _planted(fitted, tmp_path, monkeypatch)
     with pytest.raises(UntrustedClassError, match=r"optimizer.*'evilmod.Evil'"):
         load_run(path)  # export and visualize load through this
-    with pytest.raises(UntrustedClassError, match="evilmod.Evil"):
+    with pytest.raises(UntrustedClassError, match=r"evilmod\.Evil"):
         run(["test", *TINY, f"--ckpt_path={path}", f"--trainer.default_root_dir={tmp_path}"])
-    with pytest.raises(UntrustedClassError, match="evilmod.Evil"):  # a resumed fit
+    with pytest.raises(UntrustedClassError, match=r"evilmod\.Evil"):  # a resumed fit
         tiny_fit(tmp_path / "resume", f"--ckpt_path={path}", "--trainer.max_epochs=2")
     assert not (tmp_path / "imported.marker").exists()
 

@@ -34,9 +34,9 @@ from .._errors import first_line
 from ..constants import HOOK_SLOTS, SLOT_POSITIONS
 
 __all__ = [
+    "TRUSTED_MODULES",
     "CheckpointError",
     "LoadReport",
-    "TRUSTED_MODULES",
     "UntrustedClassError",
     "check_recorded_classes",
     "check_state_dict_matches",
