@@ -414,3 +414,35 @@ def test_a_ray_sweep_whose_driver_is_stopped_leaves_no_ray_process(
             driver.kill()
         driver.wait(timeout=30)
         log.close()
+
+
+def test_another_sweep_pointed_at_a_finished_folder_is_refused_unless_told(
+    tmp_path: Path, fake
+) -> None:
+    """P3: a folder belongs to the sweep that made it; a typo in --out must not replace its
+    finished runs and rewrite its report under another name."""
+    from visattn.ablate.runner import OWNER_FILE, SweepFolderTaken
+
+    out = tmp_path / "out"
+    first = write_sweep(tmp_path, VARIANTS, seeds=(0,))
+    run_sweep(first, out, train_fn=fake, echo=lambda s: None)
+    assert json.loads((out / OWNER_FILE).read_text()) == {"sweep": "tiny"}
+    report = (out / "report.md").read_text()
+    other = tmp_path / "other"
+    other.mkdir()
+    second = write_sweep(other, VARIANTS, seeds=(0,), name="other")
+    calls = len(fake.calls)
+    for dry_run in (True, False):
+        with pytest.raises(SweepFolderTaken, match=r"sweep 'tiny', not of 'other'.*--take-over"):
+            run_sweep(second, out, train_fn=fake, echo=lambda s: None, dry_run=dry_run)
+    assert ablate_main([str(second), "--out", str(out), "--report-only"]) == 2
+    assert len(fake.calls) == calls and (out / "report.md").read_text() == report
+    # a folder from before the owner file is known by its report's title
+    (out / OWNER_FILE).unlink()
+    with pytest.raises(SweepFolderTaken):
+        run_sweep(second, out, train_fn=fake, echo=lambda s: None)
+    run_sweep(first, out, train_fn=fake, echo=lambda s: None)  # its own sweep resumes
+    assert len(fake.calls) == calls and (out / OWNER_FILE).is_file()
+    # said in so many words, the other sweep takes the folder over
+    run_sweep(second, out, train_fn=fake, echo=lambda s: None, take_over=True)
+    assert json.loads((out / OWNER_FILE).read_text()) == {"sweep": "other"}

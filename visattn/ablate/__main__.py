@@ -9,7 +9,7 @@ import sys
 import yaml
 
 from .lock import SweepLock
-from .runner import ExecutionPlan, rows_for_report, run_sweep, write_outputs
+from .runner import ExecutionPlan, claim_folder, rows_for_report, run_sweep, write_outputs
 from .sweep import load_sweep
 
 
@@ -21,6 +21,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("sweep", help="sweep YAML file (see configs/ablations/)")
     parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument(
+        "--take-over",
+        action="store_true",
+        help="let this sweep use a folder that another sweep made (refused by default: its "
+        "finished runs whose settings differ would be trained again, its report rewritten)",
+    )
     parser.add_argument(
         "--dry-run", action="store_true", help="print the runs and their arguments, train nothing"
     )
@@ -100,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             sweep = load_sweep(args.sweep)
             with SweepLock(args.out):
+                claim_folder(args.out, sweep, take_over=args.take_over)
                 rows_for_report(sweep, args.out, overrides)
                 write_outputs(sweep, args.out, None, overrides=overrides, plots=True)
         except (ValueError, RuntimeError, OSError) as e:
@@ -108,7 +115,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {args.out}/report.md")
         return 0
     try:
-        rows = run_sweep(args.sweep, args.out, plan, overrides=overrides, dry_run=args.dry_run)
+        rows = run_sweep(
+            args.sweep,
+            args.out,
+            plan,
+            overrides=overrides,
+            dry_run=args.dry_run,
+            take_over=args.take_over,
+        )
     except (ValueError, RuntimeError, OSError) as e:  # a full disk, a folder where a file goes
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import json
 import math
+import re
 import shlex
 import signal
 import threading
@@ -41,6 +43,7 @@ from typing import Any
 
 import torch
 
+from ..files import atomic_write_text
 from .executors import cpu_count, run_local, run_ray
 from .job import (
     MARKER,
@@ -61,9 +64,13 @@ from .results import read_results, write_results
 from .sweep import Run, Sweep, load_sweep
 
 __all__ = [
+    "OWNER_FILE",
     "ExecutionPlan",
     "SweepFolderMoved",
+    "SweepFolderTaken",
+    "claim_folder",
     "evaluate_run",
+    "folder_owner",
     "report_kwargs",
     "rows_for_report",
     "run_sweep",
@@ -71,6 +78,58 @@ __all__ = [
 ]
 
 EXECUTORS = ("local", "ray")
+#: the file in a sweep's output folder that names the sweep the folder belongs to
+OWNER_FILE = "sweep.json"
+_REPORT_TITLE = re.compile(r"^# Sweep `([^`]+)`")
+
+
+class SweepFolderTaken(ValueError):
+    """The output folder belongs to another sweep (a typo in ``--out``, or two sweeps that
+    share a folder): running this one there would replace that sweep's finished runs."""
+
+
+def folder_owner(out: str | Path) -> str | None:
+    """The name of the sweep that made the folder ``out``: its :data:`OWNER_FILE`, or, for a
+    folder written before that file, the title of its ``report.md``; ``None`` for a new folder."""
+    out = Path(out)
+    try:
+        owner = json.loads((out / OWNER_FILE).read_text())["sweep"]
+        return str(owner)
+    except FileNotFoundError:
+        pass
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SweepFolderTaken(
+            f"{out / OWNER_FILE} is damaged ({exc}); it names the sweep this folder belongs "
+            'to: write {"sweep": "NAME"} into it, or remove it to let the next sweep claim '
+            "the folder"
+        ) from None
+    try:
+        first = (out / "report.md").read_text().split("\n", 1)[0]
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    found = _REPORT_TITLE.match(first)
+    return found.group(1) if found else None
+
+
+def claim_folder(out: str | Path, sweep: Sweep, *, take_over: bool = False, write: bool = True):
+    """Check that ``out`` is a new folder or belongs to ``sweep`` (by name), then record that
+    it does (``write``).
+
+    Raises:
+        SweepFolderTaken: ``out`` belongs to another sweep and ``take_over`` is not set.
+    """
+    out = Path(out)
+    owner = folder_owner(out)
+    if owner is not None and owner != sweep.name and not take_over:
+        raise SweepFolderTaken(
+            f"{out} holds the runs of sweep {owner!r}, not of {sweep.name!r}: running "
+            f"{sweep.name!r} there would replace its finished runs whose settings differ and "
+            f"rewrite its report. Check --out; to let {sweep.name!r} take the folder over, "
+            "pass --take-over"
+        )
+    if write and (owner != sweep.name or not (out / OWNER_FILE).is_file()):
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out / OWNER_FILE, json.dumps({"sweep": sweep.name}) + "\n")
 
 
 class SweepFolderMoved(RuntimeError):
@@ -509,6 +568,7 @@ def run_sweep(
     train_fn: TrainFn | None = None,
     echo: Callable[[str], None] = print,
     validate: bool | None = None,
+    take_over: bool = False,
 ) -> list[dict[str, Any]]:
     """Run (or resume) the sweep in ``sweep_path`` into ``out_dir``.
 
@@ -528,10 +588,13 @@ def run_sweep(
             so that a misspelt key, a bad placement or an image size the data cannot give in the
             last variant fails before the first one trains. Default: when ``train_fn`` is the
             real one.
+        take_over: let this sweep use a folder that another sweep made (see
+            :func:`claim_folder`).
 
     Raises:
         ValueError: a variant fails validation (every failing variant is named), or the
             profile device is CUDA on a machine without it.
+        SweepFolderTaken: (a ``ValueError``) ``out_dir`` belongs to another sweep.
         RuntimeError: another sweep holds the output folder, or a live process still trains
             one of the runs to do.
         KeyboardInterrupt: Ctrl+C or SIGTERM; the run in progress is left without a marker.
@@ -543,6 +606,7 @@ def run_sweep(
     plan = plan or ExecutionPlan()
     sweep = load_sweep(sweep_path)
     out = Path(out_dir).resolve()
+    claim_folder(out, sweep, take_over=take_over, write=False)
     session = _Session(sweep, out, sweep.runs(out, overrides), overrides, echo)
     if dry_run:
         return _dry_run(session)
@@ -552,6 +616,7 @@ def run_sweep(
         raise ValueError("jobs > 1 and the Ray executor run train_cls.py's own training call")
     train_fn = train_fn or default_train_fn()
     out.mkdir(parents=True, exist_ok=True)
+    claim_folder(out, sweep, take_over=take_over)
     session.pin()
     session.plan()
     if real_training if validate is None else validate:
