@@ -125,3 +125,26 @@ def test_a_last_training_batch_of_one_image_is_dropped(tmp_path: Path) -> None:
         tmp_path, "--trainer.max_epochs=1", "--data.num_train=49", "--model.attention={name: bam}"
     )
     assert [int(r["step"]) for r in read_csv(s["metrics_csv"])] == [3]
+
+
+def test_an_explicit_checkpoint_file_keeps_the_same_promises_as_last(
+    one_epoch_run: Path, tmp_path: Path
+) -> None:
+    """P5: ``--ckpt_path FILE`` into a new root used to let Lightning re-parse the checkpoint's
+    options over the given ones: a changed network trained the recorded one, a changed lr was
+    dropped, both without a word."""
+    last = next(one_epoch_run.rglob("last.ckpt"))
+    with pytest.raises(ValueError, match=r"another network: --model\.attention"):
+        tiny_fit(
+            tmp_path / "a",
+            "--trainer.max_epochs=2",
+            f"--ckpt_path={last}",
+            "--model.attention={name: cbam}",
+        )
+    assert not list((tmp_path / "a").rglob("config.yaml"))  # refused before it ran
+    with pytest.warns(UserWarning, match=r"--model\.lr 5\.0 \(the run keeps 0\.05\)"):
+        s = tiny_fit(
+            tmp_path / "b", "--trainer.max_epochs=2", f"--ckpt_path={last}", "--model.lr=5.0"
+        )
+    config = yaml.safe_load((Path(s["log_dir"]) / "config.yaml").read_text())
+    assert config["model"]["lr"] == 0.05

@@ -208,10 +208,13 @@ class VisattnCLI(LightningCLI):
             training_checkpoint(read_checkpoint(path, mmap=True), path)
 
     def _parse_ckpt_path(self) -> None:
-        # LightningCLI parses the config again with a checkpoint's hyper-parameters; resolved
-        # args are one run's own options (its test), and a resumed fit is handled by
-        # restore_recorded in before_instantiate_classes
-        if not self._resolved:
+        # LightningCLI parses the config again with a checkpoint's hyper-parameters, over the
+        # options given: for test/validate/predict the checkpoint names the network to score.
+        # A fit resumes instead, and restore_recorded (before_instantiate_classes) compares
+        # the given options with the recorded ones: a changed network is refused, a changed
+        # option named; Lightning's parse would have replaced them without a word. Resolved
+        # args are one run's own options (its test): nothing to parse.
+        if not self._resolved and self.config.get("subcommand") != "fit":
             super()._parse_ckpt_path()
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
