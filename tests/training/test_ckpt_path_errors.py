@@ -156,7 +156,10 @@ def test_the_export_command_refuses_such_a_checkpoint_from_the_working_folder(
     path = _planted(fitted, tmp_path, monkeypatch)
     proc = subprocess.run(
         [sys.executable, "-m", "visattn", "export", "--ckpt", str(path), "--out", "o.onnx"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode != 0 and "evilmod.Evil" in proc.stderr + proc.stdout
     assert not (tmp_path / "imported.marker").exists() and not (tmp_path / "o.onnx").exists()

@@ -148,3 +148,38 @@ def test_an_explicit_checkpoint_file_keeps_the_same_promises_as_last(
         )
     config = yaml.safe_load((Path(s["log_dir"]) / "config.yaml").read_text())
     assert config["model"]["lr"] == 0.05
+
+
+def test_bytes_changed_inside_last_ckpt_are_named_before_a_resume(
+    one_epoch_run: Path, tmp_path: Path
+) -> None:
+    """P9: 40 bytes overwritten in place (same size) resumed silently, with other losses."""
+    from visattn.training.resume import SEAL_SUFFIX
+
+    run = _copy(one_epoch_run, tmp_path / "run")
+    last = next(run.rglob("last.ckpt"))
+    assert Path(f"{last}{SEAL_SUFFIX}").is_file()  # sealed when written
+    data = bytearray(last.read_bytes())
+    at = len(data) // 2
+    data[at : at + 40] = bytes(b ^ 0xFF for b in data[at : at + 40])
+    last.write_bytes(bytes(data))
+    config = next(run.rglob("config.yaml"))
+    recorded = config.read_bytes()
+    with pytest.raises(ValueError, match=r"changed after it was written.*last\.ckpt\.sha256"):
+        tiny_fit(run, "--trainer.max_epochs=2", "--ckpt_path=last")
+    assert config.read_bytes() == recorded
+
+
+def test_checkpoints_are_written_whole_and_their_seals_follow_them(tmp_path: Path) -> None:
+    from visattn.training.resume import SEAL_SUFFIX, SealedCheckpointIO, check_seal
+
+    io = SealedCheckpointIO()
+    path = tmp_path / "c" / "last.ckpt"
+    io.save_checkpoint({"epoch": 1, "w": torch.ones(3)}, path)
+    check_seal(path)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["last.ckpt", "last.ckpt.sha256"]
+    io.save_checkpoint({"epoch": 2, "w": torch.ones(3)}, path)  # replaced whole
+    check_seal(path)
+    assert torch.load(path, weights_only=True)["epoch"] == 2
+    io.remove_checkpoint(path)
+    assert not path.exists() and not Path(f"{path}{SEAL_SUFFIX}").exists()

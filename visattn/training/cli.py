@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from jsonargparse import Namespace
+from lightning.fabric.plugins import CheckpointIO
 from lightning.pytorch import Trainer, seed_everything
 from lightning.pytorch.callbacks import (
     Callback,
@@ -63,6 +64,8 @@ from .module import ClassificationModule
 from .resume import (
     RUNS,
     RunFolderLock,
+    SealedCheckpointIO,
+    check_seal,
     checkpoint_progress,
     claim_version,
     find_last_checkpoint,
@@ -277,6 +280,7 @@ class VisattnCLI(LightningCLI):
     def _keep_recorded_options(cfg: Namespace) -> None:
         """A resumed fit keeps the run's recorded options (see ``visattn.training.resume``);
         the checkpoint is read here, before ``config.yaml`` or anything else is written."""
+        check_seal(cfg.ckpt_path)
         saved = training_checkpoint(read_checkpoint(cfg.ckpt_path), cfg.ckpt_path)
         kept = restore_recorded(cfg, saved, cfg.ckpt_path)
         seed = keep_recorded_seed(cfg, cfg.ckpt_path)
@@ -322,6 +326,10 @@ class VisattnCLI(LightningCLI):
                 run_dir = [RunDirectory(path), RememberRunIds(path), FlushLoggersOnCheckpoint()]
             callbacks = [*run_dir, *callbacks, EpochMetricsCSV(), RunSummary()]
         callbacks += _default_progress_bar(config, callbacks)
+        plugins = config.get("plugins") or []
+        plugins = list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
+        if not any(isinstance(p, CheckpointIO) for p in plugins):  # a user's own one stays
+            config["plugins"] = [*plugins, SealedCheckpointIO()]
         return super()._instantiate_trainer(config, callbacks)
 
     @property

@@ -18,22 +18,30 @@ resumed run keeps.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 import re
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
 from jsonargparse import Namespace
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
+from ..files import atomic_write_bytes, atomic_write_text
 from ..locks import FolderLock
-from ..models.checkpoint import read_checkpoint
+from ..models.checkpoint import CheckpointError, read_checkpoint
 
 __all__ = [
     "RUNS",
     "RUN_LOCK",
+    "SEAL_SUFFIX",
     "VERSION_ENV",
     "RunFolderLock",
+    "SealedCheckpointIO",
+    "check_seal",
     "checkpoint_progress",
     "claim_version",
     "find_last_checkpoint",
@@ -48,6 +56,69 @@ RUNS = "lightning_logs"
 RUN_LOCK = ".visattn_run.lock"
 #: the version rank 0 claimed, passed to the processes it launches (DDP's other ranks)
 VERSION_ENV = "VISATTN_RUN_VERSION"
+
+
+#: the file beside a checkpoint that holds its SHA-256 as written (``last.ckpt.sha256``)
+SEAL_SUFFIX = ".sha256"
+
+
+class SealedCheckpointIO(TorchCheckpointIO):
+    """Checkpoints written whole or not at all, each sealed with its SHA-256.
+
+    A checkpoint is serialised in memory, then written to a temporary file in the same folder
+    and renamed over the old one (:func:`visattn.files.atomic_write_bytes`): a full disk or a
+    killed process leaves the previous checkpoint, never half of a new one. Its digest goes
+    beside it (``NAME.sha256``), and a resume checks the file against it (:func:`check_seal`),
+    so bytes changed after the write (a bad copy, a disk error) are named instead of resumed
+    from. Remote paths (``s3://``, ...) are left to Lightning's own writer.
+    """
+
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None
+    ) -> None:
+        if storage_options is not None or "://" in str(path):
+            return super().save_checkpoint(checkpoint, path, storage_options)
+        buffer = io.BytesIO()
+        torch.save(checkpoint, buffer)
+        data = buffer.getvalue()
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(path, data)
+        atomic_write_text(
+            f"{path}{SEAL_SUFFIX}", f"{hashlib.sha256(data).hexdigest()}  {len(data)}\n"
+        )
+
+    def remove_checkpoint(self, path: Any) -> None:
+        super().remove_checkpoint(path)
+        Path(f"{path}{SEAL_SUFFIX}").unlink(missing_ok=True)
+
+
+def check_seal(path: str | Path) -> None:
+    """Check a checkpoint against the digest written with it (:class:`SealedCheckpointIO`); a
+    checkpoint without one (written elsewhere, or by an older visattn) passes.
+
+    Raises:
+        CheckpointError: the file's size or SHA-256 differs from the sealed one.
+    """
+    seal = Path(f"{path}{SEAL_SUFFIX}")
+    try:
+        digest, size = seal.read_text().split()
+    except FileNotFoundError:
+        return
+    except ValueError:
+        msg = f"{seal} is damaged; remove it to resume from {path} unchecked"
+        raise CheckpointError(msg) from None
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    n = Path(path).stat().st_size
+    if h.hexdigest() != digest or n != int(size):
+        raise CheckpointError(
+            f"checkpoint {path} changed after it was written: its SHA-256 (or size, {n:,} "
+            f"bytes) differs from the one sealed in {seal.name} when the run saved it (a bad "
+            "copy or a disk error); resume from another checkpoint of the run "
+            "(best-epochNNN.ckpt), or start the run again"
+        )
 
 
 def checkpoint_progress(path: str | Path) -> tuple[int, int]:
