@@ -5,10 +5,17 @@ every matmul, convolution and batched matmul dispatched to ATen, including those
 and covariance pooling that forward-hook counters (thop, ptflops) miss. It counts a
 multiply-add as 2 FLOPs; papers and torchvision report multiply-accumulates, so we halve it.
 Element-wise work (activations, pooling, the gating multiply) is not counted, as in those reports.
+
+Attention is counted as its equation on every device: visattn's blocks run their math path while
+counted (``q k^T`` and ``weights v`` at their own widths; the same function as the fused
+kernel), and a ``F.scaled_dot_product_attention`` call of other code (timm's blocks) that lands
+on PyTorch's CPU flash kernel, which the counter leaves out, is counted with the counter's own
+formula for the CUDA kernels.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Sequence
@@ -18,6 +25,7 @@ import torch.nn as nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from ._nets import eval_mode
+from .blocks._attention import counted_as_equation
 
 __all__ = ["calibrate_batch_norm", "count_macs", "count_params", "measure_latency"]
 
@@ -41,9 +49,30 @@ def count_macs(module: nn.Module, shape: Sequence[int] | torch.Tensor) -> int:
     """Multiply-accumulates of one forward pass in eval mode for an input of ``shape``
     (per batch: divide by ``N`` for a per-image figure)."""
     x = _example(module, shape)
-    with eval_mode(module), FlopCounterMode(display=False) as counter:
+    counter = FlopCounterMode(display=False, custom_mapping=_CPU_ATTENTION)
+    with eval_mode(module), counted_as_equation(), counter:
         module(x)
     return counter.get_total_flops() // 2
+
+
+def _cpu_flash_attention(q, k, v, *args, out_shape=None, **kwargs) -> int:
+    """FLOPs of ``softmax(q k^T) v`` for query, key and value shapes ``(..., L, E)``."""
+    lead = math.prod(q[:-2])
+    return 2 * lead * q[-2] * k[-2] * (q[-1] + v[-1])
+
+
+def _cpu_flash_attention_backward(grad, q, k, v, *args, out_shape=None, **kwargs) -> int:
+    """Twice the forward's products (gradients of q, k, v and the recomputed weights), as
+    ``torch.utils.flop_counter``'s formula for the CUDA kernels."""
+    lead = math.prod(q[:-2])
+    return 2 * lead * q[-2] * k[-2] * (2 * q[-1] + 2 * v[-1])
+
+
+_aten = torch.ops.aten
+_CPU_ATTENTION = {
+    _aten._scaled_dot_product_flash_attention_for_cpu: _cpu_flash_attention,
+    _aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_flash_attention_backward,
+}
 
 
 @torch.no_grad()

@@ -24,13 +24,43 @@ every dot product unchanged.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
 import torch.nn.functional as F
 from timm.layers import register_notrace_function
 
 from .capture import is_capturing
 
-__all__ = ["ATTN_IMPLS", "AttendMixin", "float32_region", "softmax_attention", "widen"]
+__all__ = [
+    "ATTN_IMPLS",
+    "AttendMixin",
+    "counted_as_equation",
+    "float32_region",
+    "softmax_attention",
+    "widen",
+]
+
+#: set while :func:`counted_as_equation` runs (one flag for the process: counting is not
+#: done from several threads)
+_AS_EQUATION = [False]
+
+
+@contextlib.contextmanager
+def counted_as_equation() -> Iterator[None]:
+    """Inside, :func:`softmax_attention` runs its math path: ``q k^T`` and ``weights v`` as
+    plain matmuls of the equation's own widths, which a flop counter counts the same on every
+    device. (The fused path's kernel is counted as 0 on CPU by ``torch.utils.flop_counter``,
+    and its queries may be padded to a common width.) Used by :func:`visattn.profile.count_macs`;
+    the outputs are the same function either way."""
+    before = _AS_EQUATION[0]
+    _AS_EQUATION[0] = True
+    try:
+        yield
+    finally:
+        _AS_EQUATION[0] = before
+
 
 #: the blocks' ``attn_impl`` option: the primitive's ``fused`` path, or its ``math`` path (the
 #: full logits written out, as the blocks computed them before the primitive)
@@ -131,6 +161,8 @@ def softmax_attention(
     if (q_bias is None) != (k_bias is None):
         raise ValueError("softmax_attention: give both q_bias and k_bias, or neither")
     dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
+    if not torch.jit.is_scripting():  # (TorchScript skips this branch)
+        fused = fused and not _AS_EQUATION[0]
     if fused and not need_weights:
         ev = v.shape[-1]
         q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
