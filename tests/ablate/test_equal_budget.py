@@ -100,3 +100,26 @@ def test_a_typo_in_any_variant_fails_before_the_first_run(tmp_path: Path, fake) 
     assert "'typo_key'" in text and "max_epocs" in text
     assert "'typo_place'" in text and "positon" in text
     assert "'se'" not in text and fake.calls == []  # nothing trained
+
+
+def test_the_equal_budget_table_compares_the_reports_headline_metric() -> None:
+    """With ``metric: test/acc`` (CIFAR's validation split is its test set), the equal-budget
+    table compared val/acc, the best epoch on that split: a choice made on the test set."""
+    from visattn.ablate.report import render_report
+
+    rows = [
+        {"variant": v, "seed": s, "status": "ok", "val/acc": val, "test/acc": test}
+        for s in (0, 1, 2)
+        for v, val, test in (
+            ("plain", 0.5, 0.40 + s / 100),
+            ("gsop", 0.9, 0.46 + s / 100),
+            ("wide", 0.1, 0.44 + s / 100),
+        )
+    ]
+    text = render_report(
+        rows, name="b", baseline="plain", metric="test/acc", budget={"wide": "gsop"}
+    )
+    section = text.split("## Against an equal budget", 1)[1]
+    assert "Δ test/acc paired" in section and "val/acc" not in section
+    row = next(ln for ln in section.splitlines() if ln.startswith("| gsop | wide |"))
+    assert "| +2.00 [+2.00, +2.00] | 3 |" in row  # test/acc: 0.46 - 0.44, not 0.9 - 0.1

@@ -406,10 +406,11 @@ def _budget_section(ctx: _Context, budget: Mapping[str, str]) -> list[str]:
         if matched in by_name and target in by_name:
             pairs[target] = (
                 matched,
-                compare(ctx.summaries, {target: matched}, "val/acc").get(target),
+                compare(ctx.summaries, {target: matched}, ctx.metric).get(target),
             )
     if not pairs:
         return []
+    m = ctx.metric
     adjusted = holm({t: c.paired.t_p if c else math.nan for t, (_, c) in pairs.items()})
     rows = [
         f"| {target} | {matched} | " + " | ".join(_paired_cells(c, False, adjusted[target])) + " |"
@@ -419,10 +420,10 @@ def _budget_section(ctx: _Context, budget: Mapping[str, str]) -> list[str]:
         "## Against an equal budget",
         "",
         "Each variant against the baseline widened to its size (Δ = variant - widened "
-        "baseline, val/acc, paired by seed as above).",
+        f"baseline, {m}, paired by seed as above).",
         "",
-        "| variant | equal-budget baseline | Δ val/acc paired (pp) [95% CI] | pairs | "
-        "detectable Δ (pp) | Wilcoxon p | Holm p | resolved | Δ val/acc Welch (pp) [95% CI] |",
+        f"| variant | equal-budget baseline | Δ {m} paired (pp) [95% CI] | pairs | "
+        f"detectable Δ (pp) | Wilcoxon p | Holm p | resolved | Δ {m} Welch (pp) [95% CI] |",
         "|---|---|---|---|---|---|---|---|---|",
         *rows,
         "",
