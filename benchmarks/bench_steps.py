@@ -23,8 +23,9 @@ second job skews even ratios.
 Columns: ``params``; ``macs_added`` = the variant's forward multiply-accumulates minus the plain
 network's, in percent of the plain network's (``visattn.profile.count_macs``); ``step_ms`` and
 ``ratio``; with ``--profile``, ``where`` = the three operators whose self CPU time grew most
-against the plain network over ``--profile-steps`` steps (torch.profiler), with the growth per
-step in ms. With ``--precision bf16`` every network also runs under CPU bf16 autocast and
+against the plain network (torch.profiler; per operator the least time per step over three
+interleaved profiles of ``--profile-steps`` steps), with the growth per step in ms. With
+``--precision bf16`` every network also runs under CPU bf16 autocast and
 ``bf16_speedup`` = fp32 step / bf16 step; the header says whether the CPU has AMX (where bf16
 matrix products are fast) or not.
 """
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import math
 import statistics
 import sys
 from collections.abc import Callable, Sequence
@@ -113,25 +115,30 @@ def build_networks(
     return nets
 
 
-def profile_growth(steps: dict[str, Step], base: str, n: int, top: int = 3) -> dict[str, str]:
-    """Per variant, the ``top`` operators whose self CPU time per step grew most over ``base``'s."""
+def profile_growth(
+    steps: dict[str, Step], base: str, n: int, rounds: int = 3, top: int = 3
+) -> dict[str, str]:
+    """Per variant, the ``top`` operators whose self CPU time per step grew most over
+    ``base``'s. Each network is profiled ``rounds`` times (``n`` steps each), interleaved with
+    the others, and each operator keeps its smallest time per step over the rounds: one noisy
+    profile would otherwise show growth in operators the block does not touch."""
     from torch.profiler import ProfilerActivity, profile
 
-    per_op: dict[str, collections.Counter] = {}
-    for name, step in steps.items():
-        step()
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            for _ in range(n):
-                step()
-        per_op[name] = collections.Counter(
-            {e.key: e.self_cpu_time_total / 1e3 / n for e in prof.key_averages()}
-        )
+    per_op: dict[str, dict[str, float]] = {name: {} for name in steps}
+    for _ in range(rounds):
+        for name, step in steps.items():
+            step()
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                for _ in range(n):
+                    step()
+            for e in prof.key_averages():
+                ms = e.self_cpu_time_total / 1e3 / n
+                per_op[name][e.key] = min(ms, per_op[name].get(e.key, math.inf))
     out = {}
     for name, ops in per_op.items():
         if name == base:
             continue
-        growth = ops.copy()
-        growth.subtract(per_op[base])
+        growth = collections.Counter({op: ms - per_op[base].get(op, 0.0) for op, ms in ops.items()})
         out[name] = "; ".join(f"{op} +{ms:.1f}" for op, ms in growth.most_common(top) if ms > 0)
     return out
 
@@ -185,7 +192,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("(this CPU has no AMX: bf16 matrix products have no fast path here)\n")
         bf16 = {k: Step(s.net, s.x, s.y, bf16=True) for k, s in fp32.items()}
         bf16_ms = time_steps(bf16, args)
-    where = profile_growth(fp32, base, args.profile_steps) if args.profile else {}
+    where = {}
+    if args.profile:
+        where = profile_growth(fp32, base, args.profile_steps, rounds=1 if args.quick else 3)
     rows: list[dict[str, Any]] = []
     for name, net in nets.items():
         rows.append(
@@ -226,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=4, help="training steps per sample")
     p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     p.add_argument("--profile", action="store_true", help="attribute the extra time to operators")
-    p.add_argument("--profile-steps", type=int, default=3)
+    p.add_argument("--profile-steps", type=int, default=2, help="steps per profile (3 rounds)")
     p.add_argument("--quick", action="store_true", help="3 rounds of 2 steps")
     p.add_argument("--out", default=None, help="also write the rows to this CSV file")
     return p

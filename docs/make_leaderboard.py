@@ -1,0 +1,565 @@
+"""The CIFAR-10 leaderboard of the zoo, generated from the sweep's results.
+
+    python docs/make_leaderboard.py           # docs/leaderboard.md, its plots, the README table
+    python docs/make_leaderboard.py --check   # exit 1 when a written file differs from its data
+
+Reads ``benchmarks/results/cifar10_cpu/results.csv`` (one row per finished run of
+``configs/ablations/cifar10_cpu.yaml``), the training-step times that
+``benchmarks/bench_steps.py`` measured (``benchmarks/results/steps_cpu.csv``) and each block's
+family from the registry, and writes:
+
+* ``docs/leaderboard.md``: every variant, sorted by mean test accuracy, with its family,
+  parameters, MACs, step time against the plain network, mean ± std over seeds, the paired
+  difference to the plain network with its 95% interval, the detectable difference, the Holm
+  p-value and whether the difference is resolved; the capacity control (GSoP against ResNet-20
+  widened to its parameters); what the table can and cannot tell, from the same figures;
+* ``docs/assets/leaderboard/``: a forest plot of the paired differences and accuracy against
+  cost (step time and MACs);
+* the README's compact table, between ``<!-- leaderboard:start -->`` and ``<!-- leaderboard:end
+  -->``: the top rows, the plain network and the control.
+
+Holm's correction runs over every comparison on the page: each variant against the plain
+network, and GSoP against the control. Nothing here is typed in by hand: a figure that changes
+in ``results.csv`` changes the page, and ``tests/docs/test_leaderboard.py`` fails until it is
+written again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SWEEP = ROOT / "configs" / "ablations" / "cifar10_cpu.yaml"
+RESULTS = ROOT / "benchmarks" / "results" / "cifar10_cpu"
+STEPS = ROOT / "benchmarks" / "results" / "steps_cpu.csv"
+PAGE = ROOT / "docs" / "leaderboard.md"
+ASSETS = ROOT / "docs" / "assets" / "leaderboard"
+README = ROOT / "README.md"
+START, END = "<!-- leaderboard:start -->", "<!-- leaderboard:end -->"
+METRIC = "test/acc"
+BASELINE = "resnet20_none"
+CONTROL = ("resnet20_gsop", "resnet20_wide_gsop")  # (the variant, its width-matched control)
+README_TOP = 5  # rows of the README's table besides the plain network and the control
+
+
+@dataclass
+class Row:
+    """One variant of the leaderboard."""
+
+    variant: str
+    label: str
+    family: str
+    params: float
+    macs: float
+    step: float  # step time / the plain network's (nan: not measured)
+    mean: float
+    std: float
+    n: int
+    diff: float = math.nan
+    low: float = math.nan
+    high: float = math.nan
+    pairs: int = 0
+    detectable: float = math.nan
+    p: float = math.nan
+    holm: float = math.nan
+
+    @property
+    def resolved(self) -> bool:
+        return self.holm < 0.05
+
+
+def _attention_names(spec: Any) -> list[str]:
+    if spec is None:
+        return []
+    if isinstance(spec, str):
+        return [spec]
+    if isinstance(spec, Mapping):
+        return [str(spec["name"])]
+    return [n for item in spec for n in _attention_names(item)]
+
+
+def _describe(variant: Any) -> tuple[str, str]:
+    """``(label, family)`` of a sweep variant, from its attention spec and the registry."""
+    import visattn
+
+    if variant.match is not None:
+        return f"ResNet-20, wider, at `{variant.match[1]}`'s {variant.match[0]}", "control"
+    names = sorted(set(_attention_names(variant.overrides.get("model.attention"))))
+    if not names:
+        return "ResNet-20", "none"
+    families = sorted({visattn.block_info(n).family for n in names})
+    return "+ " + ", ".join(f"`{n}`" for n in names), "/".join(families)
+
+
+def read_steps(path: Path = STEPS) -> dict[str, float]:
+    """``{variant: step time / the plain network's}`` from bench_steps.py's CSV ({} if none)."""
+    if not path.is_file():
+        return {}
+    with path.open() as f:
+        return {r["variant"]: float(r["ratio"]) for r in csv.DictReader(f)}
+
+
+def build_rows(results: Path = RESULTS, steps: Path = STEPS) -> tuple[list[Row], Row | None, dict]:
+    """The leaderboard's rows (sorted by mean, best first), the control comparison (GSoP minus
+    the control, as a :class:`Row` of differences) and facts for the text."""
+    from visattn.ablate.report import compare, summarize
+    from visattn.ablate.results import holm, paired_ci, read_results
+    from visattn.ablate.sweep import load_sweep
+
+    sweep = load_sweep(SWEEP)
+    variants = {v.name: v for v in sweep.variants}
+    rows_in = read_results(results / "results.csv")
+    summaries = {s.name: s for s in summarize(rows_in)}
+    ratios = read_steps(steps)
+    comparisons = compare(list(summaries.values()), BASELINE, METRIC)
+    rows = []
+    for name, s in summaries.items():
+        label, family = _describe(variants[name])
+        st = s.stats[METRIC]
+        row = Row(
+            name,
+            label,
+            family,
+            s.stats["params"].mean,
+            s.stats["macs"].mean,
+            ratios.get(name, math.nan),
+            100 * st.mean,
+            100 * st.std,
+            st.n,
+        )
+        c = comparisons.get(name)
+        if c is not None:
+            p = c.paired
+            row.diff, row.low, row.high = 100 * p.diff, 100 * p.low, 100 * p.high
+            row.pairs, row.detectable, row.p = p.n, 100 * p.detectable, p.t_p
+        rows.append(row)
+    control = None
+    gsop, wide = CONTROL
+    if gsop in summaries and wide in summaries:
+        p = paired_ci(summaries[gsop].by_seed[METRIC], summaries[wide].by_seed[METRIC])
+        control = Row(
+            f"{gsop} - {wide}",
+            "GSoP minus the control",
+            "",
+            math.nan,
+            math.nan,
+            math.nan,
+            math.nan,
+            math.nan,
+            0,
+            100 * p.diff,
+            100 * p.low,
+            100 * p.high,
+            p.n,
+            100 * p.detectable,
+            p.t_p,
+        )
+    family = {r.variant: r.p for r in rows if not math.isnan(r.p)}
+    if control is not None and not math.isnan(control.p):
+        family[control.variant] = control.p
+    adjusted = holm(family)
+    for r in [*rows, *([control] if control else [])]:
+        r.holm = adjusted.get(r.variant, math.nan)
+    rows.sort(key=lambda r: -r.mean)
+    facts = {
+        "planned": len(sweep.seeds) * len(sweep.variants),
+        "ok": sum(r["status"] == "ok" for r in rows_in),
+        "seeds": len(sweep.seeds),
+        "comparisons": len(family),
+        "train_acc": _final_train_acc(results, rows_in, BASELINE),
+        "step_cpu": _steps_cpu(steps),
+    }
+    return rows, control, facts
+
+
+def _final_train_acc(results: Path, rows: Sequence[dict], variant: str) -> float:
+    """Mean over the variant's ok runs of the last epoch's training accuracy (in %), from
+    their metrics.csv (nan where none is committed)."""
+    values = []
+    for r in rows:
+        if r["variant"] != variant or r["status"] != "ok" or not r.get("metrics_csv"):
+            continue
+        path = results / r["metrics_csv"]
+        if path.is_file():
+            with path.open() as f:
+                accs = [row["train/acc"] for row in csv.DictReader(f) if row.get("train/acc")]
+            if accs:
+                values.append(100 * float(accs[-1]))
+    return sum(values) / len(values) if values else math.nan
+
+
+def _steps_cpu(path: Path) -> str:
+    """The CPU line of bench_steps.py's markdown beside its CSV ("" when absent)."""
+    md = path.with_suffix(".md")
+    if not md.is_file():
+        return ""
+    found = {}
+    for line in md.read_text().splitlines():
+        key, _, value = line.removeprefix("- ").partition(":")
+        if line.startswith("- ") and key in ("cpu", "vector extensions"):
+            found[key] = value.strip()
+    if "cpu" not in found:
+        return ""
+    ext = found.get("vector extensions")
+    return f"{found['cpu']} ({ext})" if ext else found["cpu"]
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def _f(x: float, digits: int = 2, sign: bool = False) -> str:
+    if math.isnan(x):
+        return "-"
+    return f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
+
+
+def _count(x: float) -> str:
+    if math.isnan(x):
+        return "-"
+    return f"{x / 1e6:.2f}M" if x >= 1e6 else f"{x / 1e3:.1f}K"
+
+
+def _p(x: float) -> str:
+    return "-" if math.isnan(x) else f"{x:.3f}"
+
+
+def _delta(r: Row) -> str:
+    if r.variant == BASELINE:
+        return "baseline"
+    if r.pairs < 2:
+        return f"{_f(r.diff, sign=True)} (n < 2)" if not math.isnan(r.diff) else "-"
+    text = f"{_f(r.diff, sign=True)} [{_f(r.low, sign=True)}, {_f(r.high, sign=True)}]"
+    return f"**{text}**" if r.resolved else text
+
+
+def _acc(r: Row) -> str:
+    return f"{_f(r.mean)} ± {_f(r.std)}" if r.n > 1 else _f(r.mean)
+
+
+def _resolved(r: Row) -> str:
+    if r.variant == BASELINE:
+        return ""
+    if r.pairs < 2:
+        return "-"
+    return "**yes**" if r.resolved else "no"
+
+
+def _seeds(r: Row, seeds: int) -> str:
+    return f"{r.n}" if r.n == seeds else f"{r.n} of {seeds}"
+
+
+def _line(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def full_table(rows: Sequence[Row], seeds: int) -> list[str]:
+    head = [
+        "#",
+        "variant",
+        "family",
+        "params",
+        "MACs",
+        "step time",
+        "test acc (%)",
+        "seeds",
+        "Δ paired (pp) [95% CI]",
+        "detectable Δ",
+        "Holm p",
+        "resolved",
+    ]
+    out = [_line(head), _line(["---"] * len(head))]
+    for i, r in enumerate(rows, 1):
+        out.append(
+            _line(
+                [
+                    str(i),
+                    f"`{r.variant}` ({r.label})",
+                    r.family,
+                    _count(r.params),
+                    _count(r.macs),
+                    f"{_f(r.step)}x",
+                    _acc(r),
+                    _seeds(r, seeds),
+                    _delta(r),
+                    _f(r.detectable),
+                    _p(r.holm),
+                    _resolved(r),
+                ]
+            )
+        )
+    return out
+
+
+def readme_table(rows: Sequence[Row], control: Row | None, seeds: int) -> list[str]:
+    """The top rows, the plain network and the control, in the leaderboard's order."""
+    keep = {r.variant for r in rows[:README_TOP]} | {BASELINE, CONTROL[1], CONTROL[0]}
+    head = [
+        "variant",
+        "family",
+        "params",
+        "step time",
+        "test acc (%)",
+        "seeds",
+        "Δ paired (pp) [95% CI]",
+        "Holm p",
+        "resolved",
+    ]
+    out = [_line(head), _line(["---"] * len(head))]
+    for r in rows:
+        if r.variant in keep:
+            out.append(
+                _line(
+                    [
+                        r.label,
+                        r.family,
+                        _count(r.params),
+                        f"{_f(r.step)}x",
+                        _acc(r),
+                        _seeds(r, seeds),
+                        _delta(r),
+                        _p(r.holm),
+                        _resolved(r),
+                    ]
+                )
+            )
+    if control is not None:
+        out.append(
+            _line(
+                [
+                    "GSoP minus the control",
+                    "",
+                    "",
+                    "",
+                    "",
+                    str(control.pairs),
+                    _delta(control),
+                    _p(control.holm),
+                    _resolved(control),
+                ]
+            )
+        )
+    return out
+
+
+def _control_sentence(rows: Sequence[Row], control: Row | None) -> str:
+    by = {r.variant: r for r in rows}
+    gsop, wide = (by.get(v) for v in CONTROL)
+    if gsop is None or wide is None or control is None:
+        return "The capacity control has no finished pair yet."
+    said = (
+        f"ResNet-20 widened to GSoP's parameters ({_count(wide.params)} against "
+        f"{_count(gsop.params)}) scores {_f(wide.mean)}% over {wide.n} seed(s), "
+        f"{_delta(wide)} points against the plain network; GSoP minus the control is "
+        f"{_delta(control)} over {control.pairs} pair(s) (Holm p {_p(control.holm)}). "
+    )
+    if control.pairs < 2:
+        return said + "One pair tells nothing yet; the sweep goes on."
+    if control.resolved and control.diff > 0:
+        return said + (
+            "GSoP is resolved above a network of its own size: its gain over the plain network "
+            "is not capacity alone."
+        )
+    if control.resolved:
+        return said + "The widened network is resolved above GSoP: its gain is a capacity effect."
+    return said + (
+        "These seeds cannot tell GSoP from a plain network of its size: its resolved gain over "
+        "the plain network may be capacity, not second-order pooling."
+    )
+
+
+def page(rows: Sequence[Row], control: Row | None, facts: Mapping[str, Any]) -> str:
+    seeds = facts["seeds"]
+    cpu = facts["step_cpu"] or "the machine named in benchmarks/results/steps_cpu.md"
+    train = facts["train_acc"]
+    base = next((r for r in rows if r.variant == BASELINE), None)
+    resolved = [r for r in rows if r.resolved]
+    lines = [
+        "# Leaderboard: the zoo on CIFAR-10",
+        "",
+        "<!-- generated by docs/make_leaderboard.py from benchmarks/results/cifar10_cpu/"
+        "results.csv; do not edit by hand -->",
+        "",
+        "Every block on the same recipe, data and seeds, in the same network: ResNet-20 trained "
+        "on all 50,000 CIFAR-10 training images for 10 epochs of one-cycle SGD (3,910 steps: "
+        "Nesterov, batch 128, peak lr 0.1, label smoothing 0.1, pad-crop and flip), each block "
+        "at its paper's position (`configs/ablations/cifar10_cpu.yaml`), each run's final "
+        "network scored on the 10,000 test images. Runs pair by seed: the same seed gives every "
+        "variant the same data order and augmentation.",
+        "",
+        f"Runs: {facts['ok']} of {facts['planned']} finished "
+        f"({seeds} seeds per variant planned); a variant with fewer seeds says so in its "
+        "`seeds` column, and its interval is wider for it.",
+        "",
+        *full_table(rows, seeds),
+        "",
+        "- **step time**: one training step (forward, loss, backward, SGD step; batch 128, "
+        "channels-last, one thread) against the plain network's, measured interleaved in one "
+        f"idle run of `benchmarks/bench_steps.py` on {cpu}; MACs: per image, attention "
+        "products included.",
+        "- **Δ paired**: the mean of the per-seed differences to the plain network with its 95% "
+        "paired-t interval; **detectable Δ**: the smallest true difference these pairs find with "
+        "80% power; **Holm p**: the paired-t p-value adjusted by Holm's step-down method over "
+        f"all {facts['comparisons']} comparisons on this page (each variant against the plain "
+        "network, and GSoP against the control); **resolved**: Holm p below 0.05.",
+        "",
+        "## The capacity control",
+        "",
+        _control_sentence(rows, control),
+        "",
+        "## What this table can and cannot tell",
+        "",
+        "- It ranks blocks at one short recipe. Ten epochs underfit ResNet-20: the plain "
+        f"network's final training accuracy is {_f(train)}% against "
+        f"{_f(base.mean if base else math.nan)}%"
+        " on the test set (with augmentation and label smoothing on the training side), so "
+        "the networks are far from converged, and a block that speeds up early learning is "
+        "favoured over one that helps a converged network. Gains could differ, in size and "
+        "order, in full training.",
+        f"- {len(resolved)} of {facts['comparisons']} comparisons are resolved. An unresolved "
+        "row is not evidence that a block does nothing: its detectable Δ says the size these "
+        "seeds could have found.",
+        "- One network, one data set, one resolution (feature maps of 32 to 8 px): blocks "
+        "designed for large maps (non-local, BAM's dilated branch) are tested far from their "
+        "design point, and none of this says how a block behaves at 224 px.",
+        "- Anchors, with their regimes: He et al. (2016) ResNet-20 91.25% (164 epochs, 64k "
+        "steps); the SENet paper, SE-ResNet-110 on CIFAR-10, error 6.37% -> 5.21%; timm's "
+        "same-recipe ImageNet runs of ResNet-33ts: SE +1.16, ECA +0.87, GC +0.86 points top-1. "
+        "None of them is this recipe; they bound what a longer schedule might show.",
+        "",
+        "## Plots",
+        "",
+        "![paired differences](assets/leaderboard/paired_diff.png)",
+        "",
+        "![accuracy against cost](assets/leaderboard/acc_vs_cost.png)",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def plots(rows: Sequence[Row], control: Row | None = None) -> dict[str, bytes]:
+    """The forest plot and accuracy against cost, as PNG bytes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = {}
+    shown = [r for r in rows if r.variant != BASELINE and not math.isnan(r.diff)][::-1]
+    if control is not None and not math.isnan(control.diff):
+        shown.insert(0, control)
+    fig, ax = plt.subplots(figsize=(7, 0.4 * len(shown) + 1.4))
+    for i, r in enumerate(shown):
+        if r.pairs >= 2:
+            ax.errorbar(
+                r.diff,
+                i,
+                xerr=[[r.diff - r.low], [r.high - r.diff]],
+                fmt="o",
+                color="C3" if r.resolved else "C0",
+                capsize=3,
+            )
+        else:
+            ax.plot(r.diff, i, "x", color="C7")
+    ax.axvline(0, color="k", lw=0.8)
+    names = [r.variant.replace("resnet20_", "") for r in shown]
+    ax.set_yticks(range(len(shown)), names)
+    ax.set_xlabel("Δ test acc vs plain ResNet-20 (pp), paired, 95% CI (red: resolved, Holm)")
+    out["paired_diff.png"] = _png(fig, plt)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    for ax, key, label in (
+        (axes[0], "step", "training step time / plain"),
+        (axes[1], "macs", "MACs per image (M)"),
+    ):
+        for r in rows:
+            x = getattr(r, key) / (1e6 if key == "macs" else 1)
+            if math.isnan(x):
+                continue
+            ax.errorbar(x, r.mean, yerr=r.std, fmt="s" if r.variant == BASELINE else "o")
+            ax.annotate(
+                r.variant.removeprefix("resnet20_"),
+                (x, r.mean),
+                fontsize=7,
+                xytext=(3, 3),
+                textcoords="offset points",
+            )
+        ax.set_xlabel(label)
+    axes[0].set_ylabel("test acc (%), mean ± std over seeds")
+    out["acc_vs_cost.png"] = _png(fig, plt)
+    return out
+
+
+def _png(fig: Any, plt: Any) -> bytes:
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def readme_block(rows: Sequence[Row], control: Row | None, facts: Mapping[str, Any]) -> str:
+    return "\n".join(
+        [
+            START,
+            *readme_table(rows, control, facts["seeds"]),
+            "",
+            f"{facts['ok']} of {facts['planned']} runs finished; the full table (every variant, "
+            "its MACs and detectable Δ), the capacity control and what the table can and cannot "
+            "tell: [leaderboard](docs/leaderboard.md).",
+            END,
+        ]
+    )
+
+
+def with_readme_block(text: str, block: str) -> str:
+    if START not in text or END not in text:
+        raise ValueError(f"README.md has no {START} ... {END} block")
+    head, rest = text.split(START, 1)
+    return head + block + rest.split(END, 1)[1]
+
+
+def outputs() -> dict[Path, str]:
+    """Every text file this script writes, as it would write it now."""
+    rows, control, facts = build_rows()
+    return {
+        PAGE: page(rows, control, facts),
+        README: with_readme_block(README.read_text(), readme_block(rows, control, facts)),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--check", action="store_true", help="only compare; exit 1 on a difference")
+    args = p.parse_args(argv)
+    texts = outputs()
+    if args.check:
+        stale = [
+            str(path.relative_to(ROOT))
+            for path, text in texts.items()
+            if not path.is_file() or path.read_text() != text
+        ]
+        if stale:
+            print(f"stale: {', '.join(stale)}; run python docs/make_leaderboard.py")
+            return 1
+        return 0
+    from visattn.files import atomic_write_bytes, atomic_write_text
+
+    for path, text in texts.items():
+        atomic_write_text(path, text)
+    rows, control, _ = build_rows()
+    ASSETS.mkdir(parents=True, exist_ok=True)
+    for name, data in plots(rows, control).items():
+        atomic_write_bytes(ASSETS / name, data)
+    print(f"wrote {PAGE.relative_to(ROOT)}, {ASSETS.relative_to(ROOT)}/, README.md's table")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

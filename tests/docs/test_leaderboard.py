@@ -1,0 +1,83 @@
+"""The leaderboard page and the README's compact table are what ``docs/make_leaderboard.py`` makes
+of the committed ``results.csv``, and their figures are the file's, recomputed here without it."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import math
+import statistics
+import sys
+
+import pytest
+from helpers.paths import REPO
+from scipy import stats
+
+RESULTS = REPO / "benchmarks" / "results" / "cifar10_cpu" / "results.csv"
+pytestmark = pytest.mark.skipif(not RESULTS.is_file(), reason="no committed CIFAR-10 results")
+
+
+@pytest.fixture(scope="module")
+def board():
+    path = REPO / "docs" / "make_leaderboard.py"
+    spec = importlib.util.spec_from_file_location("docs_make_leaderboard", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_page_and_the_readme_table_are_written_from_the_results(board) -> None:
+    for path, text in board.outputs().items():
+        assert path.read_text() == text, f"{path.name} is stale: run docs/make_leaderboard.py"
+
+
+def _accuracies() -> dict[str, dict[int, float]]:
+    out: dict[str, dict[int, float]] = {}
+    with RESULTS.open() as f:
+        for r in csv.DictReader(f):
+            if r["status"] == "ok":
+                out.setdefault(r["variant"], {})[int(r["seed"])] = 100 * float(r["test/acc"])
+    return out
+
+
+def _readme_rows() -> dict[str, list[str]]:
+    text = (REPO / "README.md").read_text()
+    block = text.split("<!-- leaderboard:start -->", 1)[1].split("<!-- leaderboard:end -->")[0]
+    rows = [ln.split("|")[1:-1] for ln in block.splitlines() if ln.startswith("| ")]
+    return {r[0].strip(): [c.strip() for c in r[1:]] for r in rows[2:]}
+
+
+def test_the_readme_figures_are_the_results_files(board) -> None:
+    """Mean ± std and the paired interval of each README row, recomputed from results.csv with
+    numpy-free arithmetic and scipy's t quantile."""
+    acc = _accuracies()
+    rows = _readme_rows()
+    base = acc[board.BASELINE]
+    checked = 0
+    for r in board.build_rows()[0]:
+        label = r.label
+        if label not in rows:
+            continue
+        cells = rows[label]
+        values = list(acc[r.variant].values())
+        mean = statistics.fmean(values)
+        shown = f"{mean:.2f} ± {statistics.stdev(values):.2f}" if len(values) > 1 else f"{mean:.2f}"
+        assert cells[3] == shown, label
+        pairs = [acc[r.variant][s] - base[s] for s in acc[r.variant] if s in base]
+        if r.variant != board.BASELINE and len(pairs) >= 2:
+            d, sd, n = statistics.fmean(pairs), statistics.stdev(pairs), len(pairs)
+            half = stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n)
+            assert f"{d:+.2f} [{d - half:+.2f}, {d + half:+.2f}]" in cells[5], label
+        checked += 1
+    assert checked >= 3 and "ResNet-20" in rows
+
+
+def test_holm_runs_over_every_comparison_on_the_page(board) -> None:
+    rows, control, facts = board.build_rows()
+    compared = [r for r in rows if not math.isnan(r.p)]
+    assert facts["comparisons"] == len(compared) + (control is not None and control.pairs >= 2)
+    # Holm never lowers a p-value, and the smallest one is multiplied by the family's size
+    smallest = min(compared, key=lambda r: r.p)
+    assert smallest.holm == pytest.approx(min(1.0, smallest.p * facts["comparisons"]))
+    assert all(r.holm >= r.p for r in compared)
