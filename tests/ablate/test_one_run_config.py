@@ -67,6 +67,33 @@ def test_one_parse_per_run_in_the_driver_and_none_in_the_worker(
     assert counts == {"driver": 1, "worker": 0}
 
 
+#: every committed real-data sweep: (sweep file, results folder, the --set it ran with)
+COMMITTED = {
+    "cifar10_cpu": (CIFAR_SWEEP, CIFAR_RESULTS, CIFAR_SET),
+    "imagenette112": (
+        REPO / "configs/ablations/imagenette112_cpu.yaml",
+        REPO / "benchmarks/results/imagenette112",
+        {"data.root": "../shared/data/imagenette-112"},
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(COMMITTED))
+def test_every_committed_sweeps_finished_runs_stay_finished(name: str) -> None:
+    """No change to how options resolve may make a committed run train again: each finished
+    run of each committed sweep is still recognised as done, with its recorded settings."""
+    sweep_file, results, extra = COMMITTED[name]
+    if not results.is_dir():
+        pytest.skip(f"no committed {name} results")
+    runs = [
+        r for r in load_sweep(sweep_file).runs(results, extra) if (r.root / "result.json").is_file()
+    ]
+    assert runs, "no finished run committed"
+    for run in runs:
+        row, why = completed(run, results)
+        assert row is not None and why.startswith("done"), (run.key, why)
+
+
 @pytest.mark.skipif(not CIFAR_RESULTS.is_dir(), reason="no committed CIFAR-10 results")
 def test_the_committed_cifar10_markers_stay_finished() -> None:
     """The CIFAR-10 runs were marked by the visattn before one run configuration (options as

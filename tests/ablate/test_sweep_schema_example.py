@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 from visattn.ablate import sweep as sweep_module
@@ -41,3 +42,33 @@ def test_the_example_names_every_key_the_loader_accepts() -> None:
     assert set(data) == set(sweep_module._TOP_KEYS)
     assert set().union(*(v.keys() for v in data["variants"])) == set(sweep_module._VARIANT_KEYS)
     assert set(data["profile"]) == set(sweep_module._PROFILE_KEYS)
+
+
+def test_the_guides_sweep_example_runs(monkeypatch, tmp_path, capsys) -> None:
+    """T2: the example's ``set: {model.attention: se}`` (a block name as the placement) failed
+    in the real pass with 'Expected a path', while its dry run printed every run and exited 0.
+    The dry run now checks every variant as the real pass does; each one resolves and builds."""
+    from visattn.ablate import run_sweep
+
+    monkeypatch.chdir(ROOT)
+    folder = tmp_path / "configs" / "ablations"
+    folder.mkdir(parents=True)
+    extended = ROOT / "configs" / "ablations" / "families_quick.yaml"
+    (folder / extended.name).write_text(extended.read_text())
+    (folder / "my_sweep.yaml").write_text(example())
+    run_sweep(folder / "my_sweep.yaml", tmp_path / "out", dry_run=True)
+    printed = capsys.readouterr().out
+    assert "my_sweep" in printed and "--model.attention=se" in printed
+
+
+def test_a_dry_run_refuses_what_the_real_pass_would(tmp_path) -> None:
+    from visattn.ablate import run_sweep
+
+    data = yaml.safe_load(example())
+    data.pop("extends")
+    data["base"] = [str(ROOT / "configs" / "quickstart.yaml")]
+    data["variants"].append({"name": "typo", "set": {"model.attention": "sse"}})
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ValueError, match=r"variant 'typo'.*did you mean"):
+        run_sweep(path, tmp_path / "out", dry_run=True)

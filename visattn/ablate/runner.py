@@ -580,7 +580,8 @@ def run_sweep(
         overrides: dotted overrides applied to every run after the sweep's own, e.g.
             ``{"data.root": "/data/cifar"}`` (part of each run's arguments, so resuming needs the
             same ones).
-        dry_run: only print each run's state and ``train_cls.py`` arguments.
+        dry_run: only print each run's state and ``train_cls.py`` arguments, after checking
+            every variant as the real pass does (unless ``validate`` is ``False``).
         train_fn: the training call, ``visattn.training.cli.run`` unless given (tests).
         echo: where progress lines go.
         validate: before the first run, parse and build one run of every variant that has runs
@@ -608,7 +609,9 @@ def run_sweep(
     out = Path(out_dir).resolve()
     claim_folder(out, sweep, take_over=take_over, write=False)
     session = _Session(sweep, out, sweep.runs(out, overrides), overrides, echo)
-    if dry_run:
+    if dry_run:  # resolved and checked as the real pass would, then only printed
+        if validate is not False:
+            check_variants(session.runs, f"sweep {sweep.path}")
         return _dry_run(session)
     _check_profile_device(sweep)
     real_training = train_fn is None

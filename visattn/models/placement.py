@@ -375,7 +375,7 @@ def placements_to_config(attention: Any) -> dict[str, Any] | list[dict[str, Any]
     if attention is None:
         return None
     out = [p.to_dict() for p in normalize_placements(attention)]
-    return out[0] if isinstance(attention, (Mapping, Placement)) else out
+    return out[0] if isinstance(attention, (Mapping, Placement, str)) else out
 
 
 def find_stages(model: nn.Module) -> list[tuple[str, nn.Module]]:

@@ -95,7 +95,8 @@ class ClassificationModule(pl.LightningModule):
             data module's count, taken in :meth:`setup` (10 until then); given, it must match
             the data module's (see :meth:`setup`).
         attention: a placement (:class:`~visattn.models.placement.Placement` or the same
-            mapping) or a list of them, or None; LightningCLI parses it as one of these types.
+            mapping) or a list of them, a block name (``"se"``: the block with its default
+            placement, as ``{name: se}``), or None; LightningCLI parses it as one of these.
         model_kwargs: extra keyword arguments for ``visattn.create_model`` (e.g.
             ``checkpoint_path`` to start from trained weights).
         channels_last: run the network in channels-last memory format. ``None`` (default)
@@ -133,7 +134,7 @@ class ClassificationModule(pl.LightningModule):
         self,
         model: str = "resnet20_cifar",
         num_classes: int | None = None,
-        attention: Placement | list[Placement] | None = None,
+        attention: Placement | list[Placement] | str | None = None,
         model_kwargs: dict | None = None,
         channels_last: bool | None = None,
         compile: bool = False,
