@@ -32,6 +32,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
+import math
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -171,10 +172,20 @@ def _check_shapes(
     return shapes
 
 
+def check_tolerances(rtol: float, atol: float) -> None:
+    """Refuse tolerances that would make the output check pass anything (NaN compares false,
+    an infinite bound holds always) or fail everything (negative)."""
+    for name, value in (("rtol", rtol), ("atol", atol)):
+        if not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+
+
 def _compare(
     run: Any, model: nn.Module, shapes: list[tuple[int, ...]], rtol: float, atol: float, what: str
 ) -> float:
-    """Largest ``|run(x) - model(x)|`` over random inputs of ``shapes``; raises on a mismatch."""
+    """Largest ``|run(x) - model(x)|`` over random inputs of ``shapes``; raises on a mismatch,
+    and on outputs that are not finite (NaN compares as no difference)."""
+    check_tolerances(rtol, atol)
     worst = 0.0
     gen = torch.Generator().manual_seed(0)
     for shape in shapes:
@@ -196,6 +207,13 @@ def _compare(
                     f"{what}: output shape {tuple(g.shape)} for input {shape}, PyTorch gives "
                     f"{tuple(r.shape)}"
                 )
+            for side, t in (("PyTorch", r), ("the exported graph", g)):
+                if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+                    raise ExportError(
+                        f"{what}: {side} gives non-finite outputs (NaN or inf) for input "
+                        f"{shape}: nothing to compare; check the network's weights (a "
+                        "checkpoint saved after training diverged?)"
+                    )
             diff = (g.to(r.dtype) - r).abs()
             worst = max(worst, float(diff.max()) if diff.numel() else 0.0)
             # relative to the output's largest magnitude: float32 rounding of a sum is set by
@@ -511,6 +529,7 @@ def export_onnx(
         ImportError: onnx (and onnxscript for the dynamo exporter, onnxruntime for the check)
             is not installed.
     """
+    check_tolerances(rtol, atol)
     size, exp = _check_onnx_request(
         model, input_size, exporter, opset, check, batch_size, dynamic_batch
     )
@@ -589,6 +608,7 @@ def export_program(
     for :func:`export_onnx`.
     """
     _check_model(model)
+    check_tolerances(rtol, atol)
     size = _input_size(model, input_size)
     out = _output_file(path)
     with eval_mode(model):

@@ -94,3 +94,30 @@ def test_the_onnx_file_names_its_batch_axis_and_records_its_metadata(tmp_path: P
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     assert sess.get_inputs()[0].shape[0] == "batch"
     assert sess.get_modelmeta().custom_metadata_map["input_size"] == "3,32,32"
+
+
+@pytest.mark.parametrize(
+    "bad", [{"atol": float("nan")}, {"rtol": float("nan")}, {"atol": float("inf")}, {"rtol": -1e-3}]
+)
+def test_tolerances_that_would_pass_anything_are_refused_before_exporting(tmp_path, bad) -> None:
+    """P7: ``--atol nan --rtol nan`` printed "ok": NaN compares false, so no difference fails."""
+    import visattn
+
+    out = tmp_path / "m.onnx"
+    with pytest.raises(ValueError, match="must be a finite number >= 0"):
+        visattn.export_onnx(visattn.create_block("se", 32), out, input_size=(32, 4, 4), **bad)
+    assert not out.exists()
+
+
+def test_non_finite_outputs_fail_the_check_instead_of_passing_it(tmp_path) -> None:
+    """P7: a network whose outputs are NaN passed with "max |diff| = 0"."""
+    import torch
+
+    import visattn
+    from visattn.export import ExportError
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.Flatten())
+    with torch.no_grad():
+        net[0].weight.fill_(float("nan"))
+    with pytest.raises(ExportError, match="non-finite outputs"):
+        visattn.export_onnx(net, tmp_path / "nan.onnx", input_size=(3, 4, 4))
