@@ -130,3 +130,35 @@ def test_a_class_path_optimizer_trains(tmp_path) -> None:
 
     tiny_fit(tmp_path, "--model.optimizer=torch.optim.RAdam", "--trainer.max_epochs=1")
     assert list(tmp_path.rglob("metrics.csv"))
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("gamma", -1.0),
+        ("gamma", 0.0),
+        ("gamma", math.nan),
+        ("min_lr_ratio", -1.0),
+        ("min_lr_ratio", 1.5),
+        ("warmup_start", -0.1),
+        ("warmup_epochs", -1.0),
+        ("milestones", [5, -1]),
+    ],
+)
+def test_schedule_factors_that_would_make_the_learning_rate_negative_are_refused(key, value):
+    """P8: ``multistep`` with gamma -1 and cosine with min_lr_ratio -1 trained with negative
+    learning rates."""
+    with pytest.raises(ValueError, match=rf"{key} must be"):
+        ClassificationModule(model="resnet20_cifar", num_classes=4, **{key: value})
+
+
+def test_the_schedule_factors_edges_are_allowed() -> None:
+    ClassificationModule(
+        model="resnet20_cifar",
+        num_classes=4,
+        gamma=1.0,
+        min_lr_ratio=0.0,
+        warmup_start=0.0,
+        warmup_epochs=0.0,
+        milestones=[0, 3],
+    )

@@ -179,6 +179,23 @@ class ClassificationModule(pl.LightningModule):
             )
         if any(not isinstance(v, (int, float)) or v < 0 for v in (lr_mult or {}).values()):
             raise ValueError(f"lr_mult values must be non-negative numbers, got {lr_mult}")
+        # the schedule multiplies lr: a negative factor would train uphill, silently
+        for key, value, zero in (
+            ("gamma", gamma, False),  # 0: nothing trains after the first milestone
+            ("min_lr_ratio", min_lr_ratio, True),
+            ("warmup_start", warmup_start, True),
+        ):
+            if not (0.0 <= value <= 1.0 and (zero or value > 0)):  # NaN fails this too
+                span = "[0, 1]" if zero else "(0, 1]"
+                raise ValueError(
+                    f"{key} must be in {span} (model.{key}: a factor of model.lr), got {value}"
+                )
+        if not warmup_epochs >= 0:
+            raise ValueError(
+                f"warmup_epochs must be >= 0 (model.warmup_epochs), got {warmup_epochs}"
+            )
+        if any(not isinstance(m, int) or m < 0 for m in (milestones or [])):
+            raise ValueError(f"milestones must be epochs (integers >= 0), got {milestones}")
         if freeze_backbone_epochs < 0:
             raise ValueError(f"freeze_backbone_epochs must be >= 0, got {freeze_backbone_epochs}")
         if num_classes is not None and (isinstance(num_classes, bool) or num_classes < 1):
