@@ -47,7 +47,7 @@ from _common import interleaved_median_ms, machine_description, markdown_table, 
 
 from visattn.ablate.resolve import build_run
 from visattn.ablate.sweep import load_sweep
-from visattn.profile import count_macs, count_params
+from visattn.profile import VECTOR_FLAGS, count_macs, count_params, vector_extensions
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SWEEP = ROOT / "configs" / "ablations" / "cifar10_cpu.yaml"
@@ -61,20 +61,6 @@ COLUMNS = [
     "bf16_speedup",
     "where",
 ]
-#: the CPU flags that decide which kernels run (the host kind varies between machines)
-VECTOR_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
-
-
-def vector_extensions() -> list[str]:
-    """The :data:`VECTOR_FLAGS` this CPU reports in ``/proc/cpuinfo`` (empty elsewhere)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return []
-    flags = next(
-        (ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), []
-    )
-    return [f for f in VECTOR_FLAGS if f in flags]
 
 
 class Step:

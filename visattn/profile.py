@@ -19,6 +19,7 @@ import math
 import statistics
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 import torch.nn as nn
@@ -27,7 +28,55 @@ from torch.utils.flop_counter import FlopCounterMode
 from ._nets import eval_mode
 from .blocks._attention import counted_as_equation
 
-__all__ = ["calibrate_batch_norm", "count_macs", "count_params", "measure_latency"]
+__all__ = [
+    "calibrate_batch_norm",
+    "count_macs",
+    "count_params",
+    "device_description",
+    "measure_latency",
+    "vector_extensions",
+]
+
+#: the CPU flags that decide which kernels run (hosts differ: AVX2 AMD, AVX-512 and AMX Intel)
+VECTOR_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
+
+
+def _cpuinfo() -> tuple[str, list[str]]:
+    """The CPU's model name and flags from ``/proc/cpuinfo`` (the platform's name elsewhere)."""
+    import platform
+
+    name, flags = platform.processor() or platform.machine(), []
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and value.strip():
+            name = value.strip()
+        elif key.strip() == "flags":
+            flags = value.split()
+            break
+    return name, flags
+
+
+def vector_extensions() -> list[str]:
+    """The :data:`VECTOR_FLAGS` this CPU has."""
+    flags = _cpuinfo()[1]
+    return [f for f in VECTOR_FLAGS if f in flags]
+
+
+def device_description(device: torch.device | str = "cpu") -> str:
+    """The processor that runs ``device``'s work, for a timing's label: the CPU's model name
+    with its :func:`vector_extensions`, or the GPU's name."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    if device.type != "cpu":
+        return device.type
+    found = vector_extensions()
+    name = _cpuinfo()[0]
+    return f"{name} ({', '.join(found)})" if found else name
 
 
 def count_params(module: nn.Module, *, trainable_only: bool = False) -> int:

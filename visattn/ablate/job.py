@@ -25,6 +25,7 @@ import base64
 import dataclasses
 import json
 import math
+import os
 import pickle
 import shutil
 import time
@@ -37,7 +38,7 @@ import torch
 
 from ..files import atomic_write_text, file_digest, read_metrics_csv
 from ..localization import score_gradcam, score_model
-from ..profile import measure_latency
+from ..profile import device_description, measure_latency
 from ..training import cli
 from ..training import config as run_config
 from ..training.load import load_run, load_weights
@@ -292,12 +293,24 @@ def evaluate_run(
         "throughput": 1000.0 * batch / tb,
         "throughput_batch": batch,
         "profile_device": str(device),
+        "profile_cpu": device_description(device),
+        "profile_load": _load_average(),
+        "num_classes": int(hp.get("num_classes") or 0) or None,
     }
     boxes = getattr(val, "boxes", None)
     if sweep.localization is not None and boxes is not None:
         cols.update(_localization(net, val, torch.as_tensor(boxes), sweep.localization))
     net.cpu()
     return cols
+
+
+def _load_average() -> float | None:
+    """The machine's 1-minute load average while the latency was measured (``None`` where the
+    system has none): above about 1, other work shared the cores with the measurement."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
 
 
 def _localization(net: Any, val: Any, boxes: torch.Tensor, options: dict) -> dict[str, Any]:

@@ -334,6 +334,66 @@ def _table(ctx: _Context) -> list[str]:
     return lines
 
 
+#: a run "ends near chance" when its accuracy is within this share of the way from chance
+#: (1 / classes) to 1: 0.19 for 10 classes, 0.55 for 2
+NEAR_CHANCE = 0.1
+#: a load average above this while a run was timed means other work shared its cores
+BUSY_LOAD = 1.5
+
+
+def near_chance(row: Mapping[str, Any], metric: str) -> float | None:
+    """Chance (``1 / num_classes``) when ``row`` is an ok run whose ``metric`` ended within
+    :data:`NEAR_CHANCE` of it, else ``None`` (also for rows that do not record their classes)."""
+    classes, value = row.get("num_classes"), row.get(metric)
+    if row.get("status") != "ok" or not classes or value is None or math.isnan(value):
+        return None
+    chance = 1.0 / classes
+    return chance if value <= chance + NEAR_CHANCE * (1.0 - chance) else None
+
+
+def _warnings(rows: Sequence[dict[str, Any]], metric: str) -> list[str]:
+    """Bullets that say where the table's figures cannot be taken at face value: runs that
+    ended near chance, timings taken under load, on other processors or in unknown
+    conditions."""
+    ok = [r for r in rows if r["status"] == "ok"]
+    out = []
+    chance = [
+        (r.get("run") or f"{r['variant']}/seed{r['seed']}", near_chance(r, metric)) for r in ok
+    ]
+    chance = [(run, c) for run, c in chance if c is not None]
+    if chance:
+        out.append(
+            f"- **{len(chance)} run(s) ended near chance** ({metric} within "
+            f"{NEAR_CHANCE:.0%} of the way from chance to 1): "
+            + ", ".join(f"`{run}` (chance {c:.3f})" for run, c in chance)
+            + ". Such a run did not learn (a warm-up longer than the run, a learning rate "
+            "too high or too low, wrong labels): its figures compare nothing."
+        )
+    timed = [r for r in ok if r.get("latency_ms") is not None]
+    unknown = [r for r in timed if r.get("profile_load") is None]
+    busy = [r for r in timed if (r.get("profile_load") or 0.0) > BUSY_LOAD]
+    cpus = sorted({r["profile_cpu"] for r in timed if r.get("profile_cpu")})
+    if unknown:
+        out.append(
+            f"- **Timings:** {len(unknown)} of {len(timed)} runs were timed before visattn "
+            "recorded the conditions (possibly beside other runs, or on another machine): "
+            "their latency and img/s are not comparable; time the networks alone "
+            "(`benchmarks/bench_steps.py`) to compare speed."
+        )
+    if busy:
+        out.append(
+            f"- **Timings under load:** {len(busy)} run(s) were timed while the machine's load "
+            f"average was above {BUSY_LOAD:g} (other work on its cores, such as the sweep's "
+            "other runs): their latency and img/s are inflated."
+        )
+    if len(cpus) > 1:
+        out.append(
+            f"- **Timings on {len(cpus)} processors** ({'; '.join(cpus)}): latency and img/s "
+            "are comparable only between runs timed on the same one."
+        )
+    return out
+
+
 def _notes(ctx: _Context, rows: Sequence[dict[str, Any]], planned: int | None) -> list[str]:
     """The runs line and the bullets that explain the table's columns."""
     ok = sum(r["status"] == "ok" for r in rows)
@@ -382,6 +442,7 @@ def _notes(ctx: _Context, rows: Sequence[dict[str, Any]], planned: int | None) -
         + (f", both measured on `{devices.pop()}`" if len(devices) == 1 else "")
         + " (means over seeds).",
     ]
+    out += _warnings(rows, ctx.metric)
     if ctx.has("loc/pointing"):
         out.append(
             "- loc/pointing: pointing-game hit rate (the map's maximum falls in the target's box); "

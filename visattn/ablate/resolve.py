@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +56,7 @@ class ResolvedRun:
     model_kwargs: dict[str, Any]
     input_shape: tuple[int, int, int]  # (C, H, W)
     params: int
+    warnings: tuple[str, ...] = ()  # what would make the run learn nothing, said before it trains
 
 
 def _check_fit(cli: Any, checked_data: set[str]) -> None:
@@ -123,7 +125,16 @@ def resolve_run(args: Sequence[str], checked_data: set[str] | None = None) -> Re
         _check_fit(cli, checked_data)
     hp = cli.model.hparams
     shape = getattr(cli.datamodule, "image_shape", None) or cli.model.net.default_input_size
+    max_epochs = cli.config.get("trainer", {}).get("max_epochs")
+    said = []
+    warmup = float(hp.get("warmup_epochs") or 0.0)
+    if warmup > 0 and max_epochs is not None and 0 < max_epochs <= warmup:
+        said.append(
+            f"model.warmup_epochs {warmup:g} is not shorter than the run (trainer.max_epochs "
+            f"{max_epochs}): the learning rate never reaches model.lr {hp['lr']}"
+        )
     return ResolvedRun(
+        warnings=tuple(said),
         model=hp["model"],
         num_classes=int(hp["num_classes"]),
         attention=hp.get("attention"),
@@ -163,9 +174,12 @@ def check_variants(runs: Sequence[Any], what: str = "sweep") -> None:
             continue
         seen.add(run.variant)
         try:
-            resolve_run(run.resolved, checked_data)
+            resolved = resolve_run(run.resolved, checked_data)
         except Exception as exc:  # every kind of bad input: report them all at once
             errors.append(f"  variant {run.variant!r}: {error_summary(exc)}")
+            continue
+        for said in resolved.warnings:  # on the console, before anything trains
+            warnings.warn(f"{what}: variant {run.variant!r}: {said}", UserWarning, stacklevel=2)
     if errors:
         raise ValueError(
             f"{what}: {len(errors)} variant(s) would fail before training, nothing was run:\n"

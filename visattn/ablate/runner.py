@@ -58,7 +58,7 @@ from .job import (
 )
 from .lock import RunLock, SweepLock
 from .plots import write_plots
-from .report import write_report
+from .report import near_chance, write_report
 from .resolve import check_variants
 from .results import read_results, write_results
 from .sweep import Run, Sweep, load_sweep
@@ -383,6 +383,13 @@ class _Session:
     def record(self, row: dict[str, Any]) -> None:
         self.check_in_place()
         self.rows[row["run"]] = row
+        chance = near_chance(row, self.sweep.metric)
+        if chance is not None:
+            self.echo(
+                f"{self.tag} WARNING {row['run']} ended near chance ({self.sweep.metric} "
+                f"{row[self.sweep.metric]:.3f}, chance {chance:.3f}): it did not learn; see its "
+                "log for the recipe's warnings (the report lists such runs)"
+            )
         write_outputs(self.sweep, self.out, self.ordered(), overrides=self.overrides)
 
     def pin(self) -> None:
