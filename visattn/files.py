@@ -28,10 +28,34 @@ __all__ = [
 ]
 
 
+def _umask() -> int:
+    """The process's umask: from ``/proc/self/status`` where Linux gives it (reading it with
+    ``os.umask`` means setting it for a moment, which other threads would see)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _mode_for(path: Path) -> int:
+    """The permissions a plain ``open(path, "w")`` would give: the existing file's, or 0666
+    less the process's umask."""
+    try:
+        return path.stat().st_mode & 0o777
+    except FileNotFoundError:
+        return 0o666 & ~_umask()
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see either the old or the new file, never a
     partial one: a temporary file in the same folder, flushed and fsynced, then ``os.replace``.
-    An interruption (even ``KeyboardInterrupt``) leaves the old file and no temporary behind."""
+    An interruption (even ``KeyboardInterrupt``) leaves the old file and no temporary behind.
+    The file gets the permissions ``open`` would give it (its old ones, or the umask's)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -40,6 +64,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, _mode_for(path))  # mkstemp's 0600 would hide results from other users
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

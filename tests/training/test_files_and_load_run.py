@@ -43,3 +43,25 @@ def test_load_run_names_a_file_that_is_not_a_checkpoint(tmp_path: Path) -> None:
         load_run(cfg)
     with pytest.raises(FileNotFoundError, match=r"nope\.ckpt does not exist"):
         load_run(tmp_path / "nope.ckpt")
+
+
+def test_atomically_written_files_get_the_permissions_open_would_give(tmp_path) -> None:
+    """P15: results.csv, report.md, plots, markers and metrics.csv were mode 0600 (mkstemp's),
+    beside Lightning's own 0644 files."""
+    import os
+
+    from visattn.files import atomic_write_text
+
+    old = os.umask(0o022)
+    try:
+        atomic_write_text(tmp_path / "new.txt", "a")
+        assert (tmp_path / "new.txt").stat().st_mode & 0o777 == 0o644
+        (tmp_path / "kept.txt").write_text("b")
+        os.chmod(tmp_path / "kept.txt", 0o640)
+        atomic_write_text(tmp_path / "kept.txt", "c")  # a replaced file keeps its mode
+        assert (tmp_path / "kept.txt").stat().st_mode & 0o777 == 0o640
+        os.umask(0o077)
+        atomic_write_text(tmp_path / "private.txt", "d")
+        assert (tmp_path / "private.txt").stat().st_mode & 0o777 == 0o600
+    finally:
+        os.umask(old)
