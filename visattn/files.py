@@ -5,6 +5,9 @@
 * :func:`read_metrics_csv` / :func:`read_metric_curve`: the per-epoch ``metrics.csv`` every run
   writes (``visattn.training.callbacks.EpochMetricsCSV``).
 * :func:`file_digest`: size and SHA-256 of a file (checkpoint integrity in sweep markers).
+* :func:`load_yaml`: YAML as configs and sweeps are read: safe types only, a repeated key
+  refused (a second ``model:`` block would replace the first), and anchors that expand to more
+  than :data:`MAX_YAML_NODES` nodes refused (a "billion laughs" file).
 
 Nothing here needs an optional extra (no Lightning), so sweep files and reports can be read
 without the ``train`` extra. Loading a trained run is :func:`visattn.training.load.load_run`.
@@ -20,9 +23,11 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "MAX_YAML_NODES",
     "atomic_write_bytes",
     "atomic_write_text",
     "file_digest",
+    "load_yaml",
     "read_metric_curve",
     "read_metrics_csv",
 ]
@@ -116,3 +121,82 @@ def file_digest(path: str | os.PathLike, chunk: int = 1 << 20) -> dict[str, Any]
             h.update(block)
             size += len(block)
     return {"size": size, "sha256": h.hexdigest()}
+
+
+#: the most nodes a YAML document may expand to once its aliases are followed (a config or a
+#: sweep has hundreds; ten levels of ten-fold aliases have ten billion)
+MAX_YAML_NODES = 1_000_000
+
+
+def _refuse_duplicate_keys(loader: Any, node: Any, deep: bool = False) -> Any:
+    import yaml
+
+    seen: dict[Any, Any] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            hash(key)
+        except TypeError:
+            continue  # the constructor reports an unhashable key itself
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                "while reading a mapping",
+                node.start_mark,
+                f"the key {key!r} appears twice (first at line {seen[key].line + 1}): the "
+                "second would silently replace the first",
+                key_node.start_mark,
+            )
+        seen[key] = key_node.start_mark
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+def _expanded_nodes(node: Any, limit: int) -> int:
+    """The number of nodes ``node`` stands for with every alias followed, stopping at ``limit``."""
+    memo: dict[int, int] = {}
+
+    def size(n: Any) -> int:
+        if id(n) in memo:
+            return memo[id(n)]
+        memo[id(n)] = limit + 1  # a recursive alias counts as too large
+        total = 1
+        if isinstance(n.value, list):
+            for item in n.value:
+                parts = item if isinstance(item, tuple) else (item,)
+                for part in parts:
+                    total += size(part)
+                    if total > limit:
+                        break
+        memo[id(n)] = min(total, limit + 1)
+        return memo[id(n)]
+
+    return size(node)
+
+
+def load_yaml(stream: Any, source: str = "YAML") -> Any:
+    """``yaml.safe_load(stream)`` with two refusals (``source`` names the input in them).
+
+    Raises:
+        yaml.YAMLError: a key repeated in one mapping (a ``ConstructorError`` with both lines),
+            or a document whose aliases expand to more than :data:`MAX_YAML_NODES` nodes.
+    """
+    import yaml
+
+    class StrictLoader(yaml.SafeLoader):
+        pass
+
+    StrictLoader.add_constructor(
+        yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _refuse_duplicate_keys
+    )
+    loader = StrictLoader(stream)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if _expanded_nodes(node, MAX_YAML_NODES) > MAX_YAML_NODES:
+            raise yaml.YAMLError(
+                f"{source}: its anchors and aliases expand to more than {MAX_YAML_NODES:,} "
+                "nodes; write the values out, or use fewer nested aliases"
+            )
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()

@@ -107,3 +107,63 @@ def test_a_bad_attention_option_is_one_line_from_train_cls(flags: list[str], exp
     errors = [ln for ln in out.stderr.splitlines() if "error" in ln.lower()]
     assert errors == [f"train_cls.py: error: {expected}" + errors[0].split(expected, 1)[1]]
     assert "Traceback" not in out.stderr and len(out.stderr.splitlines()) <= 3
+
+
+# ------------------------------------------------------------------- YAML that reads wrongly
+
+LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{k}: &{k} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+    for p, k in zip("abcdefghi", "bcdefghij")
+)
+
+
+def test_a_repeated_key_in_a_config_is_refused_naming_both_lines(tmp_path: Path) -> None:
+    """P13: a second ``model:`` block silently replaced the first."""
+    path = tmp_path / "twice.yaml"
+    path.write_text("model:\n  lr: 0.5\ndata:\n  batch_size: 8\nmodel:\n  attention: se\n")
+    with pytest.raises(ValueError, match=r"'model' appears twice \(first at line 1\)"):
+        _cli("--config", str(path))
+
+
+def test_aliases_that_expand_to_billions_are_refused_at_once(tmp_path: Path) -> None:
+    """P12: ten levels of ten-fold anchors grew to gigabytes, then a MemoryError."""
+    import time
+
+    import yaml
+
+    from visattn.files import load_yaml
+
+    path = tmp_path / "laughs.yaml"
+    path.write_text(LAUGHS + "model:\n  lr: 0.1\n")
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match="expand to more than"):
+        _cli("--config", str(path))
+    with pytest.raises(yaml.YAMLError, match="expand to more than"):
+        load_yaml(LAUGHS, "sweep set")
+    assert time.perf_counter() - start < 30
+    assert load_yaml("a: &x [1, 2]\nb: *x\n") == {"a": [1, 2], "b": [1, 2]}  # aliases still work
+
+
+@pytest.mark.parametrize(
+    ("base", "message"),
+    [
+        ("5", "_base_ must be a file name or a list"),
+        ("[null]", "_base_ must be a file name"),
+        ("sub", "is a folder"),
+    ],
+)
+def test_a_base_that_is_not_a_file_list_is_named(tmp_path: Path, base: str, message: str) -> None:
+    """P17: ``_base_: 5`` gave a TypeError, a folder "not found"."""
+    (tmp_path / "sub").mkdir()
+    path = tmp_path / "c.yaml"
+    path.write_text(f"_base_: {base}\nmodel:\n  lr: 0.1\n")
+    with pytest.raises(ValueError, match=message):
+        _cli("--config", str(path))
+
+
+def test_a_base_chain_too_deep_is_named_instead_of_a_recursion_error(tmp_path: Path) -> None:
+    for i in range(40):
+        (tmp_path / f"c{i}.yaml").write_text(f"_base_: c{i + 1}.yaml\nmodel:\n  lr: 0.1\n")
+    (tmp_path / "c40.yaml").write_text("model:\n  lr: 0.1\n")
+    with pytest.raises(ValueError, match="nest more than 32 deep"):
+        _cli("--config", str(tmp_path / "c0.yaml"))

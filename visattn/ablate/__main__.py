@@ -8,6 +8,7 @@ import sys
 
 import yaml
 
+from ..files import load_yaml
 from .lock import SweepLock
 from .runner import ExecutionPlan, claim_folder, rows_for_report, run_sweep, write_outputs
 from .sweep import load_sweep
@@ -101,7 +102,10 @@ def main(argv: list[str] | None = None) -> int:
         key, sep, value = item.partition("=")
         if not sep or not key:
             parser.error(f"--set expects KEY=VALUE, got {item!r}")
-        overrides[key] = yaml.safe_load(value) if value else ""
+        try:
+            overrides[key] = load_yaml(value, f"--set {key}") if value else ""
+        except yaml.YAMLError as e:
+            parser.error(f"--set {item}: {e}")
     if args.report_only:
         try:
             sweep = load_sweep(args.sweep)

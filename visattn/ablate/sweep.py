@@ -50,6 +50,7 @@ from typing import Any
 import yaml
 
 from .._values import is_int
+from ..files import load_yaml
 from ..training import config as run_config
 from .resolve import BudgetMatch, match_width, resolve_run
 
@@ -482,7 +483,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         raise FileNotFoundError(f"sweep file {path} does not exist")
     try:
         with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
+            data = load_yaml(f, f"sweep {path}")
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

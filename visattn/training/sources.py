@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 from jsonargparse import ArgumentParser, Namespace
 
+from ..files import load_yaml
 from ..models.placement import placements_to_config
 
 __all__ = [
@@ -48,6 +49,15 @@ def _is_file(item: str) -> bool:
         return False
 
 
+#: how deep ``_base_`` pieces may nest (mmpretrain's configs go three or four deep)
+MAX_BASE_DEPTH = 32
+
+
+def _short_repr(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _expand_config(path: str, seen: tuple[str, ...] = ()) -> list[str]:
     """``--config`` values for ``path``: its ``_base_`` pieces (recursively) then the file's own
     content (as a YAML string when ``_base_`` had to be removed)."""
@@ -59,16 +69,30 @@ def _expand_config(path: str, seen: tuple[str, ...] = ()) -> list[str]:
         raise ValueError(f"config {path}: _base_ cycle through {' -> '.join(seen)}")
     try:
         with open(file) as f:  # a file object: YAML's error marks then name the file
-            content = yaml.safe_load(f) or {}
+            content = load_yaml(f, f"config {path}") or {}
     except yaml.YAMLError as e:
         raise ValueError(f"config {path}: not valid YAML: {e}") from e
     if not isinstance(content, dict) or "_base_" not in content:
         return [path]
     bases = content.pop("_base_")
-    bases = [bases] if isinstance(bases, str) else list(bases or [])
+    bases = [bases] if isinstance(bases, str) else bases
+    if bases is None:
+        bases = []
+    if not isinstance(bases, list) or not all(isinstance(b, str) and b for b in bases):
+        raise ValueError(
+            f"config {path}: _base_ must be a file name or a list of file names (relative to "
+            f"the config), got {_short_repr(bases)}"
+        )
+    if len(seen) >= MAX_BASE_DEPTH:
+        raise ValueError(
+            f"config {path}: _base_ pieces nest more than {MAX_BASE_DEPTH} deep "
+            f"({Path(seen[0]).name} -> ... -> {file.name}); flatten the chain"
+        )
     out: list[str] = []
     for base in bases:
         base_path = file.parent / base
+        if base_path.is_dir():
+            raise ValueError(f"config {path}: _base_ entry {base!r} is a folder ({base_path})")
         if not base_path.is_file():
             raise FileNotFoundError(f"config {path}: _base_ entry {base!r} not found ({base_path})")
         out += _expand_config(str(base_path), (*seen, key))
@@ -83,7 +107,7 @@ _RESET_ATTENTION = "--model.attention=null"
 def _sets_attention(item: str) -> bool:
     """True if the ``--config`` value (a file or a YAML string) sets ``model.attention``."""
     try:
-        content = yaml.safe_load(Path(item).read_text() if _is_file(item) else item)
+        content = load_yaml(Path(item).read_text() if _is_file(item) else item, "--config")
     except (OSError, ValueError, yaml.YAMLError):
         return False
     model = content.get("model") if isinstance(content, dict) else None
