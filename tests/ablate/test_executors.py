@@ -230,3 +230,20 @@ def test_a_killed_worker_is_retried_with_the_reason_said(
     assert retries == ["retry 1 of 1: the last worker was killed by SIGKILL before finishing"]
     assert rows[0]["status"] == "failed"
     assert "was killed by SIGKILL" in rows[0]["error"] and rows[0]["attempts"] == 2
+
+
+@pytest.mark.parametrize("text", ["garbage", "-3", "1.5", ""])
+def test_a_damaged_attempts_counter_counts_again_instead_of_crashing(tmp_path, text) -> None:
+    """P14: a damaged ``.seed0.attempts`` crashed every ``--jobs`` attempt with ValueError."""
+    from visattn.ablate.executors import _read_attempts
+
+    counter = tmp_path / ".seed0.attempts"
+    counter.write_text(text)
+    if text:
+        with pytest.warns(UserWarning, match="not a count"):
+            assert _read_attempts(counter) == 0
+    else:
+        assert _read_attempts(counter) == 0
+    counter.write_text("2")
+    assert _read_attempts(counter) == 2
+    assert _read_attempts(tmp_path / "missing") == 0

@@ -33,6 +33,7 @@ import sys
 import threading
 import time
 import uuid
+import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -40,6 +41,7 @@ from typing import Any
 
 import torch
 
+from ..files import atomic_write_text
 from .job import RunTask, default_train_fn, read_marker, train_and_mark
 
 __all__ = [
@@ -95,6 +97,25 @@ def _attempts_file(task: RunTask) -> Path:
     return root.parent / f".{root.name}.attempts"
 
 
+def _read_attempts(counter: Path) -> int:
+    """The attempts counted so far; a counter that is not a number (damaged, half-written by
+    an older visattn) counts as none, with a warning: it only counts, it guards nothing."""
+    try:
+        text = counter.read_text().strip()
+    except FileNotFoundError:
+        return 0
+    try:
+        count = int(text or 0)
+        if count < 0:
+            raise ValueError(text)
+        return count
+    except ValueError:
+        warnings.warn(
+            f"{counter} holds {text[:40]!r}, not a count: counting again from 0", stacklevel=2
+        )
+        return 0
+
+
 def run_task(task: RunTask) -> dict[str, Any]:
     """Train one run in this process (a worker): ``threads`` CPU threads, the run's lock held,
     the marker written, the row returned. Counts the attempt first, so a retried run records how
@@ -103,8 +124,8 @@ def run_task(task: RunTask) -> dict[str, Any]:
         torch.set_num_threads(int(task.threads))
     counter = _attempts_file(task)
     counter.parent.mkdir(parents=True, exist_ok=True)
-    attempts = int(counter.read_text() or 0) + 1 if counter.is_file() else 1
-    counter.write_text(str(attempts))
+    attempts = _read_attempts(counter) + 1
+    atomic_write_text(counter, str(attempts))
     return train_and_mark(task, task.load_sweep(), default_train_fn(), print, attempts=attempts)
 
 
