@@ -508,14 +508,19 @@ def test_named_baseline_is_used_for_differences(tmp_path: Path, fake: FakeTraine
     _check_report_against_csv(out, "se")
 
 
-def test_report_only_rebuilds_from_results_csv(tmp_path: Path, fake: FakeTrainer) -> None:
+def test_report_only_reports_what_the_runs_wrote_as_a_normal_pass_does(
+    tmp_path: Path, fake: FakeTrainer, capsys
+) -> None:
+    """P4: --report-only trusted a hand-edited results.csv (SE 63.56 ± 50.12 against a normal
+    pass's 25.00 ± 4.42) while a normal pass replaced the edit: the two gave other reports."""
     path = write_sweep(
         tmp_path, [{"name": "none"}, {"name": "se", "set": {"model.attention": {"name": "se"}}}]
     )
     out = tmp_path / "out"
     run_sweep(path, out, train_fn=fake, echo=lambda s: None)
-    # edit the csv by hand: the report must follow it, not the runs' markers
+    report = (out / "report.md").read_text()
     rows = read_csv(out / "results.csv")
+    marked = rows[0]["val/acc"]
     rows[0]["val/acc"] = "0.3"
     with open(out / "results.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -523,7 +528,23 @@ def test_report_only_rebuilds_from_results_csv(tmp_path: Path, fake: FakeTrainer
         w.writerows(rows)
     (out / "report.md").unlink()
     assert ablate_main([str(path), "--out", str(out), "--report-only"]) == 0
-    _check_report_against_csv(out, "none", diffs=False)  # the hand edit left val/acc_diff stale
+    said = capsys.readouterr().out
+    assert "differs from the runs' completion markers in 1 cell(s)" in said and "0.3" in said
+    assert read_csv(out / "results.csv")[0]["val/acc"] == marked
+    assert (out / "report.md").read_text() == report
+    _check_report_against_csv(out, "none")
+
+
+def test_report_only_computes_the_differences_for_the_baseline_as_it_is_now(
+    tmp_path: Path, fake: FakeTrainer
+) -> None:
+    """P11: after a baseline change, --report-only kept val/acc_diff against the old one."""
+    variants = [{"name": "none"}, {"name": "se", "set": {"model.attention": {"name": "se"}}}]
+    out = tmp_path / "out"
+    run_sweep(write_sweep(tmp_path, variants), out, train_fn=fake, echo=lambda s: None)
+    path = write_sweep(tmp_path, variants, baseline="se")
+    assert ablate_main([str(path), "--out", str(out), "--report-only"]) == 0
+    _check_report_against_csv(out, "se")
 
 
 def test_test_subcommand_runs_on_the_best_checkpoint_when_asked(

@@ -302,8 +302,11 @@ def rows_for_report(
 
     results.csv is sound when it parses, has the columns ``run``, ``variant``, ``seed`` and
     ``status``, holds each (variant, seed) once (a duplicated row would count as another seed)
-    and holds every run that has a readable marker (a truncated file loses rows). Hand edits of
-    a sound file are kept.
+    and holds every run that has a readable marker (a truncated file loses rows). The markers
+    are what the runs wrote: a value of a sound file that differs from its run's marker (a
+    hand edit) is named and replaced, as a normal pass replaces it, so both give the same
+    report; the paired differences are computed again for the sweep's baselines as they are
+    now (a changed baseline).
 
     Raises:
         ValueError: results.csv is missing or damaged and no marker exists to rebuild it from.
@@ -324,7 +327,7 @@ def rows_for_report(
     except (ValueError, TypeError, UnicodeDecodeError, csv.Error) as e:
         problem = f"is unreadable ({type(e).__name__}: {e})"
     if not problem:
-        return rows
+        return _trusting_markers(sweep, path, rows, markers, echo)
     if not markers:
         raise ValueError(
             f"{path} {problem}, and no completion markers ({out / 'runs'}/<variant>/seed<k>/"
@@ -335,6 +338,50 @@ def rows_for_report(
     echo(f"[{sweep.name}] {path} {problem}: rebuilt from {len(rows)} completion markers")
     write_results(path, rows, baseline=sweep.baselines)
     return read_results(path)
+
+
+def _trusting_markers(
+    sweep: Sweep,
+    path: Path,
+    rows: list[dict[str, Any]],
+    markers: Mapping[str, dict[str, Any]],
+    echo: Callable[[str], None],
+) -> list[dict[str, Any]]:
+    """``rows`` with each marked run's values taken from its marker (the differences named),
+    written back with paired differences for the current baselines."""
+    changed = []
+    fixed = []
+    for row in rows:
+        marker = markers.get(row["run"])
+        if marker is None:
+            fixed.append(row)
+            continue
+        for key, value in marker.items():
+            if key.endswith("_diff") or key not in row:
+                continue
+            if not _same_cell(row[key], value):
+                changed.append(f"{row['run']} {key} {row[key]!r} (marker: {value!r})")
+        fixed.append(dict(marker))
+    if changed:
+        echo(
+            f"[{sweep.name}] {path} differs from the runs' completion markers in "
+            f"{len(changed)} cell(s) ({'; '.join(changed[:3])}{'; ...' if len(changed) > 3 else ''}"
+            "): the report uses the markers, what the runs wrote, and results.csv is rewritten"
+        )
+    write_results(path, fixed, baseline=sweep.baselines)
+    return read_results(path)
+
+
+def _same_cell(a: Any, b: Any) -> bool:
+    if a in (None, "") and b in (None, ""):
+        return True
+    if isinstance(a, float) or isinstance(b, float):
+        try:
+            fa, fb = float(a), float(b)
+        except (TypeError, ValueError):
+            return False
+        return fa == fb or (math.isnan(fa) and math.isnan(fb))
+    return str(a) == str(b)
 
 
 # --------------------------------------------------------------------------- running
