@@ -43,3 +43,34 @@ def test_input_check_survives_scripting_and_export() -> None:
         scripted(torch.randn(16, 8, 8))
     exported = torch.export.export(blk, (x,)).module()
     torch.testing.assert_close(exported(x), blk(x))
+
+
+@pytest.mark.parametrize("name", ["scsa", "se", "cbam", "lambda", "gsop"])
+def test_an_input_with_other_channels_is_refused_naming_the_block(name: str) -> None:
+    """P19: scsa gave an IndexError, the others torch's convolution message without the block."""
+    import visattn
+
+    blk = visattn.create_block(name, 64)
+    with pytest.raises(
+        ValueError, match=rf"block '{name}' was built for 64 channels, got an input with 32"
+    ):
+        blk(torch.randn(2, 32, 8, 8))
+
+
+def test_lambda_keeps_a_bfloat16_models_dtype() -> None:
+    """P19: lambda returned float32 for bfloat16 input, so a bfloat16 network failed after it."""
+    import visattn
+
+    net = visattn.create_model("resnet20_cifar", attention={"name": "lambda", "position": "conv"})
+    assert (
+        net.to(torch.bfloat16)(torch.randn(2, 3, 32, 32, dtype=torch.bfloat16)).dtype
+        == torch.bfloat16
+    )
+
+
+@pytest.mark.parametrize("in_chans", [0, -1, True, 2.0])
+def test_create_model_refuses_an_impossible_input_channel_count(in_chans) -> None:
+    import visattn
+
+    with pytest.raises(ValueError, match="in_chans must be an int >= 1"):
+        visattn.create_model("resnet20_cifar", in_chans=in_chans)

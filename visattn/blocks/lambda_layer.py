@@ -152,6 +152,7 @@ class LambdaLayer(nn.Module):
         q = self.norm_q(q).reshape(n, heads, dk, m)
         v = self.norm_v(v)  # (N, |v|, H, W)
         y, k = apply_lambdas(q, k.reshape(n, dk, m), v, self.pos_conv.weight, self.pos_conv.bias)
+        y = y.to(x.dtype)  # the lambdas ran in float32: back to the input's (a bf16 model's)
         if not torch.jit.is_scripting():
             record_attention(self, k.mean(1).view(n, 1, h, w))
         y = y.reshape(n, self.out_channels, h, w)

@@ -153,12 +153,21 @@ def check_block_input(module: nn.Module, inputs: tuple[torch.Tensor]) -> None:
     if torch.jit.is_scripting():
         if inputs[0].dim() != 4:
             raise ValueError("attention block: expected input of shape (N, C, H, W)")
-    elif inputs and not isinstance(inputs[0], torch.fx.Proxy) and inputs[0].dim() != 4:
-        # (under torch.fx the input is a Proxy: its rank is not known while tracing)
+    elif inputs and not isinstance(inputs[0], torch.fx.Proxy):
+        # (under torch.fx the input is a Proxy: its shape is not known while tracing)
+        x = inputs[0]
         name = getattr(module, "block_name", type(module).__name__)
-        raise ValueError(
-            f"block '{name}': expected input of shape (N, C, H, W), got {tuple(inputs[0].shape)}"
-        )
+        if x.dim() != 4:
+            raise ValueError(
+                f"block '{name}': expected input of shape (N, C, H, W), got {tuple(x.shape)}"
+            )
+        built = getattr(module, "_visattn_channels", None)
+        if built is not None and x.shape[1] != built:
+            raise ValueError(
+                f"block '{name}' was built for {built} channels, got an input with "
+                f"{x.shape[1]} ({tuple(x.shape)}); build it with the channels of the feature "
+                "map it attends to"
+            )
 
 
 def _runs_in_float16(output: torch.Tensor) -> bool:
@@ -280,6 +289,7 @@ def block_class(
             ) from e
         if any(v is not None for v in factory.values()):
             self.to(**{k: v for k, v in factory.items() if v is not None})
+        self._visattn_channels = int(channels)  # the input check's: C of (N, C, H, W)
         self.register_forward_pre_hook(check_block_input)
         if info.fp16_limit is not None:
             self.register_forward_hook(check_fp16_output)

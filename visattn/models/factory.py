@@ -187,6 +187,11 @@ def create_model(
         TypeError: an unknown option.
         ValueError: an option conflicting with the name, or a bad placement.
     """
+    if isinstance(in_chans, bool) or not isinstance(in_chans, int) or in_chans < 1:
+        raise ValueError(
+            f"create_model({name!r}): in_chans must be an int >= 1 (the input's channels), "
+            f"got {in_chans!r}"
+        )
     given = dict(num_classes=num_classes, in_chans=in_chans, global_pool=global_pool)
     given.update(attention=attention, checkpoint_path=checkpoint_path)
     given.update(kwargs, pretrained_backbone=pretrained_backbone)
