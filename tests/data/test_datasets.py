@@ -483,3 +483,40 @@ def test_shapes_defaults_and_class_names_have_one_home() -> None:
         == ["cyan_ring", "red_ring"]
         == shapes.shapes_classes(["ring"], ["cyan", "red"])
     )
+
+
+def _rewrite_batch(root: Path, change) -> Path:
+    path = root / "cifar-10-batches-py" / "data_batch_1"
+    with open(path, "rb") as f:
+        entry = pickle.load(f, encoding="bytes")
+    with open(path, "wb") as f:
+        pickle.dump(change(entry), f, protocol=2)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("truncate", "not a readable CIFAR batch"),
+        ("text", "not a readable CIFAR batch"),
+        ("label57", r"label\(s\) outside 0\.\.9.*e\.g\. 57 at image 0"),
+        ("fewer_labels", "labels for"),
+    ],
+)
+def test_a_damaged_cifar_copy_is_named_with_its_file(tmp_path: Path, damage, message) -> None:
+    """P18: truncated or non-pickle batches gave messages without the file name, and label 57
+    in a CIFAR-10 batch was accepted until the first step."""
+    write_tiny_cifar(tmp_path)
+    path = tmp_path / "cifar-10-batches-py" / "data_batch_1"
+    if damage == "truncate":
+        path.write_bytes(path.read_bytes()[:500])
+    elif damage == "text":
+        path.write_text("this is not a pickle\n")
+    elif damage == "label57":
+        _rewrite_batch(tmp_path, lambda e: {**e, b"labels": [57, *e[b"labels"][1:]]})
+    else:
+        _rewrite_batch(tmp_path, lambda e: {**e, b"labels": e[b"labels"][:-1]})
+    with pytest.raises(DatasetIntegrityError, match=message) as err:
+        load_cifar("cifar10", tmp_path, train=True, verify=False)
+    if damage != "label57":
+        assert str(path) in str(err.value)

@@ -37,7 +37,8 @@ log = logging.getLogger(__name__)
 
 
 class DatasetIntegrityError(RuntimeError):
-    """A dataset file's checksum differs from the official one."""
+    """A dataset file differs from the official one: its checksum, or what it holds (a truncated
+    or garbled file, labels outside the classes)."""
 
 
 class UnsafePickleError(DatasetIntegrityError, pickle.UnpicklingError):
@@ -210,17 +211,45 @@ def load_cifar(
         if data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
             raise ValueError(f"{folder / fname}: 'data' has shape {data.shape}, expected (N, 3072)")
         images.append(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
-        labels.append(np.asarray(entry[spec["label_key"]], dtype=np.int64))
-    names = _unpickle(folder / meta_name)[meta_key]
+        if spec["label_key"] not in entry:
+            raise DatasetIntegrityError(
+                f"{folder / fname}: no {spec['label_key']!r} entry (is this a {name} batch?)"
+            )
+        batch_labels = np.asarray(entry[spec["label_key"]], dtype=np.int64).reshape(-1)
+        if len(batch_labels) != len(data):
+            raise DatasetIntegrityError(
+                f"{folder / fname}: {len(batch_labels)} labels for {len(data)} images"
+            )
+        labels.append(batch_labels)
+    names = _unpickle(folder / meta_name).get(meta_key)
+    if names is None:
+        raise DatasetIntegrityError(f"{folder / meta_name}: no {meta_key!r} entry (class names)")
     classes = [c.decode() if isinstance(c, bytes) else str(c) for c in names]
-    return np.ascontiguousarray(np.concatenate(images)), np.concatenate(labels), classes
+    labels = np.concatenate(labels)
+    bad = (labels < 0) | (labels >= len(classes))
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        raise DatasetIntegrityError(
+            f"{folder}: {int(bad.sum())} label(s) outside 0..{len(classes) - 1} (the {name} "
+            f"classes), e.g. {int(labels[first])} at image {first}: a damaged or mixed-up copy"
+        )
+    return np.ascontiguousarray(np.concatenate(images)), labels, classes
 
 
 def _unpickle(path: Path) -> dict[str, Any]:
     """One CIFAR file: a Python-2 pickle of a dict with bytes keys (latin1 keeps the uint8 arrays
     intact), read by :class:`_CifarUnpickler`, so no code in the file runs."""
-    with open(path, "rb") as f:
-        entry = _CifarUnpickler(f, path).load()
+    try:
+        with open(path, "rb") as f:
+            entry = _CifarUnpickler(f, path).load()
+    except UnsafePickleError:
+        raise
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError) as e:
+        raise DatasetIntegrityError(
+            f"{path}: not a readable CIFAR batch ({type(e).__name__}: {e}); the file is "
+            "truncated or is not a Python pickle. Download the data set again (--data.download "
+            "true) or point --data.root at an intact copy"
+        ) from e
     if not isinstance(entry, dict):
         raise ValueError(f"{path}: expected a pickled dict (a CIFAR batch), got {type(entry)}")
     return {k.decode() if isinstance(k, bytes) else k: v for k, v in entry.items()}
