@@ -12,6 +12,13 @@ from helpers.paths import SHARED_DATA
 
 
 @pytest.fixture(autouse=True)
+def _own_cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
+    """visattn's cache (image-check results) in the test session's temporary folder, never in
+    the user's ~/.cache."""
+    monkeypatch.setenv("VISATTN_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "visattn-cache"))
+
+
+@pytest.fixture(autouse=True)
 def _seed() -> None:
     """Every test starts from the same random state, so failures reproduce."""
     torch.manual_seed(0)

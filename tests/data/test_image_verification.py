@@ -75,8 +75,8 @@ def _truncated(folder: Path, name: str, keep: float = 0.6) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def _no_cache_dir(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("VISATTN_CACHE_DIR", raising=False)
+def _no_cache_dir(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VISATTN_CACHE_DIR", str(tmp_path / "visattn-cache"))
 
 
 def test_every_accepted_extension_has_a_readable_example() -> None:

@@ -53,7 +53,7 @@ def _dm(root: Path, **kw) -> VisattnDataModule:
 
 @pytest.fixture(autouse=True)
 def _no_home_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("VISATTN_CACHE_DIR", raising=False)
+    monkeypatch.setenv("VISATTN_CACHE_DIR", str(tmp_path / "visattn-cache"))
 
 
 # ---------------------------------------------------------------------------- bad image files
@@ -107,6 +107,25 @@ def test_skip_bad_images_drops_them_and_logs_the_count(
     assert len(dm.test_dataset) == 6  # test falls back to val
 
 
+def test_skipping_that_empties_a_class_is_refused_naming_it(tmp_path: Path) -> None:
+    """P10: every training image of a class was bad: "skipped 3 bad image(s)", and the class
+    had no training image (counts [0, 3])."""
+    write_jpeg_folder(tmp_path)
+    for f in (tmp_path / "train" / "cat").glob("*.jpg"):
+        corrupt(f)
+    with pytest.raises(BadImageError, match=r"leaves class\(es\) \['cat'\] with no image"):
+        _dm(tmp_path, skip_bad_images=True).setup("fit")
+
+
+@pytest.mark.parametrize("target", [".", ".."])
+def test_a_class_folder_linking_back_to_its_split_is_refused(tmp_path: Path, target: str) -> None:
+    """P21: a class folder symlinked to its own split became an extra class."""
+    write_jpeg_folder(tmp_path)
+    (tmp_path / "train" / "loop").symlink_to((tmp_path / "train" / target).resolve())
+    with pytest.raises(ValueError, match=r"\['loop'\] of .* link back to the split"):
+        _dm(tmp_path).setup("fit")
+
+
 def test_verify_off_skips_the_check(tmp_path: Path) -> None:
     write_jpeg_folder(tmp_path)
     truncate(tmp_path / "train" / "dog" / "0.jpg")
@@ -149,7 +168,7 @@ def test_results_are_cached_by_size_and_mtime(
     monkeypatch.setattr(imagefolder, "_check_file", counting)
     root = tmp_path / "train"
     assert verify_images(files, "fast", cache_root=root) == {}
-    assert len(calls) == 4 and (root / imagefolder.CACHE_NAME).is_file()
+    assert len(calls) == 4 and imagefolder._cache_file(root).is_file()
     calls.clear()
     assert verify_images(files, "fast", cache_root=root) == {}
     assert calls == []  # all cached
@@ -181,7 +200,8 @@ def test_cache_goes_to_the_cache_dir_when_set(
 def test_damaged_cache_file_is_ignored(tmp_path: Path) -> None:
     write_jpeg_folder(tmp_path, n=1, splits=("train",))
     root = tmp_path / "train"
-    (root / imagefolder.CACHE_NAME).write_text("{not json")
+    imagefolder._cache_file(root).parent.mkdir(parents=True)
+    imagefolder._cache_file(root).write_text("{not json")
     corrupt(root / "cat" / "0.jpg")
     assert list(verify_images(root.rglob("*.jpg"), "fast", cache_root=root)) == [
         str(root / "cat" / "0.jpg")
@@ -237,20 +257,27 @@ def test_agreeing_splits_give_the_class_list(tmp_path: Path) -> None:
     assert dm.classes == ["a", "b", "c"] and dm.num_classes == 3
 
 
-def test_cache_file_in_split_folder_is_not_a_class(tmp_path: Path) -> None:
-    write_jpeg_folder(tmp_path)
-    _dm(tmp_path).setup("fit")
-    assert (tmp_path / "train" / imagefolder.CACHE_NAME).is_file()
-    dm = _dm(tmp_path)
+def test_the_image_check_writes_nothing_into_the_data_folders(tmp_path: Path) -> None:
+    """T7: the check wrote .visattn-verify-images.json into train/ and val/, dirtying git- or
+    DVC-tracked data and breaking scripts that list class folders."""
+    data = tmp_path / "data"
+    write_jpeg_folder(data)
+    before = sorted(p.relative_to(data) for p in data.rglob("*"))
+    for _ in range(2):  # checked, then read from the cache
+        dm = _dm(data, verify_images="fast")
+        dm.setup("fit")
+    assert sorted(p.relative_to(data) for p in data.rglob("*")) == before
     assert dm.classes == ["cat", "dog"]
-    dm.setup("fit")
-    assert all(p.endswith(".jpg") for p, _ in dm.train_dataset.samples)
+    assert list((tmp_path / "visattn-cache" / "verify_images").glob("*.json"))
+    (data / "train" / imagefolder.CACHE_NAME).write_text("{}")  # an older version's file
+    assert _dm(data).classes == ["cat", "dog"]
 
 
-def test_read_only_folder_uses_the_user_cache(tmp_path: Path, monkeypatch) -> None:
+def test_without_a_cache_dir_the_cache_is_the_users(tmp_path: Path, monkeypatch) -> None:
     write_jpeg_folder(tmp_path / "d", n=1, splits=("train",))
+    monkeypatch.delenv("VISATTN_CACHE_DIR")
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(imagefolder.os, "access", lambda *a: False)
     root = tmp_path / "d" / "train"
     verify_images(root.rglob("*.jpg"), "fast", cache_root=root)
     assert len(list((tmp_path / "home" / ".cache" / "visattn").rglob("*.json"))) == 1

@@ -14,9 +14,8 @@ Checks, all run by :class:`~visattn.data.VisattnDataModule` before the first ste
   pixel bytes of BMP, netpbm and uncompressed TIFF read), and refuses what OpenCV cannot decode
   (another format under an image extension, TIFF samples over 16 bits); ``"full"`` adds the
   decode training does (``cv2.imread``) for every file. A bad file is reported by path.
-  The cache sits in the split folder (``.visattn-verify-images.json``), or under
-  ``$VISATTN_CACHE_DIR`` (default ``~/.cache/visattn``) when that is set or the folder is
-  read-only.
+  The results are cached under ``$VISATTN_CACHE_DIR`` (default ``$XDG_CACHE_HOME/visattn``
+  or ``~/.cache/visattn``), keyed by the split folder; nothing is written into the data.
 * **Hidden folders and files** (a name starting with ``.``, e.g. ``.ipynb_checkpoints`` or
   macOS's ``._x.jpg``) are no class and no sample.
 """
@@ -70,6 +69,7 @@ VERIFY_MODES = ("full", "fast", "off")
 PROGRESS_MIN_FILES = 2000
 _CACHE_VERSION = 2  # 2: checks that agree with OpenCV
 #: the cache file's name when it is kept in the checked folder itself.
+#: the cache file older versions wrote into the split folder (hidden: no class, no sample)
 CACHE_NAME = ".visattn-verify-images.json"
 
 
@@ -117,6 +117,14 @@ def find_classes(directory: str | Path) -> list[str]:
             "ROOT/val/<class>/*.jpg; pass --data.root PATH pointing at ROOT)"
         )
     classes = sorted(p.name for p in directory.iterdir() if p.is_dir() and p.name[0] != ".")
+    here = directory.resolve()
+    loops = [c for c in classes if here.is_relative_to((directory / c).resolve())]
+    if loops:
+        raise ValueError(
+            f"class folder(s) {loops} of {directory} link back to the split itself or a folder "
+            "above it: they would be a class holding every other class's images. Remove the "
+            "link(s)"
+        )
     if not classes:
         raise FileNotFoundError(f"no class folders in {directory}")
     return classes
@@ -234,12 +242,12 @@ def _check_file(path: str, mode: str) -> str | None:
 
 
 def _cache_file(root: Path) -> Path:
-    """Where the results for the files under ``root`` are cached: ``$VISATTN_CACHE_DIR`` when
-    set, else ``root`` itself when writable, else ``~/.cache/visattn``."""
+    """Where the results for the files under ``root`` are cached: in ``$VISATTN_CACHE_DIR``,
+    else ``$XDG_CACHE_HOME/visattn``, else ``~/.cache/visattn``; never in the data folder (a
+    file there would dirty git- or DVC-tracked data and show up in scripts that list classes)."""
     env = os.environ.get("VISATTN_CACHE_DIR")
-    if not env and os.access(root, os.W_OK):
-        return root / CACHE_NAME
-    base = Path(env) if env else Path.home() / ".cache" / "visattn"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(env) if env else (Path(xdg) if xdg else Path.home() / ".cache") / "visattn"
     digest = hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:16]
     return base / "verify_images" / f"{root.name}-{digest}.json"
 
@@ -296,9 +304,9 @@ def verify_images(
         mode: ``"fast"`` (header, structure and completeness, formats OpenCV reads),
             ``"full"`` (that, and every file decoded with OpenCV as in training) or ``"off"``.
         cache_root: the folder holding ``paths``; its results are cached (keyed by path, size
-            and modification time) in ``cache_root/.visattn-verify-images.json``, or under
-            ``$VISATTN_CACHE_DIR`` when set or when ``cache_root`` is read-only
-            (``~/.cache/visattn`` by default). None: no cache.
+            and modification time) under ``$VISATTN_CACHE_DIR`` (default
+            ``~/.cache/visattn``), in a file named after ``cache_root``, never inside it.
+            None: no cache.
         workers: parallel threads (default: the CPU count, at most 8).
         progress: print a progress count; None: when there are at least
             :data:`PROGRESS_MIN_FILES` files to check.
@@ -430,6 +438,15 @@ class ImageFolderDataset(Dataset):
         keep = [i for i, (p, _) in enumerate(self.samples) if p not in bad]
         if not keep:
             raise BadImageError(f"every image under {self.root} is bad:\n  {listing}{more}", bad)
+        emptied = sorted({t for _, t in self.samples} - {self.samples[i][1] for i in keep})
+        if emptied:
+            names = [self.classes[t] if t < len(self.classes) else str(t) for t in emptied]
+            raise BadImageError(
+                f"skipping the bad images under {self.root} leaves class(es) {names} with no "
+                f"image: a network trained or scored on this split would never see them. "
+                f"Replace the bad files:\n  {listing}{more}",
+                bad,
+            )
         self.samples = [self.samples[i] for i in keep]
         self.targets = self.targets[keep]
         log.warning(
