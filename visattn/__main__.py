@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from typing import Any
 
 import torch
@@ -108,9 +109,25 @@ def load_for_export(
             f"loading a training checkpoint needs the train extra: pip install 'visattn[train]' "
             f"({e})"
         ) from e
-    run = load_run(ckpt)
+    run = load_run(ckpt, with_data=False)
     what = f"{run.hparams['model']} from {ckpt}"
-    dm = run.datamodule
+    recorded = run.data
+    if recorded is not None:  # what the run saw, recorded at save: no data folder read
+        return (
+            run.net,
+            tuple(recorded["input_shape"]),
+            what + _normalised(recorded),
+            {k: recorded[k] for k in ("mean", "std", "dataset", "class_names") if recorded.get(k)},
+        )
+    try:  # a checkpoint of an older visattn: its data options, read from the data folder
+        dm = load_run(ckpt).datamodule
+    except (FileNotFoundError, ValueError) as e:
+        warnings.warn(
+            f"{ckpt} records no data facts and its data cannot be read here ({e}); exporting "
+            "without mean, std and class names",
+            stacklevel=2,
+        )
+        dm = None
     if dm is None:
         return run.net, tuple(run.net.default_input_size), what, {}
     what += (
@@ -118,9 +135,26 @@ def load_for_export(
         f"std {tuple(round(s, 4) for s in dm.std)}"
     )
     meta: dict[str, Any] = {"mean": list(dm.mean), "std": list(dm.std), "dataset": dm.source.name}
-    if dm.classes:
+    outputs = getattr(run.net, "num_classes", None)
+    if dm.classes and (outputs is None or len(dm.classes) == outputs):
         meta["class_names"] = list(dm.classes)
+    elif dm.classes:
+        warnings.warn(
+            f"the data folder now has {len(dm.classes)} classes for a {outputs}-output network "
+            "(renamed or added folders?): exporting without class names",
+            stacklevel=2,
+        )
     return run.net, dm.image_shape, what, meta
+
+
+def _normalised(data: dict[str, Any]) -> str:
+    mean, std = data.get("mean"), data.get("std")
+    if not mean or not std:
+        return ""
+    return (
+        f"; inputs normalised with mean {tuple(round(m, 4) for m in mean)}, "
+        f"std {tuple(round(s, 4) for s in std)}"
+    )
 
 
 def export_command(args: argparse.Namespace) -> int:

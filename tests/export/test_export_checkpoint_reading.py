@@ -134,3 +134,33 @@ def test_weights_that_do_not_fit_the_saved_network_name_a_few_keys(
     assert f"checkpoint {path} does not match ClassificationModule" in err
     assert "missing key(s): net.layer1.3." in err and "more)" in err
     assert len(err) < 1200, err  # a few keys, not all of them
+
+
+def test_class_names_and_normalisation_come_from_the_checkpoint_not_the_data_folder(
+    tmp_path: Path,
+) -> None:
+    """P6: class_names were read from the data folder at export time (a renamed and an added
+    folder gave 4 names for a 3-output model), and exporting elsewhere failed with "ImageFolder
+    split not found". The run records them when it saves."""
+    from helpers.data import write_tiny_imagefolder
+
+    data = tmp_path / "data"
+    write_tiny_imagefolder(data)
+    classes = sorted(p.name for p in (data / "train").iterdir())
+    s = tiny_fit(
+        tmp_path / "run",
+        "--trainer.max_epochs=1",
+        "--data.dataset=imagefolder",
+        f"--data.root={data}",
+        "--data.image_size=16",
+    )
+    saved = torch.load(s["last_ckpt"], map_location="cpu", weights_only=True)
+    assert saved["visattn_data"]["class_names"] == classes
+    (data / "train" / classes[0]).rename(data / "train" / "renamed")  # the folder changes
+    (data / "train" / "added").mkdir()
+    _net, size, _, meta = load_for_export(s["last_ckpt"], None, None)
+    assert meta["class_names"] == classes and size == (3, 16, 16)
+    import shutil
+
+    shutil.rmtree(data)  # or is not on the exporting machine at all
+    assert load_for_export(s["last_ckpt"], None, None)[3]["class_names"] == classes

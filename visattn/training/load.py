@@ -14,7 +14,7 @@ from lightning.pytorch.cli import instantiate_module
 
 from ..data.datamodule import VisattnDataModule
 from ..models.checkpoint import check_state_dict_matches, read_checkpoint, training_checkpoint
-from .module import ClassificationModule
+from .module import DATA_RECORD, ClassificationModule
 
 __all__ = ["LoadedRun", "load_run", "load_weights"]
 
@@ -28,6 +28,7 @@ class LoadedRun:
     net: nn.Module
     hparams: dict[str, Any]
     datamodule: VisattnDataModule | None
+    data: dict[str, Any] | None = None  # the data's facts recorded at save (class names, ...)
 
 
 def _from_hparams(cls: type, hparams: Mapping[str, Any], **overrides: Any) -> Any:
@@ -47,6 +48,7 @@ def load_run(
     *,
     data_overrides: Mapping[str, Any] | None = None,
     device: str = "cpu",
+    with_data: bool = True,
 ) -> LoadedRun:
     """Load a checkpoint written by ``train_cls.py`` (or the ablation runner).
 
@@ -65,7 +67,7 @@ def load_run(
     saved = training_checkpoint(read_checkpoint(ckpt_path), ckpt_path)  # the only read
     module = _from_hparams(ClassificationModule, saved["hyper_parameters"])
     dm = None
-    if saved.get("datamodule_hyper_parameters"):
+    if with_data and saved.get("datamodule_hyper_parameters"):
         overrides = {"num_workers": 0, **dict(data_overrides or {})}
         dm = _from_hparams(VisattnDataModule, saved["datamodule_hyper_parameters"], **overrides)
     return _with_weights(module, dm, saved, ckpt_path, device)
@@ -83,7 +85,13 @@ def _with_weights(
     )
     module.load_state_dict(saved["state_dict"])
     net = module.net.to(device).eval()
-    return LoadedRun(net=net, hparams=dict(module.hparams), datamodule=dm)
+    data = saved.get(DATA_RECORD)
+    return LoadedRun(
+        net=net,
+        hparams=dict(module.hparams),
+        datamodule=dm,
+        data=dict(data) if isinstance(data, dict) else None,
+    )
 
 
 def load_weights(

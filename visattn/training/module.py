@@ -20,6 +20,8 @@ from .parameters import PARAM_KINDS, split_parameters
 
 __all__ = ["DEFAULT_NUM_CLASSES", "ClassificationModule", "NonFiniteLossError", "lr_factor"]
 
+#: the checkpoint entry that records the data's facts a deployed network needs
+DATA_RECORD = "visattn_data"
 #: the class count a module built without ``num_classes`` starts with, until a data module says
 DEFAULT_NUM_CLASSES = 10
 
@@ -389,6 +391,22 @@ class ClassificationModule(pl.LightningModule):
                         }
                     )
         return groups
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Record what a deployed network needs from the data, so that an export reads it from
+        the checkpoint, not from a data folder that may have changed or be elsewhere:
+        ``checkpoint["visattn_data"]`` = class names, input shape, mean and std."""
+        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        if dm is None or not hasattr(dm, "image_shape"):
+            return
+        classes = getattr(dm, "classes", None)
+        checkpoint[DATA_RECORD] = {
+            "class_names": list(classes) if classes else None,
+            "input_shape": list(dm.image_shape),
+            "mean": [float(m) for m in dm.mean],
+            "std": [float(v) for v in dm.std],
+            "dataset": dm.source.name,
+        }
 
     def configure_optimizers(self) -> dict[str, Any]:
         h = self.hparams
