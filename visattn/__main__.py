@@ -73,6 +73,11 @@ def models_table(pattern: str | None = None) -> str:
     return _table(["model", "params", "MACs", "input", "classes", "paper"], rows)
 
 
+#: the most classes ``export --model --num-classes`` builds (ImageNet-21k has 21,843; a billion
+#: would ask for a 256 GB classifier)
+MAX_EXPORT_CLASSES = 1_000_000
+
+
 def load_for_export(
     ckpt: str | None, model: str | None, num_classes: int | None
 ) -> tuple[torch.nn.Module, tuple[int, int, int], str, dict[str, Any]]:
@@ -94,8 +99,12 @@ def load_for_export(
     """
     if (ckpt is None) == (model is None):
         raise ValueError("give exactly one of --ckpt PATH and --model NAME")
-    if num_classes is not None and (isinstance(num_classes, bool) or num_classes < 1):
-        raise ValueError(f"--num-classes must be an integer >= 1, got {num_classes}")
+    if num_classes is not None and (
+        isinstance(num_classes, bool) or not 1 <= num_classes <= MAX_EXPORT_CLASSES
+    ):
+        raise ValueError(
+            f"--num-classes must be an integer from 1 to {MAX_EXPORT_CLASSES:,}, got {num_classes}"
+        )
     if model is not None:
         spec = get_model_spec(model)
         net = create_model(model, num_classes=num_classes or spec.num_classes)

@@ -57,7 +57,7 @@ def test_a_class_count_below_one_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture, n: str
 ) -> None:
     err = _refused(capsys, "--out", str(tmp_path / "m.onnx"), "--num-classes", n)
-    assert "--num-classes must be an integer >= 1" in err
+    assert "--num-classes must be an integer from 1 to 1,000,000" in err
 
 
 def test_an_opset_in_range_is_written(tmp_path: Path) -> None:

@@ -167,3 +167,53 @@ def test_a_base_chain_too_deep_is_named_instead_of_a_recursion_error(tmp_path: P
     (tmp_path / "c40.yaml").write_text("model:\n  lr: 0.1\n")
     with pytest.raises(ValueError, match="nest more than 32 deep"):
         _cli("--config", str(tmp_path / "c0.yaml"))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--data.cutout=1000"], "cutout must be a square side in pixels from 0 (off) to 31"),
+        (["--seed_everything=-1"], "seed_everything must be an integer from 0 to 4,294,967,295"),
+    ],
+)
+def test_impossible_options_end_in_one_line(args, message, capsys) -> None:
+    """P17: --data.cutout 1000 gave numpy's "low >= high", --seed_everything -1 numpy's bound."""
+    from visattn.training.cli import cli_main
+
+    with pytest.raises(SystemExit) as done:
+        cli_main(["fit", "--config", QUICKSTART, *args, "--trainer.fast_dev_run=1"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and message in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_bad_checkpoint_ends_in_one_line(tmp_path: Path, capsys) -> None:
+    """P17: the docs promise one line; it was a 31-line double traceback."""
+    from visattn.training.cli import cli_main
+
+    bad = tmp_path / "bad.ckpt"
+    bad.write_text("garbage")
+    with pytest.raises(SystemExit):
+        cli_main(["test", "--config", QUICKSTART, f"--ckpt_path={bad}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is not a PyTorch checkpoint" in err[0]
+
+
+def test_export_refuses_a_class_count_no_memory_holds(capsys) -> None:
+    from visattn.__main__ import main
+
+    assert (
+        main(
+            [
+                "export",
+                "--model",
+                "resnet20_cifar",
+                "--num-classes",
+                "1000000000",
+                "--out",
+                "x.onnx",
+            ]
+        )
+        == 2
+    )
+    assert "--num-classes must be an integer from 1 to 1,000,000" in capsys.readouterr().err

@@ -48,8 +48,15 @@ from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.imports import _RICH_AVAILABLE
 
 from ..blocks.registry import UnknownBlockError
+from ..data.cifar import DatasetIntegrityError
 from ..data.datamodule import VisattnDataModule
-from ..models.checkpoint import check_training_checkpoint, read_checkpoint, training_checkpoint
+from ..data.imagefolder import BadImageError
+from ..models.checkpoint import (
+    CheckpointError,
+    check_training_checkpoint,
+    read_checkpoint,
+    training_checkpoint,
+)
 from ..models.pretrained import get_pretrained
 from ..models.registry import UnknownModelError
 from .callbacks import (
@@ -206,6 +213,7 @@ class VisattnCLI(LightningCLI):
         else:
             self.config = parse(parser, sys.argv[1:] if args is None else args)
         sub = self.config.get("subcommand")
+        _check_seed((self.config[sub] if sub else self.config).get("seed_everything"))
         path = _local_ckpt_path(self.config[sub]) if sub else None
         if path:  # named here, before LightningCLI reads its hyper-parameters
             training_checkpoint(read_checkpoint(path, mmap=True), path)
@@ -339,12 +347,34 @@ class VisattnCLI(LightningCLI):
         return cb.summary
 
 
+#: the seeds numpy (and so seed_everything) takes
+SEED_RANGE = (0, 2**32 - 1)
+
+
+def _check_seed(seed: Any) -> None:
+    if seed is None or isinstance(seed, bool):
+        return
+    if isinstance(seed, int) and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
+        raise ValueError(
+            f"seed_everything must be an integer from {SEED_RANGE[0]} to {SEED_RANGE[1]:,}, "
+            f"got {seed} (--seed_everything)"
+        )
+
+
+#: bad input whose own message says what is wrong: train_cls.py prints it in one line
+_ONE_LINE_ERRORS = (CheckpointError, DatasetIntegrityError, BadImageError)
+
+
 def _configuration_error(exc: BaseException) -> BaseException | None:
     """The visattn error behind a model that could not be built from its options (an unknown
     block or model, a block's bad option), anywhere in ``exc``'s cause chain; else None."""
     seen: BaseException | None = exc
     while seen is not None:
-        if isinstance(seen, UnknownBlockError | UnknownModelError):
+        if isinstance(seen, (UnknownBlockError, UnknownModelError, *_ONE_LINE_ERRORS)):
+            return seen
+        if isinstance(seen, ValueError) and str(seen).startswith(
+            ("seed_everything must", "cutout must")
+        ):
             return seen
         if isinstance(seen, ValueError | TypeError) and str(seen).startswith("block '"):
             return seen
@@ -358,7 +388,7 @@ def cli_main(args: list[str] | None = None) -> VisattnCLI:
     and the close matches, with exit status 2 as argument errors, not in jsonargparse's trace."""
     try:
         return VisattnCLI(args=args)
-    except (ValueError, TypeError, KeyError) as e:
+    except (ValueError, TypeError, KeyError, RuntimeError, OSError) as e:
         cause = _configuration_error(e)
         if cause is None:
             raise
