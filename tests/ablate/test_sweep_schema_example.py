@@ -21,15 +21,23 @@ def example() -> str:
     return re.search(r"```yaml\n(.*?)```", section, re.S).group(1)
 
 
-def test_the_guides_sweep_example_loads_as_the_file_it_says_it_is(monkeypatch, tmp_path) -> None:
-    """Saved beside the sweep it extends (a copy, so the test writes nothing into configs/),
-    from the project root as the guide's commands run."""
+def _saved_example(monkeypatch, tmp_path) -> Path:
+    """The example saved as configs/ablations/my_sweep.yaml beside a copy of the sweep it
+    extends (the test writes nothing into configs/), run from the project root as the guide's
+    commands are."""
     monkeypatch.chdir(ROOT)
     folder = tmp_path / "configs" / "ablations"
     folder.mkdir(parents=True)
     extended = ROOT / "configs" / "ablations" / "families_quick.yaml"
     (folder / extended.name).write_text(extended.read_text())
     (folder / "my_sweep.yaml").write_text(example())
+    return folder
+
+
+def test_the_guides_sweep_example_loads_as_the_file_it_says_it_is(monkeypatch, tmp_path) -> None:
+    """Saved beside the sweep it extends (a copy, so the test writes nothing into configs/),
+    from the project root as the guide's commands run."""
+    folder = _saved_example(monkeypatch, tmp_path)
     sweep = load_sweep(folder / "my_sweep.yaml")
     assert sweep.name == "my_sweep" and sweep.baseline == "none"
     names = [v.name for v in sweep.variants]
@@ -50,12 +58,7 @@ def test_the_guides_sweep_example_runs(monkeypatch, tmp_path, capsys) -> None:
     The dry run now checks every variant as the real pass does; each one resolves and builds."""
     from visattn.ablate import run_sweep
 
-    monkeypatch.chdir(ROOT)
-    folder = tmp_path / "configs" / "ablations"
-    folder.mkdir(parents=True)
-    extended = ROOT / "configs" / "ablations" / "families_quick.yaml"
-    (folder / extended.name).write_text(extended.read_text())
-    (folder / "my_sweep.yaml").write_text(example())
+    folder = _saved_example(monkeypatch, tmp_path)
     run_sweep(folder / "my_sweep.yaml", tmp_path / "out", dry_run=True)
     printed = capsys.readouterr().out
     assert "my_sweep" in printed and "--model.attention=se" in printed
