@@ -58,9 +58,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.nodeid in measured:
             item.add_marker(pytest.mark.slow)
-    # A -m on the command line replaces addopts' -m 'not heavy', so `pytest -m "not slow"` alone
-    # would select the heavy cases that are not slow: without `heavy` in the expression they
-    # stay deselected (`pytest -m heavy` or `-m "heavy or not heavy"` runs them).
+    # The one place the heavy tier is deselected: unless the -m expression names `heavy`
+    # (`pytest -m heavy`, `-m "heavy or not heavy"`), its cases do not run.
     if "heavy" not in (config.getoption("markexpr") or ""):
         heavy = [item for item in items if item.get_closest_marker("heavy")]
         if heavy:

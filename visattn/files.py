@@ -22,6 +22,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 __all__ = [
     "MAX_YAML_NODES",
     "atomic_write_bytes",
@@ -129,8 +131,6 @@ MAX_YAML_NODES = 1_000_000
 
 
 def _refuse_duplicate_keys(loader: Any, node: Any, deep: bool = False) -> Any:
-    import yaml
-
     seen: dict[Any, Any] = {}
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=True)
@@ -179,7 +179,6 @@ def load_yaml(stream: Any, source: str = "YAML") -> Any:
         yaml.YAMLError: a key repeated in one mapping (a ``ConstructorError`` with both lines),
             or a document whose aliases expand to more than :data:`MAX_YAML_NODES` nodes.
     """
-    import yaml
 
     class StrictLoader(yaml.SafeLoader):
         pass

@@ -16,6 +16,7 @@ formula for the CUDA kernels.
 from __future__ import annotations
 
 import math
+import platform
 import statistics
 import time
 from collections.abc import Sequence
@@ -43,8 +44,6 @@ VECTOR_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
 
 def _cpuinfo() -> tuple[str, list[str]]:
     """The CPU's model name and flags from ``/proc/cpuinfo`` (the platform's name elsewhere)."""
-    import platform
-
     name, flags = platform.processor() or platform.machine(), []
     try:
         lines = Path("/proc/cpuinfo").read_text().splitlines()

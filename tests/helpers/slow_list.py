@@ -25,10 +25,12 @@ from pathlib import Path
 
 PATH = Path(__file__).resolve().parents[1] / "slow_tests.txt"
 _LINE = re.compile(r"^([\d.]+)s (?:call|setup|teardown)\s+(\S.*?)\s*$")
+#: the one statement of the threshold, then one line per timed pass that wrote the list
 _HEADER = (
-    "# Tests over {over:g} s (setup + call + teardown) in a timed quick pass; "
-    "marked slow by tests/conftest.py.\n# Written by tests/helpers/slow_list.py: {note}\n"
+    "# Tests over {over:g} s (setup + call + teardown) in a timed quick pass on an idle machine; "
+    "marked slow by tests/conftest.py.\n"
 )
+_PASS = "# Written by tests/helpers/slow_list.py: {note}\n"
 
 
 def load(path: Path = PATH) -> frozenset[str]:
@@ -65,11 +67,11 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"{args.durations}: no '--durations=0' lines found")
     slow = sorted({t for t, s in times.items() if s > args.over} | (load() if args.add else set()))
     kept = sum(s for t, s in times.items() if s <= args.over)
-    old = [line for line in _text(PATH).splitlines() if line.startswith("#")] if args.add else []
-    header = _HEADER.format(over=args.over, note=args.note or "no note")
-    PATH.write_text(
-        "\n".join(old) + ("\n" if old else "") + header + "".join(f"{t}\n" for t in slow)
-    )
+    old = _text(PATH).splitlines() if args.add else []
+    passes = [line + "\n" for line in old if line.startswith("# Written by")]
+    header = _HEADER.format(over=args.over) + "".join(passes)
+    header += _PASS.format(note=args.note or "no note")
+    PATH.write_text(header + "".join(f"{t}\n" for t in slow))
     print(
         f"timed: {len(times)} tests, {sum(times.values()):.0f} s; over {args.over:g} s: "
         f"{sum(times.values()) - kept:.0f} s; {len(slow)} tests listed in {PATH}"

@@ -211,29 +211,33 @@ def load_cifar(
         if data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
             raise ValueError(f"{folder / fname}: 'data' has shape {data.shape}, expected (N, 3072)")
         images.append(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
-        if spec["label_key"] not in entry:
-            raise DatasetIntegrityError(
-                f"{folder / fname}: no {spec['label_key']!r} entry (is this a {name} batch?)"
-            )
-        batch_labels = np.asarray(entry[spec["label_key"]], dtype=np.int64).reshape(-1)
-        if len(batch_labels) != len(data):
-            raise DatasetIntegrityError(
-                f"{folder / fname}: {len(batch_labels)} labels for {len(data)} images"
-            )
-        labels.append(batch_labels)
+        labels.append(_batch_labels(entry, spec["label_key"], len(data), folder / fname))
     names = _unpickle(folder / meta_name).get(meta_key)
     if names is None:
         raise DatasetIntegrityError(f"{folder / meta_name}: no {meta_key!r} entry (class names)")
     classes = [c.decode() if isinstance(c, bytes) else str(c) for c in names]
-    labels = np.concatenate(labels)
-    bad = (labels < 0) | (labels >= len(classes))
+    labels = _checked_labels(np.concatenate(labels), len(classes), f"{folder} ({name})")
+    return np.ascontiguousarray(np.concatenate(images)), labels, classes
+
+
+def _batch_labels(entry: dict[str, Any], key: str, n: int, path: Path) -> np.ndarray:
+    if key not in entry:
+        raise DatasetIntegrityError(f"{path}: no {key!r} entry (is this a CIFAR batch?)")
+    labels = np.asarray(entry[key], dtype=np.int64).reshape(-1)
+    if len(labels) != n:
+        raise DatasetIntegrityError(f"{path}: {len(labels)} labels for {n} images")
+    return labels
+
+
+def _checked_labels(labels: np.ndarray, n_classes: int, what: str) -> np.ndarray:
+    bad = (labels < 0) | (labels >= n_classes)
     if bad.any():
         first = int(np.flatnonzero(bad)[0])
         raise DatasetIntegrityError(
-            f"{folder}: {int(bad.sum())} label(s) outside 0..{len(classes) - 1} (the {name} "
-            f"classes), e.g. {int(labels[first])} at image {first}: a damaged or mixed-up copy"
+            f"{what}: {int(bad.sum())} label(s) outside 0..{n_classes - 1} (its classes), e.g. "
+            f"{int(labels[first])} at image {first}: a damaged or mixed-up copy"
         )
-    return np.ascontiguousarray(np.concatenate(images)), labels, classes
+    return labels
 
 
 def _unpickle(path: Path) -> dict[str, Any]:

@@ -184,8 +184,10 @@ class VisattnDataModule(pl.LightningDataModule):
         self.source = source
         self.augment = augment
         self.image_size = source.image_size if image_size is None else int(image_size)
-        if isinstance(cutout, bool) or not isinstance(cutout, int) or not (
-            0 <= cutout < self.image_size
+        if (
+            isinstance(cutout, bool)
+            or not isinstance(cutout, int)
+            or not (0 <= cutout < self.image_size)
         ):
             raise ValueError(
                 f"cutout must be a square side in pixels from 0 (off) to {self.image_size - 1} "
