@@ -159,3 +159,18 @@ def test_onnx_export_through_visattn_matches_in_onnxruntime(injected, tmp_path) 
 def test_onnx_export_with_the_dynamo_exporter(injected, tmp_path) -> None:
     report = visattn.export_onnx(_exportable(injected), tmp_path / "y.onnx", INPUT)
     assert report.exporter == "dynamo" and report.max_abs_diff <= 1e-3
+
+
+@pytest.mark.parametrize(
+    ("block", "options", "error", "message"),
+    [
+        ("sse", None, KeyError, r"layer 7 \(VisAttn\('sse'\)\): unknown block 'sse'; did you mean"),
+        ("se", [8], TypeError, r"layer 7 \(VisAttn\('se'\)\): options must be a mapping"),
+    ],
+)
+def test_a_bad_row_names_its_layer_index(block, options, error, message) -> None:
+    """P20: an unknown block or options that are not a mapping did not name the layer."""
+    from visattn.integrations.yolo import VisAttn
+
+    with pytest.raises(error, match=message):
+        VisAttn(16, block, options, layer=7)

@@ -58,6 +58,7 @@ import torch.nn as nn
 
 from .._extras import missing_extra
 from ..blocks import block_info, create_block
+from ..blocks.registry import UnknownBlockError
 from ..files import atomic_write_text
 
 __all__ = [
@@ -80,12 +81,12 @@ _WRAPPED = "_visattn_wrapped"
 HEAD_INPUTS = {"yolov8": (4, 6, 9), "yolo11": (4, 6, 10)}
 
 
-def _options(block: str, options: Any) -> dict[str, Any]:
+def _options(where: str, options: Any) -> dict[str, Any]:
     if options is None:
         return {}
     if not isinstance(options, Mapping) or not all(isinstance(k, str) for k in options):
         raise TypeError(
-            f"VisAttn({block!r}): options must be a mapping of option names to values "
+            f"{where}: options must be a mapping of option names to values "
             f"(e.g. {{reduction: 8}}), got {options!r}"
         )
     return dict(options)
@@ -121,7 +122,7 @@ class VisAttn(nn.Module):
         if isinstance(c1, bool) or not isinstance(c1, int) or c1 < 1:
             raise ValueError(f"{where}: channels must be a positive int, got {c1!r}")
         self.block_name = block
-        self.options = _options(block, options)
+        self.options = _options(where, options)
         if "channels" in self.options:
             raise TypeError(
                 f"{where}: option 'channels' is not an option here: the block takes the "
@@ -129,6 +130,8 @@ class VisAttn(nn.Module):
             )
         try:
             self.block = create_block(block, c1, **self.options)
+        except UnknownBlockError as e:  # close matches kept, the layer named
+            raise UnknownBlockError(f"{where}: {e}") from e
         except (TypeError, ValueError) as e:  # the block's own refusal, with the layer named
             raise type(e)(f"{where}: {e}") from e
 
