@@ -190,6 +190,42 @@ def test_a_finished_run_without_its_metrics_csv_trains_again(tmp_path: Path, fak
     assert any("se/seed0 (its metrics.csv is missing)" in ln for ln in lines)
 
 
+def test_a_finished_run_whose_checkpoint_is_intact_stays_finished_without_its_metrics_csv(
+    tmp_path: Path, fake
+) -> None:
+    """P9: a missing metrics.csv deleted and retrained a run whose checkpoint matched the SHA
+    its marker recorded; only the learning curve is lost."""
+    path, out = _trained(tmp_path, fake)
+    (out / "runs/se/seed0/lightning_logs/version_0/metrics.csv").unlink()
+    lines: list[str] = []
+    run_sweep(path, out, train_fn=fake, echo=lines.append)
+    assert fake.calls == []
+    assert any("4 done earlier" in ln for ln in lines)
+
+
+def test_an_unreadable_marker_of_a_run_that_finished_is_written_again(tmp_path: Path, fake) -> None:
+    """P9: an unreadable marker retrained a run whose checkpoint matched the SHA in
+    results.csv. Its results.csv row, its intact checkpoint and the settings it started with
+    together say it finished: the marker is written again."""
+    path, out = _trained(tmp_path, fake)
+    marker = out / "runs/se/seed1/result.json"
+    before = json.loads(marker.read_text())["row"]
+    marker.write_text("{ damaged")
+    run_sweep(path, out, train_fn=fake, echo=lambda s: None)
+    assert fake.calls == []
+    recovered = json.loads(marker.read_text())["row"]
+    assert (
+        recovered["val/acc"] == before["val/acc"]
+        and recovered["ckpt_sha256"] == before["ckpt_sha256"]
+    )
+    # without an intact checkpoint nothing vouches for it: it trains again
+    marker.write_text("{ damaged")
+    for ckpt in (out / "runs/se/seed1").rglob("*.ckpt"):
+        ckpt.write_bytes(b"x" * 10)
+    run_sweep(path, out, train_fn=fake, echo=lambda s: None)
+    assert _keys(fake.calls) == ["se/seed1"]
+
+
 def test_the_data_folder_is_where_data_lives_not_a_setting(tmp_path: Path, fake) -> None:
     """data.root moves with the machine (its CIFAR copy elsewhere): finished runs stay finished,
     also those whose markers (older visattn) recorded it among their settings."""

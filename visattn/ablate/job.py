@@ -22,6 +22,7 @@ parses nothing.
 from __future__ import annotations
 
 import base64
+import csv
 import dataclasses
 import json
 import math
@@ -45,6 +46,7 @@ from ..training.load import load_run, load_weights
 from ..training.resume import checkpoint_progress, find_last_checkpoint
 from .lock import RunLock
 from .resolve import build_run, error_summary
+from .results import parse_cell
 from .sweep import Run, Sweep, load_sweep
 
 __all__ = [
@@ -186,6 +188,30 @@ def _damaged_checkpoint(row: dict[str, Any], out: Path) -> str:
     return ""
 
 
+def _recovered_marker(run: Run, out: Path) -> dict[str, Any] | None:
+    """A marker for a finished run whose own is unreadable, when nothing is in doubt: its row in
+    ``results.csv`` says ok, its checkpoint is there with the size and SHA-256 that row
+    recorded, and the settings it recorded when it started are the run's now. The marker is
+    written again (else ``None``: the run trains again)."""
+    try:
+        with (out / "results.csv").open(newline="", encoding="utf-8") as f:
+            rows = [r for r in csv.DictReader(f) if r.get("run") == run.key]
+        started = json.loads((run.root / STARTED).read_text())
+    except (OSError, ValueError, csv.Error):
+        return None
+    if len(rows) != 1 or rows[0].get("status") != "ok" or not isinstance(started, dict):
+        return None
+    row = {k: parse_cell(k, v) for k, v in rows[0].items() if k is not None}
+    if not row.get("ckpt") or not row.get("ckpt_sha256") or not (out / row["ckpt"]).is_file():
+        return None
+    if _damaged_checkpoint(row, out) or run_config.same_settings(started, run.settings):
+        return None
+    row = {k: v for k, v in row.items() if not k.endswith("_diff")}
+    record = {"row": row, **_settings_record(run)}
+    atomic_write_text(run.root / MARKER, json.dumps(record, indent=1, default=str))
+    return record
+
+
 def resume_point(run: Run) -> int | None:
     """The last finished epoch (1-based) of a run that was cut off, if it can go on from its
     last checkpoint: it recorded its settings when it started (:data:`STARTED`), they are the
@@ -227,7 +253,9 @@ def completed(run: Run, out: Path) -> tuple[dict[str, Any] | None, str]:
         return None, "cut off before it finished"
     record = read_marker(run.root)
     if record is None:
-        return None, "its completion marker is unreadable"
+        record = _recovered_marker(run, out)
+        if record is None:
+            return None, "its completion marker is unreadable"
     row = record["row"]
     changed = run_config.same_settings(record, run.settings)
     if changed:
@@ -235,7 +263,12 @@ def completed(run: Run, out: Path) -> tuple[dict[str, Any] | None, str]:
     if row.get("status") != "ok":
         return None, "it failed before"
     if not row.get("metrics_csv") or not (out / row["metrics_csv"]).is_file():
-        return None, "its metrics.csv is missing"
+        intact = row.get("ckpt") and (out / row["ckpt"]).is_file()
+        if not intact or _damaged_checkpoint(row, out):
+            return None, "its metrics.csv is missing"
+        # the marker says what it measured and the checkpoint is the one it finished with:
+        # only the learning curve is lost, not the run
+        return row, "done (its metrics.csv is missing: its curve is left out of the plots)"
     if not row.get("ckpt"):
         return None, "it recorded no checkpoint"
     if not (out / row["ckpt"]).is_file():
