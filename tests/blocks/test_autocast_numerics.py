@@ -150,3 +150,19 @@ def test_fp16_limit_must_be_a_reason() -> None:
     reason = pytest.raises(ValueError, match="fp16_limit must be a non-empty reason")
     with reason, registered_block("fp16_gain", _Gain, family="spatial", paper="-", fp16_limit=" "):
         pass
+
+
+@pytest.mark.parametrize("name", visattn.list_blocks())
+def test_every_block_trains_under_cpu_bfloat16_autocast(name: str) -> None:
+    """Issue 49 item 4: ``--trainer.precision bf16-mixed`` on CPU: a training-mode forward and
+    backward under bfloat16 autocast, finite outputs and gradients for the input and every
+    parameter that gets one."""
+    torch.manual_seed(0)
+    blk = visattn.create_block(name, 32).train()
+    x = torch.randn(2, 32, 9, 9, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = blk(x)
+    assert torch.isfinite(y.float()).all()
+    (y.float() * torch.randn(y.shape)).sum().backward()
+    assert torch.isfinite(x.grad).all()
+    assert all(torch.isfinite(p.grad).all() for p in blk.parameters() if p.grad is not None)
