@@ -401,14 +401,19 @@ def test_deleting_one_runs_artefacts_reruns_only_that_run(
     out = tmp_path / "out"
     run_sweep(path, out, train_fn=fake, echo=lambda s: None)
     shutil.rmtree(out / "runs" / "se" / "seed1")
-    (out / "runs" / "none" / "seed0" / "lightning_logs" / "version_0" / "metrics.csv").unlink()
+    version = out / "runs" / "none" / "seed0" / "lightning_logs" / "version_0"
+    (version / "metrics.csv").unlink()  # its intact checkpoint still vouches for the run
     fake.calls.clear()
     rows = run_sweep(path, out, train_fn=fake, echo=lambda s: None)
-    assert sorted(arg(a, "trainer.default_root_dir").split("runs/")[1] for a in fake.calls) == [
-        "none/seed0",
-        "se/seed1",
-    ]
-    assert [r["status"] for r in rows] == ["ok"] * 4
+    trained = sorted(arg(a, "trainer.default_root_dir").split("runs/")[1] for a in fake.calls)
+    assert trained == ["se/seed1"] and [r["status"] for r in rows] == ["ok"] * 4
+    for ckpt in version.rglob("*.ckpt"):  # without its checkpoint nothing does: it trains again
+        ckpt.unlink()
+    (version / "metrics.csv").unlink(missing_ok=True)
+    fake.calls.clear()
+    rows = run_sweep(path, out, train_fn=fake, echo=lambda s: None)
+    trained = sorted(arg(a, "trainer.default_root_dir").split("runs/")[1] for a in fake.calls)
+    assert trained == ["none/seed0"] and [r["status"] for r in rows] == ["ok"] * 4
 
 
 def test_cut_off_and_edited_runs_are_retrained(tmp_path: Path, fake: FakeTrainer) -> None:
