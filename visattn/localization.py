@@ -331,14 +331,12 @@ def gradcam(
             "Grad-CAM needs the grad-cam package: pip install 'visattn[ablate]' (or grad-cam)"
         ) from e
     layer = last_stage(net)[1] if layer is None else layer
-    was_training = net.training
     device = device_of(net)
     cam_targets = None if targets is None else [ClassifierOutputTarget(int(t)) for t in targets]
     try:
-        with torch.enable_grad(), GradCAM(model=net, target_layers=[layer]) as cam:
+        with eval_mode(net), torch.enable_grad(), GradCAM(model=net, target_layers=[layer]) as cam:
             maps = cam(input_tensor=images.to(device), targets=cam_targets)
     finally:
-        net.train(was_training)
         net.zero_grad(set_to_none=True)
     return torch.from_numpy(maps).float()
 

@@ -1,6 +1,6 @@
 """Exclusive lock files (:class:`FolderLock`), so that no two processes ever write into the same
-place: a training run's folder (:mod:`visattn.training.rundir`), a sweep's output folder and each
-of its runs (:mod:`visattn.ablate.lock`).
+place: a training run's folder (:class:`visattn.training.resume.RunFolderLock`), a sweep's
+output folder and each of its runs (:mod:`visattn.ablate.lock`).
 
 A lock is a small JSON file naming its owner: host, pid and, where the OS tells it, the
 process's start time (so a pid reused by an unrelated process does not keep a dead owner's lock
