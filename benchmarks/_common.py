@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from visattn.profile import VECTOR_FLAGS, vector_extensions
+
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
@@ -165,6 +167,9 @@ def machine_description(device: torch.device | str) -> dict[str, str]:
         "timm": timm.__version__,
         "device": str(device),
     }
+    if device.type == "cpu":  # which kernels run: hosts differ (AVX2 AMD, AVX-512 and AMX Intel)
+        found = vector_extensions()
+        info["vector extensions"] = ", ".join(found) or "none of " + ", ".join(VECTOR_FLAGS)
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
         info["cuda"] = str(torch.version.cuda)

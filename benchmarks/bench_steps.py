@@ -36,18 +36,17 @@ import argparse
 import collections
 import math
 import statistics
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from _common import interleaved_median_ms, machine_description, markdown_table, write_csv
+from _common import interleaved_median_ms, markdown_table, print_header, write_csv
 
 from visattn.ablate.resolve import build_run
 from visattn.ablate.sweep import load_sweep
-from visattn.profile import VECTOR_FLAGS, count_macs, count_params, vector_extensions
+from visattn.profile import count_macs, count_params, vector_extensions
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SWEEP = ROOT / "configs" / "ablations" / "cifar10_cpu.yaml"
@@ -161,15 +160,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         xin = x.contiguous(memory_format=torch.channels_last) if channels_last else x
         fp32[name] = Step(net, xin, y, bf16=False)
     macs = {k: count_macs(n.eval(), (1, *shape)) for k, n in nets.items()}
-    info = machine_description("cpu")
     ext = vector_extensions()
-    print(f"# Training-step time against the plain network ({Path(args.sweep).name})\n")
-    print("command: `python " + " ".join(sys.argv) + "`\n")
-    for k, v in info.items():
-        print(f"- {k}: {v}")
-    print(f"- vector extensions: {', '.join(ext) or 'none of ' + ', '.join(VECTOR_FLAGS)}")
+    print_header(f"Training-step time against the plain network ({Path(args.sweep).name})", "cpu")
     print(
-        f"- batch {args.batch} x {shape}, {args.rounds} rounds of {args.steps} steps, interleaved\n"
+        f"Batch {args.batch} x {shape}, {args.rounds} rounds of {args.steps} steps, interleaved.\n"
     )
     step_ms = time_steps(fp32, args)
     bf16_ms: dict[str, float] = {}

@@ -112,7 +112,7 @@ def load_for_export(
     if num_classes is not None:
         raise ValueError("--num-classes applies to --model; a checkpoint keeps its own")
     try:
-        from .training.load import load_run
+        from .training.load import build_datamodule, load_run
     except ImportError as e:
         raise ImportError(
             f"loading a training checkpoint needs the train extra: pip install 'visattn[train]' "
@@ -128,21 +128,19 @@ def load_for_export(
             what + _normalised(recorded),
             {k: recorded[k] for k in ("mean", "std", "dataset", "class_names") if recorded.get(k)},
         )
-    try:  # a checkpoint of an older visattn: its data options, read from the data folder
-        dm = load_run(ckpt).datamodule
-    except (FileNotFoundError, ValueError) as e:
-        warnings.warn(
-            f"{ckpt} records no data facts and its data cannot be read here ({e}); exporting "
-            "without mean, std and class names",
-            stacklevel=2,
-        )
-        dm = None
+    dm = None
+    if run.data_options:  # a checkpoint of an older visattn: its data options, on this folder
+        try:
+            dm = build_datamodule(run.data_options)
+        except (FileNotFoundError, ValueError) as e:
+            warnings.warn(
+                f"{ckpt} records no data facts and its data cannot be read here ({e}); "
+                "exporting without mean, std and class names",
+                stacklevel=2,
+            )
     if dm is None:
         return run.net, tuple(run.net.default_input_size), what, {}
-    what += (
-        f"; inputs normalised with mean {tuple(round(m, 4) for m in dm.mean)}, "
-        f"std {tuple(round(s, 4) for s in dm.std)}"
-    )
+    what += _normalised({"mean": dm.mean, "std": dm.std})
     meta: dict[str, Any] = {"mean": list(dm.mean), "std": list(dm.std), "dataset": dm.source.name}
     outputs = getattr(run.net, "num_classes", None)
     if dm.classes and (outputs is None or len(dm.classes) == outputs):

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-__all__ = ["first_line"]
+__all__ = ["OptionError", "first_line"]
+
+
+class OptionError(ValueError):
+    """An option whose value cannot work; the message names the option and the values it may
+    take, so a command line can print it in one line."""
 
 
 def first_line(exc: BaseException, *, limit: int | None = None) -> str:

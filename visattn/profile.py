@@ -59,9 +59,9 @@ def _cpuinfo() -> tuple[str, list[str]]:
     return name, flags
 
 
-def vector_extensions() -> list[str]:
-    """The :data:`VECTOR_FLAGS` this CPU has."""
-    flags = _cpuinfo()[1]
+def vector_extensions(flags: Sequence[str] | None = None) -> list[str]:
+    """The :data:`VECTOR_FLAGS` among ``flags`` (default: this CPU's)."""
+    flags = _cpuinfo()[1] if flags is None else flags
     return [f for f in VECTOR_FLAGS if f in flags]
 
 
@@ -73,8 +73,8 @@ def device_description(device: torch.device | str = "cpu") -> str:
         return torch.cuda.get_device_name(device)
     if device.type != "cpu":
         return device.type
-    found = vector_extensions()
-    name = _cpuinfo()[0]
+    name, flags = _cpuinfo()
+    found = vector_extensions(flags)
     return f"{name} ({', '.join(found)})" if found else name
 
 

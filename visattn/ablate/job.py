@@ -46,7 +46,7 @@ from ..training.load import load_run, load_weights
 from ..training.resume import checkpoint_progress, find_last_checkpoint
 from .lock import RunLock
 from .resolve import build_run, error_summary
-from .results import parse_cell
+from .results import read_results
 from .sweep import Run, Sweep, load_sweep
 
 __all__ = [
@@ -194,14 +194,13 @@ def _recovered_marker(run: Run, out: Path) -> dict[str, Any] | None:
     recorded, and the settings it recorded when it started are the run's now. The marker is
     written again (else ``None``: the run trains again)."""
     try:
-        with (out / "results.csv").open(newline="", encoding="utf-8") as f:
-            rows = [r for r in csv.DictReader(f) if r.get("run") == run.key]
+        rows = [r for r in read_results(out / "results.csv") if r.get("run") == run.key]
         started = json.loads((run.root / STARTED).read_text())
-    except (OSError, ValueError, csv.Error):
+    except (OSError, ValueError, TypeError, csv.Error):
         return None
     if len(rows) != 1 or rows[0].get("status") != "ok" or not isinstance(started, dict):
         return None
-    row = {k: parse_cell(k, v) for k, v in rows[0].items() if k is not None}
+    row = rows[0]
     if not row.get("ckpt") or not row.get("ckpt_sha256") or not (out / row["ckpt"]).is_file():
         return None
     if _damaged_checkpoint(row, out) or run_config.same_settings(started, run.settings):

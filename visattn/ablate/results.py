@@ -59,7 +59,6 @@ __all__ = [
     "holm",
     "mean_std",
     "paired_ci",
-    "parse_cell",
     "read_results",
     "resolvable_difference",
     "welch_ci",
@@ -173,11 +172,6 @@ def write_results(
             raise ValueError(f"results row {row.get('run')!r} has unknown column(s) {extra}")
         writer.writerow({k: _cell(row.get(k)) for k in RESULT_COLUMNS})
     atomic_write_text(path, buf.getvalue())
-
-
-def parse_cell(column: str, text: str) -> Any:
-    """A results.csv cell as :func:`read_results` reads it (``None`` for an empty one)."""
-    return _parse(column, text)
 
 
 def _parse(column: str, text: str) -> Any:

@@ -15,6 +15,7 @@ import torch
 from timm.data import ImageNetInfo
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from .._errors import OptionError
 from .._extras import missing_extra
 from .._registry import unknown_options
 
@@ -189,7 +190,7 @@ class VisattnDataModule(pl.LightningDataModule):
             or not isinstance(cutout, int)
             or not (0 <= cutout < self.image_size)
         ):
-            raise ValueError(
+            raise OptionError(
                 f"cutout must be a square side in pixels from 0 (off) to {self.image_size - 1} "
                 f"(the image size is {self.image_size}), got {cutout!r} (data.cutout)"
             )

@@ -68,7 +68,6 @@ VERIFY_MODES = ("full", "fast", "off")
 #: folders with at least this many files get a progress bar while they are verified.
 PROGRESS_MIN_FILES = 2000
 _CACHE_VERSION = 2  # 2: checks that agree with OpenCV
-#: the cache file's name when it is kept in the checked folder itself.
 #: the cache file older versions wrote into the split folder (hidden: no class, no sample)
 CACHE_NAME = ".visattn-verify-images.json"
 

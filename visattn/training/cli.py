@@ -47,6 +47,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveCon
 from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.imports import _RICH_AVAILABLE
 
+from .._errors import OptionError
 from ..blocks.registry import UnknownBlockError
 from ..data.cifar import DatasetIntegrityError
 from ..data.datamodule import VisattnDataModule
@@ -355,14 +356,14 @@ def _check_seed(seed: Any) -> None:
     if seed is None or isinstance(seed, bool):
         return
     if isinstance(seed, int) and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
-        raise ValueError(
+        raise OptionError(
             f"seed_everything must be an integer from {SEED_RANGE[0]} to {SEED_RANGE[1]:,}, "
             f"got {seed} (--seed_everything)"
         )
 
 
 #: bad input whose own message says what is wrong: train_cls.py prints it in one line
-_ONE_LINE_ERRORS = (CheckpointError, DatasetIntegrityError, BadImageError)
+_ONE_LINE_ERRORS = (CheckpointError, DatasetIntegrityError, BadImageError, OptionError)
 
 
 def _configuration_error(exc: BaseException) -> BaseException | None:
@@ -371,10 +372,6 @@ def _configuration_error(exc: BaseException) -> BaseException | None:
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, (UnknownBlockError, UnknownModelError, *_ONE_LINE_ERRORS)):
-            return seen
-        if isinstance(seen, ValueError) and str(seen).startswith(
-            ("seed_everything must", "cutout must")
-        ):
             return seen
         if isinstance(seen, ValueError | TypeError) and str(seen).startswith("block '"):
             return seen

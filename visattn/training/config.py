@@ -196,8 +196,9 @@ def _settings_of_record(record: Mapping[str, Any]) -> dict[str, str]:
         return recorded
     if any(k.startswith("config[") for k in recorded):
         raise ValueError("it was written by an older visattn that recorded config file names")
-    check_recorded_classes(_nested(recorded), "its record")  # before the parser imports any
-    config = yaml.safe_dump(_nested(recorded), sort_keys=True)
+    nested = _nested(recorded)
+    check_recorded_classes(nested, "its record")  # before the parser imports any
+    config = yaml.safe_dump(nested, sort_keys=True)
     return settings(resolve(["fit", "--config", config]) if recorded else resolve(["fit"]))
 
 

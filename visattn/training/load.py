@@ -16,7 +16,7 @@ from ..data.datamodule import VisattnDataModule
 from ..models.checkpoint import check_state_dict_matches, read_checkpoint, training_checkpoint
 from .module import DATA_RECORD, ClassificationModule
 
-__all__ = ["LoadedRun", "load_run", "load_weights"]
+__all__ = ["LoadedRun", "build_datamodule", "load_run", "load_weights"]
 
 
 @dataclass
@@ -29,6 +29,13 @@ class LoadedRun:
     hparams: dict[str, Any]
     datamodule: VisattnDataModule | None
     data: dict[str, Any] | None = None  # the data's facts recorded at save (class names, ...)
+    data_options: dict[str, Any] | None = None  # the data module's saved options
+
+
+def build_datamodule(options: Mapping[str, Any], **overrides: Any) -> VisattnDataModule:
+    """The data module of a run's saved data options (``LoadedRun.data_options``), with
+    ``num_workers=0`` and ``overrides`` applied (e.g. ``root`` when the data moved)."""
+    return _from_hparams(VisattnDataModule, options, **{"num_workers": 0, **overrides})
 
 
 def _from_hparams(cls: type, hparams: Mapping[str, Any], **overrides: Any) -> Any:
@@ -68,8 +75,7 @@ def load_run(
     module = _from_hparams(ClassificationModule, saved["hyper_parameters"])
     dm = None
     if with_data and saved.get("datamodule_hyper_parameters"):
-        overrides = {"num_workers": 0, **dict(data_overrides or {})}
-        dm = _from_hparams(VisattnDataModule, saved["datamodule_hyper_parameters"], **overrides)
+        dm = build_datamodule(saved["datamodule_hyper_parameters"], **dict(data_overrides or {}))
     return _with_weights(module, dm, saved, ckpt_path, device)
 
 
@@ -85,12 +91,13 @@ def _with_weights(
     )
     module.load_state_dict(saved["state_dict"])
     net = module.net.to(device).eval()
-    data = saved.get(DATA_RECORD)
+    data, options = saved.get(DATA_RECORD), saved.get("datamodule_hyper_parameters")
     return LoadedRun(
         net=net,
         hparams=dict(module.hparams),
         datamodule=dm,
         data=dict(data) if isinstance(data, dict) else None,
+        data_options=dict(options) if options else None,
     )
 
 

@@ -30,7 +30,7 @@ import yaml
 from jsonargparse import Namespace
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from ..files import atomic_write_bytes, atomic_write_text
+from ..files import atomic_write_bytes, atomic_write_text, file_digest
 from ..locks import FolderLock
 from ..models.checkpoint import CheckpointError, read_checkpoint
 
@@ -81,8 +81,7 @@ class SealedCheckpointIO(TorchCheckpointIO):
         buffer = io.BytesIO()
         torch.save(checkpoint, buffer)
         data = buffer.getvalue()
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(path, data)
+        atomic_write_bytes(path, data)  # (makes the folder too)
         atomic_write_text(
             f"{path}{SEAL_SUFFIX}", f"{hashlib.sha256(data).hexdigest()}  {len(data)}\n"
         )
@@ -107,12 +106,9 @@ def check_seal(path: str | Path) -> None:
     except ValueError:
         msg = f"{seal} is damaged; remove it to resume from {path} unchecked"
         raise CheckpointError(msg) from None
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    n = Path(path).stat().st_size
-    if h.hexdigest() != digest or n != int(size):
+    found = file_digest(path)
+    n = found["size"]
+    if found["sha256"] != digest or n != int(size):
         raise CheckpointError(
             f"checkpoint {path} changed after it was written: its SHA-256 (or size, {n:,} "
             f"bytes) differs from the one sealed in {seal.name} when the run saved it (a bad "
