@@ -59,9 +59,9 @@ from _common import (
     print_header,
     write_csv,
 )
+from twins import TWINS, block_of, check_twin, randomize
 
 import visattn
-from visattn.blocks.twins import TWINS, block_of, check_twin, randomize
 from visattn.profile import count_macs, count_params
 
 COLUMNS = [

@@ -19,12 +19,12 @@ import torch
 import visattn
 from visattn.blocks import block_info, create_block, list_blocks
 from visattn.blocks.registry import FAMILIES
-from visattn.blocks.twins import TWINS, block_of, timm_type_of
 from visattn.profile import count_macs, count_params
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "docs"))
+sys.path[:0] = [str(ROOT / "docs"), str(ROOT / "benchmarks")]
 from placement_diagram import placement_svg  # noqa: E402  (beside this script, not a package)
+from twins import TWINS, block_of, timm_type_of  # noqa: E402  (the benchmarks' table)
 
 ASSETS = ROOT / "docs" / "assets" / "attention"
 CHANNELS, SIZE = 256, 14

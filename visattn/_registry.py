@@ -17,10 +17,18 @@ from __future__ import annotations
 import contextlib
 import difflib
 import fnmatch
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
-__all__ = ["Registry", "UnknownNameError", "close_matches", "did_you_mean", "unknown_options"]
+__all__ = [
+    "Listener",
+    "Registry",
+    "Subscribers",
+    "UnknownNameError",
+    "close_matches",
+    "did_you_mean",
+    "unknown_options",
+]
 
 T = TypeVar("T")
 
@@ -168,3 +176,38 @@ class Registry(Mapping[str, T], Generic[T]):
             for n, e in self._entries.items()
             if (pattern is None or fnmatch.fnmatchcase(n, pattern)) and (where is None or where(e))
         )
+
+
+# --------------------------------------------------------------------------- subscribers
+# callbacks told which names entered and left a registry, so that another layer (the timm
+# bridge) can follow a registry that knows nothing of it
+
+#: ``listener(added, removed)``: the names that entered and left the registry
+Listener = Callable[[Sequence[str], Sequence[str]], None]
+
+
+class Subscribers:
+    """The listeners of one registry."""
+
+    def __init__(self) -> None:
+        self._listeners: list[Listener] = []
+
+    def subscribe(self, listener: Listener, current: Iterable[str]) -> Callable[[], None]:
+        """Add ``listener``, first telling it of the ``current`` names as added; returns the
+        function that unsubscribes it."""
+        if not callable(listener):
+            raise TypeError(f"a registry listener must be callable, got {listener!r}")
+        self._listeners.append(listener)
+        listener(sorted(current), [])
+
+        def unsubscribe() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+        return unsubscribe
+
+    def notify(self, added: Sequence[str] = (), removed: Sequence[str] = ()) -> None:
+        """Tell every listener, in subscription order, of ``added`` and ``removed`` names."""
+        if added or removed:
+            for listener in list(self._listeners):
+                listener(list(added), list(removed))

@@ -44,8 +44,8 @@ import torch
 import torch.nn as nn
 from torch.onnx import _constants as _onnx_constants
 
-from ._errors import first_line
 from ._nets import eval_mode
+from ._values import first_line
 from .blocks.capture import is_capturing
 from .blocks.registry import is_block
 from .constants import MAX_IMAGE_SIZE

@@ -1,6 +1,6 @@
-"""Exclusive lock files (:class:`FolderLock`), so that no two processes ever write into the same
-place: a training run's folder (:class:`visattn.training.resume.RunFolderLock`), a sweep's
-output folder and each of its runs (:mod:`visattn.ablate.lock`).
+"""Every lock file visattn writes, so that no two processes ever write into the same place: a
+training run's folder (:class:`RunFolderLock`), a sweep's output folder (:class:`SweepLock`)
+and each of its runs (:class:`RunLock`), all :class:`FolderLock` files.
 
 A lock is a small JSON file naming its owner: host, pid and, where the OS tells it, the
 process's start time (so a pid reused by an unrelated process does not keep a dead owner's lock
@@ -31,7 +31,20 @@ try:
 except ImportError:  # pragma: no cover - Windows: no guard around the takeover of a stale lock
     fcntl = None
 
-__all__ = ["FolderLock"]
+__all__ = [
+    "RUN_LOCK",
+    "SWEEP_LOCK",
+    "FolderLock",
+    "RunFolderLock",
+    "RunLock",
+    "SweepLock",
+    "is_secondary_rank",
+]
+
+#: the lock file of a training run's folder ``version_N``
+RUN_LOCK = ".visattn_run.lock"
+#: the sweep lock's file name in a sweep's output folder
+SWEEP_LOCK = ".visattn_sweep.lock"
 
 
 def _start_time(pid: int) -> int | None:
@@ -148,3 +161,58 @@ class FolderLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+# ------------------------------------------------------------------------- the locks visattn takes
+
+
+def is_secondary_rank() -> bool:
+    """Whether this process is a rank other than 0 of a multi-process run."""
+    return any(os.environ.get(k, "0") not in ("", "0") for k in ("LOCAL_RANK", "NODE_RANK", "RANK"))
+
+
+class RunFolderLock(FolderLock):
+    """The lock of one training run folder ``version_N`` (``version_N/.visattn_run.lock``), held
+    by the process that trains or tests into it, so that a second process (a second resume of
+    the same run, say) is refused with the holder named instead of writing into the same files.
+    Ranks other than 0 of a multi-process run take no lock: rank 0 holds it for the run."""
+
+    def __init__(self, run_dir: str | Path) -> None:
+        super().__init__(Path(run_dir) / RUN_LOCK, f"run folder {run_dir}")
+
+    def busy_message(self, holder: dict[str, Any]) -> str:
+        return (
+            f"run folder {self.path.parent} is being written by another process (host "
+            f"{holder.get('host')}, pid {holder.get('pid')}); wait for it to finish, or start a "
+            f"new run (without --ckpt_path), or delete {self.path} if that process is gone"
+        )
+
+    def acquire(self) -> None:
+        if not is_secondary_rank():
+            super().acquire()
+
+
+class SweepLock(FolderLock):
+    """The lock on a sweep's output folder: ``DIR/.visattn_sweep.lock``. A second sweep on the
+    same folder is refused while the owner runs."""
+
+    def __init__(self, out_dir: str | Path) -> None:
+        super().__init__(Path(out_dir) / SWEEP_LOCK, "sweep")
+
+    def busy_message(self, holder: dict[str, Any]) -> str:
+        return (
+            f"{self.path.parent} is in use by another sweep (host {holder.get('host')}, pid "
+            f"{holder.get('pid')}, lock {self.path}); wait for it to finish, or delete the lock "
+            "file if that sweep is gone"
+        )
+
+
+class RunLock(FolderLock):
+    """The lock of one run folder ``DIR/runs/<variant>/seed<k>``, next to it as
+    ``DIR/runs/<variant>/.seed<k>.lock`` (the folder itself is emptied before training), held
+    by the process that trains the run: the sweep's driver, a ``--jobs`` worker or a Ray task.
+    """
+
+    def __init__(self, root: str | Path, key: str) -> None:
+        root = Path(root)
+        super().__init__(root.parent / f".{root.name}.lock", f"run {key}")

@@ -26,7 +26,7 @@ import torch
 import torch.nn as nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from ._nets import eval_mode
+from ._nets import device_of, eval_mode, factory_of
 from .blocks._attention import counted_as_equation
 
 __all__ = [
@@ -86,10 +86,7 @@ def count_params(module: nn.Module, *, trainable_only: bool = False) -> int:
 def _example(module: nn.Module, shape: Sequence[int] | torch.Tensor) -> torch.Tensor:
     if isinstance(shape, torch.Tensor):
         return shape
-    p = next(module.parameters(), None)
-    device = p.device if p is not None else "cpu"
-    dtype = p.dtype if p is not None and p.is_floating_point() else torch.float32
-    return torch.randn(*shape, device=device, dtype=dtype)
+    return torch.randn(*shape, **{"dtype": torch.float32, **factory_of(module)})
 
 
 @torch.no_grad()
@@ -171,8 +168,7 @@ def calibrate_batch_norm(
         m.reset_running_stats()
         m.momentum = None  # cumulative moving average
     gen = torch.Generator().manual_seed(seed)
-    p = next(module.parameters(), None)
-    device = p.device if p is not None else "cpu"
+    device = device_of(module)
     module.train()
     try:
         for _ in range(batches):

@@ -22,7 +22,8 @@ from helpers.paths import REPO
 from visattn.ablate import ExecutionPlan, run_sweep
 from visattn.ablate.__main__ import main as ablate_main
 from visattn.ablate.executors import _device_slots
-from visattn.ablate.lock import LOCK, SweepLock
+from visattn.locks import SWEEP_LOCK as LOCK
+from visattn.locks import SweepLock
 
 # the tests that start several processes (--jobs 2, Ray, the GPU script's smoke run, DDP in
 # tests/training/test_ddp.py) run one after the other in one pytest-xdist worker: two of them at

@@ -26,7 +26,8 @@ from helpers.paths import REPO
 
 from visattn.ablate import load_sweep, run_sweep
 from visattn.ablate.__main__ import main as ablate_main
-from visattn.ablate.lock import LOCK, SweepLock
+from visattn.locks import SWEEP_LOCK as LOCK
+from visattn.locks import SweepLock
 
 MULTIPROCESS = pytest.mark.xdist_group("multiprocess")
 VARIANTS = [

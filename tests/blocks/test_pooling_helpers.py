@@ -7,7 +7,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from visattn.blocks._utils import adaptive_avg_pool, channel_mean_max, spatial_mean
+from visattn.blocks._utils import (
+    adaptive_avg_pool,
+    axis_mean,
+    axis_sum,
+    channel_mean_max,
+    gate_hw,
+    spatial_mean,
+)
 
 
 def _input(shape: tuple[int, ...], channels_last: bool) -> torch.Tensor:
@@ -78,3 +85,65 @@ def test_adaptive_avg_pool_keeps_a_constant_exactly() -> None:
     ones = torch.ones(1, 2, 5, 5)
     for out in [(7, 9), (3, 2), (16, 13)]:
         assert torch.equal(adaptive_avg_pool(ones, *out), torch.ones(1, 2, *out))
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("dim", [2, 3])
+def test_axis_sum_and_mean_equal_torch_with_their_gradients(channels_last: bool, dim: int) -> None:
+    x = _input((3, 5, 7, 9), channels_last)
+    torch.testing.assert_close(axis_sum(x, dim), x.sum(dim, keepdim=True))
+    torch.testing.assert_close(axis_mean(x, dim), x.mean(dim, keepdim=True))
+    g = torch.randn_like(x.mean(dim, keepdim=True))
+    (gx,) = torch.autograd.grad(axis_mean(x, dim), x, g)
+    (ref,) = torch.autograd.grad(x.mean(dim, keepdim=True), x, g)
+    torch.testing.assert_close(gx, ref)
+    assert torch.autograd.gradcheck(lambda t: axis_mean(t, dim), (x[:1, :2, :3, :4],))
+
+
+def test_axis_mean_accumulates_half_precision_in_float32() -> None:
+    # 4096 values of 32: a float16 running sum (131072) would pass float16's largest, 65504
+    x = torch.full((1, 2, 64, 4096), 32.0, dtype=torch.float16)
+    m = axis_mean(x, 3)
+    assert m.dtype == torch.float16 and torch.equal(m, torch.full_like(m, 32.0))
+
+
+def _gates(n: int, c: int, h: int, w: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g_h = torch.rand(n, c, h, 1, dtype=torch.float64).requires_grad_()
+    g_w = torch.rand(n, c, 1, w, dtype=torch.float64).requires_grad_()
+    return g_h, g_w
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_gate_hw_equals_the_product_with_its_gradients(channels_last: bool) -> None:
+    x = _input((2, 6, 5, 4), channels_last)
+    g_h, g_w = _gates(2, 6, 5, 4)
+    y = gate_hw(x, g_h, g_w)
+    ref = x * g_w * g_h
+    torch.testing.assert_close(y, ref)
+    assert y.is_contiguous(
+        memory_format=torch.channels_last if channels_last else torch.contiguous_format
+    )
+    g = torch.randn_like(ref)
+    got = torch.autograd.grad(y, (x, g_h, g_w), g)
+    want = torch.autograd.grad(ref, (x, g_h, g_w), g)
+    for a, b in zip(got, want, strict=True):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b)
+    assert torch.autograd.gradcheck(
+        gate_hw,
+        (x[:, :3], g_h[:, :3].detach().requires_grad_(), g_w[:, :3].detach().requires_grad_()),
+    )
+
+
+def test_gate_hw_gives_only_the_gradients_asked_for_and_mixed_dtypes() -> None:
+    x = torch.randn(2, 3, 4, 5)
+    g_h, g_w = (t.float() for t in _gates(2, 3, 4, 5))
+    (gh,) = torch.autograd.grad(gate_hw(x, g_h.requires_grad_(), g_w.detach()).sum(), g_h)
+    torch.testing.assert_close(gh, (x * g_w.detach()).sum(3, keepdim=True))
+    # a bfloat16 map with float32 gates (CPU autocast leaves the gates in float32)
+    xb = torch.randn(2, 3, 4, 5, dtype=torch.bfloat16, requires_grad=True)
+    y = gate_hw(xb, g_h, g_w)
+    assert y.dtype == torch.float32
+    gx, gh = torch.autograd.grad(y.sum(), (xb, g_h))
+    assert gx.dtype == torch.bfloat16 and gh.dtype == torch.float32
+    torch.testing.assert_close(gh, (xb.float() * g_w).sum(3, keepdim=True), rtol=1e-5, atol=1e-5)

@@ -24,9 +24,9 @@ from timm.layers.halo_attn import HaloAttn
 from timm.layers.lambda_layer import LambdaLayer
 from timm.layers.selective_kernel import SelectiveKernel
 from timm.layers.split_attn import SplitAttn
+from twins import TWINS, check_twin
 
 import visattn
-from visattn.blocks.twins import TWINS, check_twin
 
 CONV_BLOCKS = ("sk", "splat", "lambda", "mhsa", "halo")
 

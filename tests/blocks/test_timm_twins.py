@@ -21,9 +21,9 @@ from helpers.reference import TIMM_NONLOCAL_NAMES
 from helpers.weights import randomize
 from timm.layers.create_attn import get_attn
 from timm.layers.mlp import ConvMlp
+from twins import TWINS, block_of, pairs_by_order, timm_type_of
 
 import visattn
-from visattn.blocks.twins import TWINS, block_of, pairs_by_order, timm_type_of
 
 C = 64
 TOL = dict(rtol=1e-5, atol=1e-5)

@@ -15,7 +15,8 @@ import pytest
 import yaml
 from helpers.training import TINY, tiny_fit
 
-from visattn.training.resume import RUN_LOCK, VERSION_ENV, RunFolderLock, claim_version
+from visattn.locks import RUN_LOCK, RunFolderLock
+from visattn.training.resume import VERSION_ENV, claim_version
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -5,7 +5,7 @@ in :mod:`visattn.ablate.sweep`, the results.csv columns in :mod:`visattn.ablate.
 report in :mod:`visattn.ablate.report`, one run (settings, completion marker, resume rules,
 train-and-mark) in :mod:`visattn.ablate.job`, the sweep's course and its execution options in
 :mod:`visattn.ablate.runner`, parallel and Ray execution in :mod:`visattn.ablate.executors`, the
-folder and run locks in :mod:`visattn.ablate.lock`, up-front validation and equal-budget widths
+folder and run locks in :mod:`visattn.locks`, up-front validation and equal-budget widths
 in :mod:`visattn.ablate.resolve`.
 """
 

@@ -9,7 +9,7 @@ import sys
 import yaml
 
 from ..files import load_yaml
-from .lock import SweepLock
+from ..locks import SweepLock
 from .runner import ExecutionPlan, claim_folder, rows_for_report, run_sweep, write_outputs
 from .sweep import load_sweep
 

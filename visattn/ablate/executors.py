@@ -13,7 +13,7 @@ the machine.
   share one. A worker that dies (killed, out of memory) is retried ``retries`` times; its
   attempts are recorded in the row (``attempts``). Workers die with their driver, however it
   ends (:func:`die_with_parent`), and each holds its run's lock while it trains
-  (:class:`visattn.ablate.lock.RunLock`), so no orphan trains on and no two processes write
+  (:class:`visattn.locks.RunLock`), so no orphan trains on and no two processes write
   one run.
 * Ray: each run is a task with ``num_cpus=threads`` and ``num_gpus=1/runs_per_device`` (on a
   GPU cluster); without an address a local Ray instance is started, with one the driver joins

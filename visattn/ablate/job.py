@@ -6,7 +6,7 @@ Layout of one run under the sweep's output folder ``DIR``::
 
     DIR/runs/<variant>/seed<k>/              the run's trainer.default_root_dir
     DIR/runs/<variant>/seed<k>/result.json   completion marker: its row, arguments and settings
-    DIR/runs/<variant>/.seed<k>.lock         held while a process trains it (visattn.ablate.lock)
+    DIR/runs/<variant>/.seed<k>.lock         held while a process trains it (visattn.locks)
     DIR/runs/<variant>/.seed<k>.attempts     how often a worker started it
 
 The marker is written atomically once a run has finished (``ok`` or ``failed``). It records
@@ -39,12 +39,12 @@ import torch
 
 from ..files import atomic_write_text, file_digest, read_metrics_csv
 from ..localization import score_gradcam, score_model
+from ..locks import RunLock
 from ..profile import device_description, measure_latency
 from ..training import cli
 from ..training import config as run_config
 from ..training.load import load_run, load_weights
 from ..training.resume import checkpoint_progress, find_last_checkpoint
-from .lock import RunLock
 from .resolve import build_run, error_summary
 from .results import read_results
 from .sweep import Run, Sweep, load_sweep
@@ -443,7 +443,7 @@ def train_and_mark(
     *,
     attempts: int = 1,
 ) -> dict[str, Any]:
-    """Train ``task``'s run while holding its lock (:class:`~visattn.ablate.lock.RunLock`),
+    """Train ``task``'s run while holding its lock (:class:`~visattn.locks.RunLock`),
     write its marker and return its row. A run cut off earlier with the same settings and a
     last checkpoint goes on from there (:func:`resume_point`: exact, as ``--ckpt_path last``);
     any other run starts in a clean folder.

@@ -25,11 +25,10 @@ from typing import Any
 
 import torch
 
-from .._errors import first_line
+from .._values import first_line
 from ..models import create_model
 from ..profile import count_macs, count_params
 from ..training import config as run_config
-from ..training.cli import VisattnCLI, resolve_eval_transform
 
 __all__ = [
     "TOLERANCE",
@@ -59,50 +58,28 @@ class ResolvedRun:
     warnings: tuple[str, ...] = ()  # what would make the run learn nothing, said before it trains
 
 
-def _check_fit(cli: Any, checked_data: set[str]) -> None:
+def _check_fit(built: run_config.Built, checked_data: set[str]) -> None:
     """Run the network once on a batch of 2 at the data's image size (train mode, as the first
     step will) and load the validation split, unless a run with the same data options has
     already loaded it: an image size the model or the data source cannot take fails here."""
-    shape = getattr(cli.datamodule, "image_shape", None) or cli.model.net.default_input_size
-    net = cli.model.net.train()
+    module, datamodule, config = built
+    shape = getattr(datamodule, "image_shape", None) or module.net.default_input_size
+    net = module.net.train()
     with torch.no_grad():
         net(torch.zeros(2, *(int(s) for s in shape)))
-    data = cli.config.get("data")
+    data = config.get("data")
     key = json.dumps(data.as_dict() if hasattr(data, "as_dict") else data, default=str)
     if key not in checked_data:
-        cli.datamodule.setup("validate")
+        datamodule.setup("validate")
         checked_data.add(key)
-
-
-class _BuildOnly(VisattnCLI):
-    """The CLI up to its model and data module: no seed, logger, Trainer or folders."""
-
-    def _set_seed(self) -> None:  # building must not touch the global RNG
-        pass
-
-    def before_instantiate_classes(self) -> None:  # no logger, no checkpoint lookup
-        resolve_eval_transform(self.config)
-
-    def instantiate_classes(self) -> None:  # model and data only: no Trainer, no folders
-        instantiate = getattr(self.parser, "instantiate", None)  # jsonargparse >= 4.49
-        if instantiate is None:
-            instantiate = self.parser.instantiate_classes
-        self.config_init = instantiate(self.config)
-        self.datamodule = self._get(self.config_init, "data")
-        self.model = self._get(self.config_init, "model")
-
-
-def _built(args: Sequence[str]) -> _BuildOnly:
-    resolved = run_config.resolve(args)  # no parse when they come resolved (a sweep's run)
-    return _BuildOnly(args=resolved, run=False, parser_kwargs={"exit_on_error": False})
 
 
 def build_run(args: Sequence[str]) -> tuple[Any, Any]:
     """``(ClassificationModule, VisattnDataModule)`` of a run, built from its options (resolved
     here unless they come as a :class:`~visattn.training.config.ResolvedArgs`, then nothing is
     parsed) without training or writing anything; the module's weights are untrained."""
-    cli = _built(args)
-    return cli.model, cli.datamodule
+    module, datamodule, _ = run_config.build(args)
+    return module, datamodule
 
 
 def resolve_run(args: Sequence[str], checked_data: set[str] | None = None) -> ResolvedRun:
@@ -120,12 +97,13 @@ def resolve_run(args: Sequence[str], checked_data: set[str] | None = None) -> Re
         ``KeyError`` for bad placements and block options).
     """
 
-    cli = _built(args)
+    built = run_config.build(args)
     if checked_data is not None:
-        _check_fit(cli, checked_data)
-    hp = cli.model.hparams
-    shape = getattr(cli.datamodule, "image_shape", None) or cli.model.net.default_input_size
-    max_epochs = cli.config.get("trainer", {}).get("max_epochs")
+        _check_fit(built, checked_data)
+    module, datamodule, config = built
+    hp = module.hparams
+    shape = getattr(datamodule, "image_shape", None) or module.net.default_input_size
+    max_epochs = config.get("trainer", {}).get("max_epochs")
     said = []
     warmup = float(hp.get("warmup_epochs") or 0.0)
     if warmup > 0 and max_epochs is not None and 0 < max_epochs <= warmup:
@@ -140,7 +118,7 @@ def resolve_run(args: Sequence[str], checked_data: set[str] | None = None) -> Re
         attention=hp.get("attention"),
         model_kwargs=dict(hp.get("model_kwargs") or {}),
         input_shape=tuple(int(s) for s in shape),
-        params=count_params(cli.model.net),
+        params=count_params(module.net),
     )
 
 

@@ -44,6 +44,7 @@ from typing import Any
 import torch
 
 from ..files import atomic_write_text
+from ..locks import RunLock, SweepLock
 from .executors import cpu_count, run_local, run_ray
 from .job import (
     MARKER,
@@ -56,7 +57,6 @@ from .job import (
     read_marker,
     train_and_mark,
 )
-from .lock import RunLock, SweepLock
 from .plots import write_plots
 from .report import near_chance, write_report
 from .resolve import check_variants

@@ -15,6 +15,7 @@ from ..constants import BLOCK_POSITIONS
 
 __all__ = [
     "PreActBottleneck",
+    "ResidualSlots",
     "ZeroPadShortcut",
     "add_slots",
     "conv1x1",
@@ -28,6 +29,62 @@ def add_slots(block: nn.Module) -> None:
     state_dict keys) for each of :data:`visattn.constants.BLOCK_POSITIONS`."""
     for position in BLOCK_POSITIONS:
         setattr(block, f"attn_{position}", nn.Identity())
+
+
+class ResidualSlots(nn.Module):
+    """A residual unit with attention slots, reached in the one order written here.
+
+    ``forward`` is the same for every residual unit visattn has (its own ResNets' blocks, the
+    adopted torchvision and timm blocks, the pre-activation unit)::
+
+        branch, shortcut = split(x)
+        out = branch_a(attn_pre(branch))
+        out = branch_c(attn_prenorm(branch_b(attn_inner(out))))   # inner_first
+        out = branch_c(attn_inner(branch_b(attn_prenorm(out))))   # otherwise
+        out = drop_path(attn_standard(out)) + attn_identity(shortcut)
+        return attn_output(finish(attn_post(out)))
+
+    A unit gives the layers between the slots: :meth:`split` (the branch's input and the
+    shortcut), :meth:`branch_a`, :meth:`branch_b`, :meth:`branch_c` and :meth:`finish` (the
+    activation after the sum, none by default), and says with ``inner_first`` whether its
+    middle activation (``attn_inner``) comes before its last 3x3 output (``attn_prenorm``), as
+    in a basic block, or after it, as in a bottleneck. ``drop_path`` is a module (an
+    ``nn.Identity`` when off). Call :meth:`init_slots` once the layers exist.
+    """
+
+    inner_first = False
+
+    def init_slots(self) -> None:
+        add_slots(self)
+        # an instance attribute: TorchScript compiles the branch it selects
+        self.inner_first = bool(type(self).inner_first)
+
+    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The residual branch's input and the shortcut's output."""
+        raise NotImplementedError
+
+    def branch_a(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def branch_b(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def branch_c(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def finish(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        branch, shortcut = self.split(x)
+        out = self.branch_a(self.attn_pre(branch))
+        if self.inner_first:
+            out = self.branch_c(self.attn_prenorm(self.branch_b(self.attn_inner(out))))
+        else:
+            out = self.branch_c(self.attn_inner(self.branch_b(self.attn_prenorm(out))))
+        out = self.drop_path(self.attn_standard(out))
+        out = out + self.attn_identity(shortcut)
+        return self.attn_output(self.finish(self.attn_post(out)))
 
 
 def conv3x3(cin: int, cout: int, stride: int = 1, dilation: int = 1) -> nn.Conv2d:
@@ -80,7 +137,7 @@ def make_shortcut(
     raise ValueError(f"shortcut must be 'A' (zero padding) or 'B' (1x1 projection), got {kind!r}")
 
 
-class PreActBottleneck(nn.Module):
+class PreActBottleneck(ResidualSlots):
     """Pre-activation bottleneck (He, Zhang, Ren, Sun, "Identity Mappings in Deep Residual
     Networks", ECCV 2016, Fig. 1b / 4e): ``BN-ReLU-1x1 - BN-ReLU-3x3(stride) - BN-ReLU-1x1``
     plus the shortcut, which is the identity or, when the shape changes, a 1x1 projection
@@ -139,18 +196,20 @@ class PreActBottleneck(nn.Module):
         self.relu = nn.ReLU(inplace=True)
         self.downsample = make_shortcut(in_channels, out, stride, shortcut, norm=False)
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
-        add_slots(self)
+        self.init_slots()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        pre = self.relu(self.bn1(x))
-        shortcut = x if self.downsample is None else self.downsample(pre)
-        out = self.conv1(self.attn_pre(pre))
-        out = self.attn_prenorm(self.conv2(self.relu(self.bn2(out))))
-        out = self.attn_inner(out)
-        out = self.conv3(self.relu(self.bn3(out)))
-        out = self.drop_path(self.attn_standard(out))
-        out = out + self.attn_identity(shortcut)
-        return self.attn_output(self.attn_post(out))
+    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        pre = self.relu(self.bn1(x))  # shared by the branch and a projection or padding
+        return pre, (x if self.downsample is None else self.downsample(pre))
+
+    def branch_a(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv2(self.relu(self.bn2(self.conv1(x))))
+
+    def branch_b(self, x: torch.Tensor) -> torch.Tensor:
+        return x  # prenorm and inner see the same tensor: the 3x3's output, before bn3
+
+    def branch_c(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv3(self.relu(self.bn3(x)))
 
     def zero_init_last(self) -> None:
         """Zero the last layer of the residual branch, so the unit starts as the identity."""

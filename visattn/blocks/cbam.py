@@ -9,9 +9,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._utils import check_choice, get_layer, reduced_channels, spatial_mean
+from ._utils import Excitation, check_choice, get_layer, reduced_channels, spatial_mean
 from .capture import is_capturing, record_attention
-from .identity import ScaledSigmoid
 from .registry import register_block
 from .spatial import SpatialGate
 
@@ -19,7 +18,7 @@ _POOLS = ("avg", "max")
 _ORDERS = ("channel_first", "spatial_first", "parallel")
 
 
-class ChannelGate(nn.Module):
+class ChannelGate(Excitation):
     """CBAM's channel attention map ``M_c(F)`` (Eq. (2)), ``(N, C, H, W) -> (N, C, 1, 1)``.
 
     ``M_c(F) = sigmoid(sum_p MLP(Pool_p(F)))`` over the pooling types ``p`` (average and max in the
@@ -44,30 +43,24 @@ class ChannelGate(nn.Module):
         hidden = reduced_channels(channels, reduction)
         self.pool_types = tuple(pool_types)
         self.light = bool(light)
-        self.fc1 = nn.Conv2d(channels, hidden, 1, bias=mlp_bias)
-        self.act = get_layer(act_layer, "act_layer")()
-        self.fc2 = nn.Conv2d(hidden, channels, 1, bias=mlp_bias)
+        self.add_excitation(channels, hidden, act_layer, bias=mlp_bias)
         self.gate = get_layer(gate_layer, "gate_layer")()
 
     def init_identity(self) -> None:
         """Zero the MLP's last layer; gate 2*sigmoid, so ``M_c = 1``."""
-        nn.init.zeros_(self.fc2.weight)
-        bias = self.fc2.bias  # a local: TorchScript refines its Optional type
-        if bias is not None:
-            nn.init.zeros_(bias)
-        self.gate = ScaledSigmoid(2.0)
+        self.gate = self.identity_gate()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.light:
             z = 0.5 * spatial_mean(x) + 0.5 * F.adaptive_max_pool2d(x, 1)
-            return self.gate(self.fc2(self.act(self.fc1(z))))
+            return self.gate(self.excite(z))
         pools: list[torch.Tensor] = []  # a loop, not a comprehension: TorchScript compiles it
         for p in self.pool_types:
             # global max as adaptive_max_pool2d(x, 1), not amax: on CPU its backward is 2-3x
             # faster (5x in channels-last, where amax's forward is slow too); both exporters
             # write it as a global reduction (GlobalMaxPool / ReduceMax)
             pools.append(spatial_mean(x) if p == "avg" else F.adaptive_max_pool2d(x, 1))
-        z = self.fc2(self.act(self.fc1(torch.cat(pools, dim=0))))  # (P*N, C, 1, 1)
+        z = self.excite(torch.cat(pools, dim=0))  # (P*N, C, 1, 1)
         # explicit sizes (no unpacking of z.shape): torch.fx cannot iterate a traced shape
         return self.gate(z.view(len(pools), -1, z.shape[1], 1, 1).sum(dim=0))
 

@@ -7,11 +7,15 @@ import torch
 import torch.nn as nn
 from timm.layers import make_divisible
 
-from ._utils import check_positive_int, get_layer, reduced_channels
+from ._utils import axis_mean, check_positive_int, gate_hw, get_layer, reduced_channels
 from .capture import is_capturing, record_attention
 from .conventions import Reduced
 from .identity import ScaledSigmoid
 from .registry import register_block
+
+# plain torch.fx traces (and torchvision's) call them as one node: they test the layout
+torch.fx.wrap("axis_mean")
+torch.fx.wrap("gate_hw")
 
 
 @register_block(
@@ -106,8 +110,8 @@ class CoordinateAttention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h, w = x.shape[2:]
-        z_h = x.mean(3, keepdim=True)  # (N, C, H, 1)
-        z_w = x.mean(2, keepdim=True).transpose(2, 3)  # (N, C, W, 1)
+        z_h = axis_mean(x, 3)  # (N, C, H, 1)
+        z_w = axis_mean(x, 2).transpose(2, 3)  # (N, C, W, 1)
         f = self.act(self.bn1(self.conv1(torch.cat([z_h, z_w], dim=2))))
         f_h, f_w = torch.split(f, [h, w], dim=2)
         if self.simple:
@@ -122,4 +126,4 @@ class CoordinateAttention(nn.Module):
             # the (N, C, H, W) map costs a full pass: only build it when asked
             if is_capturing(self):
                 record_attention(self, g_h * g_w)
-        return x * g_w * g_h
+        return gate_hw(x, g_h, g_w)

@@ -8,10 +8,14 @@ import math
 import torch
 import torch.nn as nn
 
-from ._utils import check_positive_int, get_layer
+from ._utils import axis_mean, check_positive_int, gate_hw, get_layer
 from .capture import is_capturing, record_attention
 from .identity import ScaledSigmoid
 from .registry import register_block
+
+# plain torch.fx traces (and torchvision's) call them as one node: they test the layout
+torch.fx.wrap("axis_mean")
+torch.fx.wrap("gate_hw")
 
 
 @register_block("ela", family="hybrid", paper="Xu & Wan, 2024")
@@ -99,8 +103,8 @@ class EfficientLocalAttention(nn.Module):
         self.gate = ScaledSigmoid(2.0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        z_h = x.mean(3, keepdim=True)  # (N, C, H, 1)
-        z_w = x.mean(2, keepdim=True).transpose(2, 3)  # (N, C, W, 1)
+        z_h = axis_mean(x, 3)  # (N, C, H, 1)
+        z_w = axis_mean(x, 2).transpose(2, 3)  # (N, C, W, 1)
         if self.conv_w is None or self.norm_w is None:
             y_h = self.gate(self.act(self.norm_h(self.conv_h(z_h))))
             y_w = self.gate(self.act(self.norm_h(self.conv_h(z_w))))
@@ -111,7 +115,7 @@ class EfficientLocalAttention(nn.Module):
         if not torch.jit.is_scripting():  # noqa: SIM102 (scripting skips the inner test)
             if is_capturing(self):  # the (N, C, H, W) map costs a full pass: only when asked
                 record_attention(self, y_h * y_w)
-        return x * y_h * y_w
+        return gate_hw(x, y_h, y_w)
 
     def extra_repr(self) -> str:
         return f"shared={self.shared}"

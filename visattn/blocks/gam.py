@@ -6,14 +6,14 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ._utils import check_positive_int, reduced_channels
+from ._utils import Excitation, check_positive_int, reduced_channels
 from .capture import is_capturing, record_attention
-from .identity import ScaledSigmoid
+from .identity import ScaledSigmoid, zero_layer
 from .registry import register_block
 
 
 @register_block("gam", family="hybrid", paper="Liu et al., arXiv 2021 (Global Attention Mechanism)")
-class GlobalAttentionMechanism(nn.Module):
+class GlobalAttentionMechanism(Excitation):
     """GAM: CBAM's channel-then-spatial order, with neither submodule pooling its input away.
 
     Follows the method section of the paper (its equations and figures of both submodules):
@@ -60,9 +60,7 @@ class GlobalAttentionMechanism(nn.Module):
                 "hidden channels"
             )
         self.groups = groups
-        self.fc1 = nn.Conv2d(channels, hidden, 1)
-        self.act = nn.ReLU()
-        self.fc2 = nn.Conv2d(hidden, channels, 1)
+        self.add_excitation(channels, hidden, "relu")  # the channel MLP, at every position
         pad = kernel_size // 2
         self.conv1 = nn.Conv2d(channels, hidden, kernel_size, padding=pad, groups=groups)
         self.bn1 = nn.BatchNorm2d(hidden)
@@ -73,9 +71,8 @@ class GlobalAttentionMechanism(nn.Module):
 
     def init_identity(self) -> None:
         """native: the MLP's last layer and the last BN zero, gates 2*sigmoid: M_c = M_s = 1."""
-        for t in (self.fc2.weight, self.fc2.bias, self.bn2.weight, self.bn2.bias):
-            nn.init.zeros_(t)
-        self.gate_c = ScaledSigmoid(2.0)
+        self.gate_c = self.identity_gate()
+        zero_layer(self.bn2)
         self.gate_s = ScaledSigmoid(2.0)
 
     def _shuffle(self, t: torch.Tensor) -> torch.Tensor:
@@ -83,7 +80,7 @@ class GlobalAttentionMechanism(nn.Module):
         return t.reshape(n, self.groups, c // self.groups, h, w).transpose(1, 2).reshape(n, c, h, w)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        mc = self.gate_c(self.fc2(self.act(self.fc1(x))))
+        mc = self.gate_c(self.excite(x))
         f2 = x * mc
         t = self.act(self.bn1(self.conv1(f2)))
         if self.groups > 1:

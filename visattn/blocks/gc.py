@@ -8,7 +8,7 @@ import torch.nn as nn
 
 from ._utils import check_choice, get_layer, reduced_channels, spatial_mean
 from .capture import is_capturing, record_attention
-from .identity import ScaledSigmoid
+from .identity import unit_gate, zero_layer
 from .registry import register_block
 
 
@@ -105,8 +105,7 @@ class GlobalContext(nn.Module):
             nn.init.kaiming_normal_(self.conv_attn.weight, mode="fan_in", nonlinearity="relu")
             nn.init.zeros_(self.conv_attn.bias)
         if self._zero_init_last and self.fc2 is not None:
-            nn.init.zeros_(self.fc2.weight)
-            nn.init.zeros_(self.fc2.bias)
+            zero_layer(self.fc2)
 
     def init_identity(self) -> None:
         """native: W_v2 zero (the official init), y = x + 0; scale fusion: zero + 2*sigmoid.
@@ -115,12 +114,9 @@ class GlobalContext(nn.Module):
         gate becomes ScaledSigmoid(2).
         """
         if self.fc2 is not None:
-            nn.init.zeros_(self.fc2.weight)
-            nn.init.zeros_(self.fc2.bias)
+            zero_layer(self.fc2)
         if self.scale is not None:
-            nn.init.zeros_(self.scale[-1].weight)
-            nn.init.zeros_(self.scale[-1].bias)
-            self.gate = ScaledSigmoid(2.0)
+            self.gate = unit_gate(self.scale[-1])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n, c, h, w = x.shape

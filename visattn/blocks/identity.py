@@ -25,6 +25,7 @@ __all__ = [
     "identity_form",
     "make_identity",
     "unit_gate",
+    "zero_layer",
 ]
 
 INITS = ("default", "identity")
@@ -45,12 +46,17 @@ class ScaledSigmoid(nn.Module):
 
 
 @torch.no_grad()
-def unit_gate(layer: nn.Module) -> ScaledSigmoid:
-    """Zero ``layer``'s weight and bias (the last layer before a gate) and return the gate
-    ``2 * sigmoid``, which then gives exactly 1: the identity form of a gated block."""
+def zero_layer(layer: nn.Module) -> None:
+    """Zero ``layer``'s weight and its bias, if it has one: a branch's last layer starts at 0."""
     nn.init.zeros_(layer.weight)
     if getattr(layer, "bias", None) is not None:
         nn.init.zeros_(layer.bias)
+
+
+def unit_gate(layer: nn.Module) -> ScaledSigmoid:
+    """Zero ``layer``'s weight and bias (the last layer before a gate) and return the gate
+    ``2 * sigmoid``, which then gives exactly 1: the identity form of a gated block."""
+    zero_layer(layer)
     return ScaledSigmoid(2.0)
 
 

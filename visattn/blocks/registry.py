@@ -45,8 +45,7 @@ from typing import Any, TypeVar
 import torch
 import torch.nn as nn
 
-from .._registry import Registry, UnknownNameError, unknown_options
-from .._subscribers import Listener, Subscribers
+from .._registry import Listener, Registry, Subscribers, UnknownNameError, unknown_options
 from .aliases import TIMM_ALIASES
 from .conventions import (
     TIMM_HOOK_KEYWORDS,

@@ -8,14 +8,14 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ._utils import check_choice, get_layer, reduced_channels, spatial_mean
+from ._utils import Excitation, check_choice, get_layer, reduced_channels, spatial_mean
 from .capture import is_capturing, record_attention
-from .identity import ScaledSigmoid
+from .identity import ScaledSigmoid, zero_layer
 from .registry import register_block
 
 
 @register_block("scse", family="hybrid", paper="Roy et al., MICCAI 2018")
-class ConcurrentSqueezeExcite(nn.Module):
+class ConcurrentSqueezeExcite(Excitation):
     """scSE block: channel SE and spatial SE applied concurrently, then combined.
 
     * cSE (Sec. 2.1): ``s = sigmoid(W2 ReLU(W1 GAP(U)))``, ``W1: C -> C/r``, ``W2: C/r -> C`` (1x1
@@ -57,9 +57,7 @@ class ConcurrentSqueezeExcite(nn.Module):
         hidden = reduced_channels(channels, reduction)
         gate = get_layer(gate_layer, "gate_layer")
         self.combine = combine
-        self.fc1 = nn.Conv2d(channels, hidden, 1)
-        self.act = get_layer(act_layer, "act_layer")()
-        self.fc2 = nn.Conv2d(hidden, channels, 1)
+        self.add_excitation(channels, hidden, act_layer)
         self.channel_gate = gate()
         self.conv_sq = nn.Conv2d(channels, 1, 1)
         self.spatial_gate = gate()
@@ -70,14 +68,13 @@ class ConcurrentSqueezeExcite(nn.Module):
         With ``combine="add"`` the two halves give ``s = q = 1/2``, ``s + q = 1``; with ``"max"``
         both gates are 2*sigmoid, ``s = q = 1``.
         """
-        for conv in (self.fc2, self.conv_sq):
-            nn.init.zeros_(conv.weight)
-            nn.init.zeros_(conv.bias)
+        zero_layer(self.fc2)
+        zero_layer(self.conv_sq)
         if self.combine == "max":
             self.channel_gate, self.spatial_gate = ScaledSigmoid(2.0), ScaledSigmoid(2.0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        s = self.channel_gate(self.fc2(self.act(self.fc1(spatial_mean(x)))))
+        s = self.channel_gate(self.excite(spatial_mean(x)))
         q = self.spatial_gate(self.conv_sq(x))
         # not one `and` test: TorchScript only skips the body of a bare is_scripting() test
         if not torch.jit.is_scripting():  # noqa: SIM102  (scripted blocks record nothing)

@@ -6,14 +6,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._utils import check_choice, get_layer, reduced_channels, spatial_mean
+from ._utils import Excitation, check_choice, get_layer, reduced_channels, spatial_mean
 from .capture import record_attention
-from .identity import ScaledSigmoid
 from .registry import register_block
 
 
 @register_block("se", family="channel", paper="Hu et al., CVPR 2018")
-class SqueezeExcite(nn.Module):
+class SqueezeExcite(Excitation):
     r"""Squeeze-and-Excitation block.
 
     $$
@@ -54,20 +53,16 @@ class SqueezeExcite(nn.Module):
         check_choice("pool", pool, ("avg", "max"))
         hidden = reduced_channels(channels, reduction)
         self.pool = pool
-        self.fc1 = nn.Conv2d(channels, hidden, 1)
-        self.act = get_layer(act_layer, "act_layer")()
-        self.fc2 = nn.Conv2d(hidden, channels, 1)
+        self.add_excitation(channels, hidden, act_layer)
         self.gate = get_layer(gate_layer, "gate_layer")()
 
     def init_identity(self) -> None:
         """native: last FC W2 zero, gate 2*sigmoid (ScaledSigmoid), so s = 1."""
-        nn.init.zeros_(self.fc2.weight)
-        nn.init.zeros_(self.fc2.bias)
-        self.gate = ScaledSigmoid(2.0)
+        self.gate = self.identity_gate()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         z = spatial_mean(x) if self.pool == "avg" else F.adaptive_max_pool2d(x, 1)
-        s = self.gate(self.fc2(self.act(self.fc1(z))))
+        s = self.gate(self.excite(z))
         if not torch.jit.is_scripting():
             record_attention(self, s)
         return x * s

@@ -7,10 +7,13 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ._utils import check_positive_int, get_layer
+from ._utils import axis_mean, check_positive_int, get_layer
 from .capture import record_attention
 from .identity import ScaledSigmoid
 from .registry import register_block
+
+# plain torch.fx traces (and torchvision's) call them as one node: they test the layout
+torch.fx.wrap("axis_mean")
 
 
 @register_block("strip", family="hybrid", paper="timm 2025, after Hou et al., CVPR 2020")
@@ -75,7 +78,7 @@ class StripAttention(nn.Module):
         self.gate = ScaledSigmoid(2.0)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        s = self.conv_h(x.mean(3, keepdim=True)) + self.conv_w(x.mean(2, keepdim=True))
+        s = self.conv_h(axis_mean(x, 3)) + self.conv_w(axis_mean(x, 2))
         if self.logit_scale is not None:
             s = s * self.logit_scale
         a = self.gate(s)  # (N, C, H, W)

@@ -15,9 +15,9 @@ import torch
 from timm.data import ImageNetInfo
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from .._errors import OptionError
 from .._extras import missing_extra
 from .._registry import unknown_options
+from .._values import OptionError
 
 try:
     import lightning.pytorch as pl

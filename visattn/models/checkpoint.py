@@ -30,7 +30,7 @@ import torch
 import torch.nn as nn
 from safetensors.torch import load_file
 
-from .._errors import first_line
+from .._values import first_line
 from ..constants import HOOK_SLOTS, SLOT_POSITIONS
 
 __all__ = [

@@ -55,6 +55,8 @@ def _adopt(cls: type[SlottedBlock], block: nn.Module) -> Any:
     for name in _OPTIONAL:
         if name not in new._modules:
             setattr(new, name, getattr(block, name, None))
+    if new.drop_path is None:  # timm's "off"; the slotted forward calls a module
+        new.drop_path = nn.Identity()
     new.stride = getattr(block, "stride", 1)
     new.in_channels, new.mid_channels, new.out_channels = cin, mid, cout
     new.init_slots()
@@ -83,24 +85,29 @@ class TimmBasicBlock(SlottedBlock):
     """
 
     conv_slot = "conv1"
+    inner_first = True
 
     @classmethod
     def adopt(cls, block: nn.Module) -> TimmBasicBlock:
         return _adopt(cls, block)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shortcut = x if self.downsample is None else self.downsample(x)
-        out = self.attn_pre(x)
-        out = self.aa(self.act1(self.drop_block(self.bn1(self.conv1(out)))))
-        out = self.attn_inner(out)
-        out = self.bn2(self.attn_prenorm(self.conv2(out)))
+    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x, (x if self.downsample is None else self.downsample(x))
+
+    def branch_a(self, x: torch.Tensor) -> torch.Tensor:
+        return self.aa(self.act1(self.drop_block(self.bn1(self.conv1(x)))))
+
+    def branch_b(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv2(x)
+
+    def branch_c(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.bn2(x)
         if self.se is not None:
             out = self.se(out)
-        out = self.attn_standard(out)
-        if self.drop_path is not None:
-            out = self.drop_path(out)
-        out = out + self.attn_identity(shortcut)
-        return self.attn_output(self.act2(self.attn_post(out)))
+        return out
+
+    def finish(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act2(x)
 
 
 class TimmBottleneck(SlottedBlock):
@@ -118,20 +125,23 @@ class TimmBottleneck(SlottedBlock):
     def adopt(cls, block: nn.Module) -> TimmBottleneck:
         return _adopt(cls, block)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shortcut = x if self.downsample is None else self.downsample(x)
-        out = self.attn_pre(x)
-        out = self.act1(self.bn1(self.conv1(out)))
-        out = self.aa(self.act2(self.drop_block(self.bn2(self.attn_prenorm(self.conv2(out))))))
-        out = self.attn_inner(out)
-        out = self.bn3(self.conv3(out))
+    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x, (x if self.downsample is None else self.downsample(x))
+
+    def branch_a(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv2(self.act1(self.bn1(self.conv1(x))))
+
+    def branch_b(self, x: torch.Tensor) -> torch.Tensor:
+        return self.aa(self.act2(self.drop_block(self.bn2(x))))
+
+    def branch_c(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.bn3(self.conv3(x))
         if self.se is not None:
             out = self.se(out)
-        out = self.attn_standard(out)
-        if self.drop_path is not None:
-            out = self.drop_path(out)
-        out = out + self.attn_identity(shortcut)
-        return self.attn_output(self.act3(self.attn_post(out)))
+        return out
+
+    def finish(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act3(x)
 
 
 #: foreign block class -> function returning a slotted block that shares its layers

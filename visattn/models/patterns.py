@@ -32,6 +32,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .._nets import eval_mode, factory_of
 from .._registry import close_matches
 from ..blocks import is_block
 from .families import BACKBONE_FAMILIES, SE_MODULES, family_of, is_se, qualname
@@ -186,18 +187,14 @@ def probe(
 
         return hook
 
-    ref = next(iter(model.parameters()), None)
-    ref = next(iter(model.buffers()), None) if ref is None else ref
-    kw = {} if ref is None else {"device": ref.device, "dtype": ref.dtype}
-    modes = [(m, m.training) for m in model.modules()]
+    kw = factory_of(model)
     mods = list(modules)
     all_modules = {id(m): (p, m) for p, m in model.named_modules() if p}
     try:
         for path, m in all_modules.values():  # every module, for the channels-last marks
             handles.append(m.register_forward_pre_hook(pre(path)))
             handles.append(m.register_forward_hook(post(path)))
-        model.eval()
-        with torch.no_grad():
+        with eval_mode(model), torch.no_grad():
             try:
                 model(torch.zeros(1, *input_size, **kw))
             except Exception as e:
@@ -209,8 +206,6 @@ def probe(
     finally:
         for h in handles:
             h.remove()
-        for m, mode in modes:
-            m.training = mode
     return {p: seen[p] for p, _ in mods if p in seen}
 
 

@@ -59,6 +59,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from .._nets import eval_mode, factory_of
 from .._registry import unknown_options
 from .._values import is_int
 from ..blocks import block_info, create_block, list_blocks
@@ -519,19 +520,12 @@ def plan_placements(
     return sites, adapted, plan_of(sites, skipped, size)
 
 
-def _reference_param(module: nn.Module) -> torch.Tensor | None:
-    ref = next(iter(module.parameters()), None)
-    return next(iter(module.buffers()), None) if ref is None else ref
-
-
 def _build(site: Site, model: nn.Module) -> nn.Module:
     """The block of ``site``, on the device and dtype of the module it joins, in its mode;
     blocks at hook and replace sites are run once on a tensor of the site's shape (eval mode,
     no gradients) so that one that cannot take it is refused before the model changes."""
     near = site.host if site.kind != "replace" else model.get_submodule(site.target)
-    ref = _reference_param(near)
-    ref = _reference_param(model) if ref is None else ref
-    factory = {} if ref is None else {"device": ref.device, "dtype": ref.dtype}
+    factory = factory_of(near) or factory_of(model)
     p = site.placement
     at = f"attention placement #{site.index} at {site.path} ({site.channels} channels)"
     try:
@@ -540,9 +534,8 @@ def _build(site: Site, model: nn.Module) -> nn.Module:
         raise type(e)(f"{at}: {e}") from e
     if site.spatial is not None:
         x = torch.randn(2, site.channels, *site.spatial, **factory)
-        blk.eval()
         try:
-            with torch.no_grad():
+            with eval_mode(blk), torch.no_grad():
                 y = blk(x)
         except Exception as e:
             raise ValueError(

@@ -36,8 +36,7 @@ from typing import Any
 
 import torch.nn as nn
 
-from .._registry import Registry, UnknownNameError
-from .._subscribers import Listener, Subscribers
+from .._registry import Listener, Registry, Subscribers, UnknownNameError
 from ..blocks import block_info, list_blocks
 from ..blocks import registry as _blocks
 from .placement import normalize_placements

@@ -28,7 +28,7 @@ import torch.nn as nn
 from timm.layers import DropPath
 
 from ..blocks._units import PreActBottleneck as _PreActUnit
-from ..blocks._units import add_slots
+from ..blocks._units import ResidualSlots
 from ..blocks._units import conv1x1 as _conv1x1
 from ..blocks._units import conv3x3 as _conv3x3
 from ..blocks._units import make_shortcut as _shortcut
@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 
-class SlottedBlock(nn.Module):
+class SlottedBlock(ResidualSlots):
     """Base of residual blocks with attention slots.
 
     Subclasses set ``in_channels``, ``mid_channels`` (output of the middle convolution) and
@@ -72,9 +72,6 @@ class SlottedBlock(nn.Module):
 
     # no class-level annotations of in/mid/out_channels: TorchScript cannot read postponed ones
     conv_slot = "conv2"
-
-    def init_slots(self) -> None:
-        add_slots(self)
 
     def slot_channels(self, position: str) -> int:
         """Channels of the tensor the slot at ``position`` sees."""
@@ -108,6 +105,7 @@ class BasicBlock(SlottedBlock):
 
     expansion = 1
     conv_slot = "conv1"
+    inner_first = True
 
     def __init__(
         self,
@@ -132,16 +130,20 @@ class BasicBlock(SlottedBlock):
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
         self.init_slots()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shortcut = x if self.downsample is None else self.downsample(x)
-        out = self.attn_pre(x)
-        out = self.relu(self.bn1(self.conv1(out)))
-        out = self.attn_inner(out)
-        out = self.bn2(self.attn_prenorm(self.conv2(out)))
-        out = self.drop_path(self.attn_standard(out))
-        out = out + self.attn_identity(shortcut)
-        out = self.attn_post(out)
-        return self.attn_output(self.relu(out))
+    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x, (x if self.downsample is None else self.downsample(x))
+
+    def branch_a(self, x: torch.Tensor) -> torch.Tensor:
+        return self.relu(self.bn1(self.conv1(x)))
+
+    def branch_b(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv2(x)
+
+    def branch_c(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bn2(x)
+
+    def finish(self, x: torch.Tensor) -> torch.Tensor:
+        return self.relu(x)
 
     def zero_init_last(self) -> None:
         nn.init.zeros_(self.bn2.weight)
@@ -189,17 +191,20 @@ class Bottleneck(SlottedBlock):
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
         self.init_slots()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shortcut = x if self.downsample is None else self.downsample(x)
-        out = self.attn_pre(x)
-        out = self.relu(self.bn1(self.conv1(out)))
-        out = self.relu(self.bn2(self.attn_prenorm(self.conv2(out))))
-        out = self.attn_inner(out)
-        out = self.bn3(self.conv3(out))
-        out = self.drop_path(self.attn_standard(out))
-        out = out + self.attn_identity(shortcut)
-        out = self.attn_post(out)
-        return self.attn_output(self.relu(out))
+    def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x, (x if self.downsample is None else self.downsample(x))
+
+    def branch_a(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv2(self.relu(self.bn1(self.conv1(x))))
+
+    def branch_b(self, x: torch.Tensor) -> torch.Tensor:
+        return self.relu(self.bn2(x))
+
+    def branch_c(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bn3(self.conv3(x))
+
+    def finish(self, x: torch.Tensor) -> torch.Tensor:
+        return self.relu(x)
 
     def zero_init_last(self) -> None:
         nn.init.zeros_(self.bn3.weight)

@@ -21,17 +21,18 @@ compares a marker with a run, recognising the markers written before this module
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 from jsonargparse import ArgumentParser, Namespace
 
 from ..models.checkpoint import UntrustedClassError, check_recorded_classes
-from .cli import VisattnCLI
-from .sources import (
+from .cli import VisattnCLI, resolve_eval_transform
+from .options import (
     FREE_ON_RESUME,
     NETWORK_OPTIONS,
     ResolvedArgs,
@@ -47,7 +48,9 @@ __all__ = [
     "LOCATION_KEYS",
     "NETWORK_OPTIONS",
     "SETTINGS_FORMAT",
+    "Built",
     "ResolvedArgs",
+    "build",
     "canonical_dump",
     "describe_changes",
     "expand_config_args",
@@ -82,7 +85,12 @@ class _ParserBuilt(Exception):
 
 @functools.cache
 def _parser() -> ArgumentParser:
-    """``train_cls.py``'s parser (subcommands ``fit``, ``test``, ...), built once per process."""
+    """``train_cls.py``'s parser (subcommands ``fit``, ``test``, ...), built once per process.
+
+    LightningCLI builds its parser in ``__init__`` and parses right after, with no public way to
+    have one without the other; its public ``parse_arguments`` hook receives the parser, so the
+    CLI is stopped there (``lightning`` is pinned to the minor release the tests cover for this,
+    see ``pyproject.toml``)."""
 
     class _ParserOnly(VisattnCLI):
         def parse_arguments(self, parser: Any, args: Any) -> None:
@@ -97,10 +105,9 @@ def _parser() -> ArgumentParser:
 
 @functools.cache
 def _default_leaves(subcommand: str) -> dict[str, Any]:
-    """The subcommand's defaults as :func:`_leaves` (computed once per process)."""
-    # jsonargparse keeps the subcommands' parsers here
-    parser = _parser()._subcommands_action._name_parser_map[subcommand]
-    return _leaves(parser.get_defaults())
+    """The subcommand's defaults as :func:`_leaves` (computed once per process): what the
+    command line resolves the subcommand alone to."""
+    return _leaves(_parser().parse_args([subcommand])[subcommand])
 
 
 def resolve(args: Sequence[str]) -> ResolvedArgs:
@@ -116,6 +123,28 @@ def resolve(args: Sequence[str]) -> ResolvedArgs:
     if not items or items[0] not in SUBCOMMANDS:
         items = ["fit", *items]
     return ResolvedArgs(items, parse(_parser(), items))
+
+
+class Built(NamedTuple):
+    """A run's Lightning module and data module, untrained, and the options they came from."""
+
+    module: Any
+    datamodule: Any
+    config: Namespace
+
+
+def build(args: Sequence[str]) -> Built:
+    """The module and data module of a run (``args`` as :func:`resolve` takes them; nothing is
+    parsed when they come resolved), built by the command line's own parser from its options
+    without a Trainer, a seed, a folder or a file written; the weights are untrained."""
+    resolved = resolve(args)
+    namespace = copy.deepcopy(resolved.namespace)
+    sub = resolved.subcommand
+    resolve_eval_transform(namespace[sub])
+    parser = _parser()
+    instantiate = getattr(parser, "instantiate", None) or parser.instantiate_classes  # renamed
+    init = instantiate(namespace)[sub]  # in jsonargparse 4.49
+    return Built(init.model, init.data, namespace[sub])
 
 
 # --------------------------------------------------------------------------- canonical form

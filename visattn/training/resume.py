@@ -31,15 +31,13 @@ from jsonargparse import Namespace
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from ..files import atomic_write_bytes, atomic_write_text, file_digest
-from ..locks import FolderLock
+from ..locks import is_secondary_rank
 from ..models.checkpoint import CheckpointError, read_checkpoint
 
 __all__ = [
     "RUNS",
-    "RUN_LOCK",
     "SEAL_SUFFIX",
     "VERSION_ENV",
-    "RunFolderLock",
     "SealedCheckpointIO",
     "check_seal",
     "checkpoint_progress",
@@ -53,7 +51,6 @@ __all__ = [
 RUNS = "lightning_logs"
 
 #: the lock file a training process holds in its ``version_N`` folder
-RUN_LOCK = ".visattn_run.lock"
 #: the version rank 0 claimed, passed to the processes it launches (DDP's other ranks)
 VERSION_ENV = "VISATTN_RUN_VERSION"
 
@@ -144,7 +141,7 @@ def claim_version(save_dir: str | Path, name: str = RUNS) -> int:
     In a process launched by rank 0 of a multi-process run (DDP: ``LOCAL_RANK``/``NODE_RANK`` >
     0), the version rank 0 claimed (:data:`VERSION_ENV`) is returned and nothing is created.
     """
-    if _launched_rank() and os.environ.get(VERSION_ENV, "").isdigit():
+    if is_secondary_rank() and os.environ.get(VERSION_ENV, "").isdigit():
         return int(os.environ[VERSION_ENV])
     root = Path(save_dir) / name
     n = next_version(save_dir, name)
@@ -161,32 +158,6 @@ def claim_version(save_dir: str | Path, name: str = RUNS) -> int:
             continue
         os.environ[VERSION_ENV] = str(n)  # for the ranks this process launches
         return n
-
-
-def _launched_rank() -> bool:
-    """Whether this process is a rank other than 0 of a multi-process run."""
-    return any(os.environ.get(k, "0") not in ("", "0") for k in ("LOCAL_RANK", "NODE_RANK", "RANK"))
-
-
-class RunFolderLock(FolderLock):
-    """The lock of one run folder ``version_N`` (``version_N/.visattn_run.lock``), held by the
-    process that trains or tests into it, so that a second process (a second resume of the same
-    run, say) is refused with the holder named instead of writing into the same files.
-    Ranks other than 0 of a multi-process run take no lock: rank 0 holds it for the run."""
-
-    def __init__(self, run_dir: str | Path) -> None:
-        super().__init__(Path(run_dir) / RUN_LOCK, f"run folder {run_dir}")
-
-    def busy_message(self, holder: dict[str, Any]) -> str:
-        return (
-            f"run folder {self.path.parent} is being written by another process (host "
-            f"{holder.get('host')}, pid {holder.get('pid')}); wait for it to finish, or start a "
-            f"new run (without --ckpt_path), or delete {self.path} if that process is gone"
-        )
-
-    def acquire(self) -> None:
-        if not _launched_rank():
-            super().acquire()
 
 
 def keep_recorded_seed(config: Namespace, ckpt_path: str | Path) -> str | None:

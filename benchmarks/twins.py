@@ -1,8 +1,9 @@
 """timm twins: for each visattn block that timm also has, the timm module that computes the same
 function, the visattn options that make them equal, and how to pair their tensors. The one
-table of them, read by the tests (``tests/blocks/test_timm_twins.py``,
-``tests/blocks/test_sk_splat_lambda_mhsa_halo.py``) and the benchmark
-(``benchmarks/bench_blocks.py``); it needs only timm.
+table of them, beside the benchmark that compares the two (``bench_blocks.py``), read also by
+the tests (``tests/blocks/test_timm_twins.py``, ``tests/blocks/test_sk_splat_lambda_mhsa_halo.py``,
+which find it on pytest's ``pythonpath``) and the docs' block pages; it needs only torch and
+timm, and the package does not import it.
 
 A twin is built from the *instance* of the visattn block (:attr:`Twin.build`), so that it has
 the same widths, kernel sizes, biases and activations; :func:`check_twin` gives the twin the
