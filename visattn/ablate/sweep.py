@@ -52,6 +52,7 @@ import yaml
 from .._values import is_int
 from ..files import load_yaml
 from ..training import config as run_config
+from ..training.options import to_flag
 from .resolve import BudgetMatch, match_width, resolve_run
 
 __all__ = ["SEED_RANGE", "Run", "Sweep", "Variant", "load_sweep", "overrides_to_args"]
@@ -379,9 +380,8 @@ class Sweep:
 def overrides_to_args(overrides: Mapping[str, Any]) -> list[str]:
     """Dotted overrides -> ``--key=value`` arguments, in the given order.
 
-    Strings are passed as written (LightningCLI reads a ``str`` option verbatim, so JSON quotes
-    would stay in the value); every other value (numbers, booleans, ``null``, lists, mappings) is
-    JSON-encoded, which the CLI's YAML parser reads back unchanged.
+    Each value is encoded as :func:`visattn.training.options.to_flag` does (strings as written,
+    the rest JSON).
 
     >>> overrides_to_args({"trainer.max_epochs": 5, "model.attention": None})
     ['--trainer.max_epochs=5', '--model.attention=null']
@@ -392,14 +392,7 @@ def overrides_to_args(overrides: Mapping[str, Any]) -> list[str]:
             raise ValueError(
                 f"override key {key!r} is not a dotted option name such as 'trainer.max_epochs'"
             )
-        if isinstance(value, str):  # as typed: a str option would keep JSON's quotes
-            args.append(f"--{key}={value}")
-            continue
-        try:
-            encoded = json.dumps(value, ensure_ascii=False)
-        except TypeError as e:
-            raise ValueError(f"override {key}: value {value!r} is not JSON/YAML data ({e})") from e
-        args.append(f"--{key}={encoded}")
+        args.append(to_flag(key, value))
     return args
 
 

@@ -21,6 +21,7 @@ constructor, except ``input_size=(C, H, W)``, the probe size of pattern placemen
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from os import PathLike
 from typing import Any
 
@@ -109,7 +110,7 @@ def _check_options(spec: ModelSpec, kwargs: dict[str, Any]) -> None:
 
 
 def _create_tagged(
-    name: str, pretrained: bool, overlay: dict[str, Any] | None, given: dict[str, Any]
+    name: str, pretrained: bool, overlay: dict[str, Any] | None, request: _Request
 ) -> nn.Module | None:
     """``<model>.<tag>`` (:func:`visattn.list_pretrained`): the model built through timm with
     the tag's pretrained config (eval transform, where the file is), its released weights
@@ -126,7 +127,7 @@ def _create_tagged(
             )
         return None
     tag = get_pretrained(name)
-    options = {k: v for k, v in given.items() if v is not None}
+    options = request.as_options()
     return timm.create_model(
         f"visattn_{tag.name}", pretrained=pretrained, pretrained_cfg_overlay=overlay, **options
     )
@@ -192,9 +193,10 @@ def create_model(
             f"create_model({name!r}): in_chans must be an int >= 1 (the input's channels), "
             f"got {in_chans!r}"
         )
-    given = dict(num_classes=num_classes, in_chans=in_chans, global_pool=global_pool)
-    given.update(attention=attention, checkpoint_path=checkpoint_path)
-    given.update(kwargs, pretrained_backbone=pretrained_backbone)
+    request = _Request(
+        name, num_classes, in_chans, global_pool, attention, checkpoint_path,
+        pretrained_backbone, kwargs,
+    )  # fmt: skip
     if isinstance(name, str) and name.startswith(FOREIGN_PREFIXES):
         if pretrained or pretrained_cfg_overlay is not None:
             raise ValueError(
@@ -202,28 +204,71 @@ def create_model(
                 "tv:/timm: network is built with random weights: give its weights file as "
                 "pretrained_backbone="
             )
-        return _create_foreign(name, **given)
-    tagged = _create_tagged(name, pretrained, pretrained_cfg_overlay, given)
+        return _create_foreign(request)
+    tagged = _create_tagged(name, pretrained, pretrained_cfg_overlay, request)
     if tagged is not None:
         return tagged
-    return _create_named(get_model_spec(name), **given)
+    return _create_named(get_model_spec(name), request)
 
 
-def _create_named(
-    spec: ModelSpec,
-    *,
-    num_classes: int | None,
-    in_chans: int,
-    global_pool: str,
-    attention: Any,
-    checkpoint_path: str | PathLike[str] | None,
-    pretrained_backbone: str | PathLike[str] | None,
-    **kwargs: Any,
-) -> nn.Module:
+@dataclass(frozen=True)
+class _Request:
+    """What :func:`create_model` was asked for, as its two builders take it."""
+
+    name: str
+    num_classes: int | None
+    in_chans: int
+    global_pool: str
+    attention: Any
+    checkpoint_path: str | PathLike[str] | None
+    pretrained_backbone: str | PathLike[str] | None
+    options: dict[str, Any]  # the builder's own options (**kwargs)
+
+    def as_options(self) -> dict[str, Any]:
+        """Every option as ``create_model`` keywords, those left at None dropped."""
+        given = dict(
+            num_classes=self.num_classes,
+            in_chans=self.in_chans,
+            global_pool=self.global_pool,
+            attention=self.attention,
+            checkpoint_path=self.checkpoint_path,
+            pretrained_backbone=self.pretrained_backbone,
+            **self.options,
+        )
+        return {k: v for k, v in given.items() if v is not None}
+
+    def check_weight_files(self) -> None:
+        if self.checkpoint_path is not None and self.pretrained_backbone is not None:
+            raise ValueError(
+                f"create_model({self.name!r}): give checkpoint_path (a whole model) or "
+                "pretrained_backbone (backbone weights), not both"
+            )
+
+    def finish(
+        self, model: nn.Module, name: str, paths: list[str], cfg: dict[str, Any]
+    ) -> nn.Module:
+        """The attributes every created model has, then the weight files loaded: a whole
+        model's state_dict (strict outside the attention slots), or backbone weights (the
+        classifier only where its shape matches)."""
+        model.attention_paths = paths
+        model.model_name = name
+        model.pretrained_cfg = cfg
+        if self.checkpoint_path is not None:
+            load_checkpoint(model, self.checkpoint_path)
+        if self.pretrained_backbone is not None:
+            load_checkpoint(model, self.pretrained_backbone, classifier="if_matching")
+        return model
+
+
+def _create_named(spec: ModelSpec, request: _Request) -> nn.Module:
     """A registered model with its placements and ``attention`` (see :func:`create_model`)."""
+    kwargs = request.options
     _check_options(spec, kwargs)
-    _check_weight_files(spec.name, checkpoint_path, pretrained_backbone)
-    placements = normalize_placements(list(spec.attention)) + normalize_placements(attention)
+    request.check_weight_files()
+    num_classes, in_chans, global_pool = request.num_classes, request.in_chans, request.global_pool
+    placements = normalize_placements(list(spec.attention)) + normalize_placements(
+        request.attention
+    )
     if placements and not spec.placeable:
         raise ValueError(
             f"create_model({spec.name!r}): a Residual Attention Network has no ResNet slots for "
@@ -237,25 +282,9 @@ def _create_named(
     model = spec.builder(**built, num_classes=num_classes, in_chans=in_chans)
     if global_pool != "avg":
         model.reset_classifier(num_classes, global_pool)
-    model.attention_paths = apply_placements(model, placements, model_name=spec.name)
-    model.model_name = spec.name
-    model.pretrained_cfg = pretrained_cfg_for(
-        spec, num_classes=num_classes, in_chans=in_chans, options=built
-    )
-    _load_weight_files(model, checkpoint_path, pretrained_backbone)
-    return model
-
-
-def _check_weight_files(
-    name: str,
-    checkpoint_path: str | PathLike[str] | None,
-    pretrained_backbone: str | PathLike[str] | None,
-) -> None:
-    if checkpoint_path is not None and pretrained_backbone is not None:
-        raise ValueError(
-            f"create_model({name!r}): give checkpoint_path (a whole model) or "
-            "pretrained_backbone (backbone weights), not both"
-        )
+    paths = apply_placements(model, placements, model_name=spec.name)
+    cfg = pretrained_cfg_for(spec, num_classes=num_classes, in_chans=in_chans, options=built)
+    return request.finish(model, spec.name, paths, cfg)
 
 
 def _checked_num_classes(name: str, num_classes: Any) -> int:
@@ -265,19 +294,6 @@ def _checked_num_classes(name: str, num_classes: Any) -> int:
             f"got {num_classes!r}"
         )
     return num_classes
-
-
-def _load_weight_files(
-    model: nn.Module,
-    checkpoint_path: str | PathLike[str] | None,
-    pretrained_backbone: str | PathLike[str] | None,
-) -> None:
-    """A whole model's state_dict (strict outside the attention slots), or backbone weights
-    (the classifier only where its shape matches)."""
-    if checkpoint_path is not None:
-        load_checkpoint(model, checkpoint_path)
-    if pretrained_backbone is not None:
-        load_checkpoint(model, pretrained_backbone, classifier="if_matching")
 
 
 def _last_linear(model: nn.Module) -> str:
@@ -328,27 +344,17 @@ def _build_foreign(
     return model, cfg
 
 
-def _create_foreign(
-    name: str,
-    *,
-    num_classes: int | None,
-    in_chans: int,
-    global_pool: str,
-    attention: Any,
-    checkpoint_path: str | PathLike[str] | None,
-    pretrained_backbone: str | PathLike[str] | None,
-    **kwargs: Any,
-) -> nn.Module:
+def _create_foreign(request: _Request) -> nn.Module:
     """A ``tv:``/``timm:`` model with ``attention`` injected (see :func:`create_model`)."""
-    _check_weight_files(name, checkpoint_path, pretrained_backbone)
+    name = request.name
+    request.check_weight_files()
+    num_classes = request.num_classes
     num_classes = _checked_num_classes(name, 1000 if num_classes is None else num_classes)
+    kwargs = dict(request.options)
     input_size = kwargs.pop("input_size", None)
-    model, cfg = _build_foreign(name, num_classes, in_chans, global_pool, kwargs)
-    placements = normalize_placements(attention)
-    model.attention_paths = inject(model, placements, input_size=input_size) if placements else []
-    model.model_name = name
+    model, cfg = _build_foreign(name, num_classes, request.in_chans, request.global_pool, kwargs)
+    placements = normalize_placements(request.attention)
+    paths = inject(model, placements, input_size=input_size) if placements else []
     model.num_classes = num_classes
-    model.pretrained_cfg = cfg
     model.default_input_size = tuple(cfg["input_size"])
-    _load_weight_files(model, checkpoint_path, pretrained_backbone)
-    return model
+    return request.finish(model, name, paths, cfg)

@@ -25,6 +25,7 @@ __all__ = [
     "parse",
     "plain",
     "restore_recorded",
+    "to_flag",
     "to_json",
 ]
 
@@ -190,7 +191,7 @@ class ResolvedArgs(tuple):
         args = [sub, *self[1:]]
         for key, value in (options or {}).items():
             config[key] = value
-            flag = f"--{key}={value}"
+            flag = to_flag(key, value)
             at = [i for i, a in enumerate(args) if a.startswith(f"--{key}=")]
             if at:
                 args[at[-1]] = flag
@@ -208,6 +209,22 @@ def plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [plain(v) for v in value]
     return value
+
+
+def to_flag(key: str, value: Any) -> str:
+    """``--key=value`` as the command line reads it back: a string as written (LightningCLI takes
+    a ``str`` option verbatim, so JSON's quotes would stay in it), anything else (numbers,
+    booleans, ``null``, lists, mappings) JSON-encoded, which its YAML parser reads unchanged.
+
+    Raises:
+        ValueError: a value that is not JSON/YAML data.
+    """
+    if isinstance(value, str):
+        return f"--{key}={value}"
+    try:
+        return f"--{key}={json.dumps(value, ensure_ascii=False)}"
+    except TypeError as e:
+        raise ValueError(f"override {key}: value {value!r} is not JSON/YAML data ({e})") from e
 
 
 def to_json(value: Any) -> str:
