@@ -13,7 +13,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torchmetrics.classification import MulticlassAccuracy
 
 from ..models import create_model
-from ..models.placement import Placement, placements_to_config
+from ..models.placement import Placement, normalize_placements, placements_to_config
 from .callbacks import BackboneFreeze, ExactResumeRNG
 from .optimizers import optimizer_spec
 from .parameters import PARAM_KINDS, split_parameters
@@ -202,7 +202,11 @@ class ClassificationModule(pl.LightningModule):
             raise ValueError(f"freeze_backbone_epochs must be >= 0, got {freeze_backbone_epochs}")
         if num_classes is not None and (isinstance(num_classes, bool) or num_classes < 1):
             raise ValueError(f"num_classes must be an integer >= 1, got {num_classes}")
-        attention = placements_to_config(attention)  # plain mappings in the hyperparameters
+        # one structured value from the command line to the blocks: the placements go to
+        # create_model as they are; the hyperparameters (the checkpoint's record) hold them as
+        # plain mappings
+        self._placements = normalize_placements(attention)
+        attention = placements_to_config(attention)  # same shape as given: one, or a list
         self._num_classes_given = num_classes is not None
         self.save_hyperparameters()
         self.channels_last = True if channels_last is None else bool(channels_last)
@@ -215,7 +219,7 @@ class ClassificationModule(pl.LightningModule):
         h = self.hparams
         self.hparams["num_classes"] = num_classes  # what the checkpoint records
         self.net = create_model(
-            h.model, num_classes=num_classes, attention=h.attention, **(h.model_kwargs or {})
+            h.model, num_classes=num_classes, attention=self._placements, **(h.model_kwargs or {})
         )
         if self.channels_last:
             self.net = self.net.to(memory_format=torch.channels_last)
