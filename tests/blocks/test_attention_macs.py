@@ -28,9 +28,9 @@ def _calls(name: str) -> list[tuple[torch.Size, ...]]:
     seen = []
     math_path = _attention._math
 
-    def spy(q, k, v, scale, bias, q_bias, k_bias):
+    def spy(q, k, v, scale, bias, q_bias, k_bias, grid_bias=None):
         seen.append((q.shape, k.shape, v.shape, None if q_bias is None else q_bias.shape))
-        return math_path(q, k, v, scale, bias, q_bias, k_bias)
+        return math_path(q, k, v, scale, bias, q_bias, k_bias, grid_bias)
 
     blk = visattn.create_block(name, SHAPE[1])
     with pytest.MonkeyPatch.context() as mp:
@@ -58,7 +58,7 @@ def test_macs_are_the_other_work_plus_the_attention_equation(name: str) -> None:
     total = count_macs(blk, SHAPE)
     calls = _calls(name)
 
-    def free(q, k, v, scale, bias, q_bias, k_bias):  # same shapes out, nothing counted
+    def free(q, k, v, scale, bias, q_bias, k_bias, grid_bias=None):  # same shapes, no MACs
         out = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=v.dtype)
         return out, torch.zeros(*q.shape[:-1], k.shape[-2], dtype=v.dtype)
 

@@ -378,6 +378,33 @@ def test_primitive_gradients_through_factored_bias_equal_the_math_path() -> None
         torch.testing.assert_close(a, b, rtol=0, atol=1e-10)
 
 
+@pytest.mark.parametrize("grid", [(2, 3), (16, 17)])  # 6 keys: added to the logits; 272: factors
+@pytest.mark.parametrize("fused", [True, False])
+def test_primitive_grid_bias_is_rows_plus_cols_on_both_paths(grid, fused: bool) -> None:
+    """``grid_bias=(rows, cols)`` adds ``rows[i, y] + cols[i, x]`` to key ``(y, x)``: below
+    ``DENSE_GRID_KEYS`` keys it is added to the logits, above it enters the fused kernel as
+    factors; both against the written-out softmax with the dense bias built here, values and
+    gradients."""
+    from visattn.blocks._attention import DENSE_GRID_KEYS
+
+    hk, wk = grid
+    assert (hk * wk <= DENSE_GRID_KEYS) == (grid == (2, 3))
+    g = torch.Generator().manual_seed(0)
+    shapes = ((2, 3, 5, 8), (2, 3, hk * wk, 8), (2, 3, hk * wk, 4), (2, 3, 5, hk), (2, 3, 5, wk))
+    leaves = [torch.randn(s, generator=g, dtype=torch.float64).requires_grad_() for s in shapes]
+    q, k, v, rows, cols = leaves
+    dense = (rows[..., :, None] + cols[..., None, :]).reshape(2, 3, 5, hk * wk)
+    ref, ref_w = _written_out(q, k, v, 0.7, bias=dense)
+    out, _ = softmax_attention(q, k, v, 0.7, grid_bias=(rows, cols), fused=fused)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
+    for a, b in zip(torch.autograd.grad(out.sum(), leaves), torch.autograd.grad(ref.sum(), leaves)):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-10)
+    out, w = softmax_attention(q, k, v, 0.7, grid_bias=(rows, cols), need_weights=True)
+    torch.testing.assert_close(w, ref_w, rtol=0, atol=1e-12)
+    with pytest.raises(ValueError, match="grid_bias or q_bias"):
+        softmax_attention(q, k, v, 0.7, q_bias=rows, k_bias=rows[0, 0], grid_bias=(rows, cols))
+
+
 def test_primitive_asks_for_both_bias_factors() -> None:
     t = torch.randn(1, 3, 2)
     with pytest.raises(ValueError, match="both q_bias and k_bias"):

@@ -20,6 +20,14 @@ the fused path appends them to the queries and keys as ``R`` extra channels, so 
 plain dot product of ``E + R`` channels. The CPU flash kernel also needs queries, keys and values
 of one width: the narrower ones are padded with zero channels (to a multiple of 8), which leave
 every dot product unchanged.
+
+The 2-D relative logits of BoTNet and HaloNet are such a bias over a grid of keys: key ``(y, x)``
+gets ``rows[y] + cols[x]`` (``grid_bias``). Their factors are ``[rows, cols]`` and each key's
+one-hot row and column, ``R = Hk + Wk`` channels: at 14x14 keys that widens a 64-channel dot
+product by 28 (padded to 96), more than the fused kernel saves on a small logits matrix. So a grid
+bias over at most :data:`DENSE_GRID_KEYS` keys takes the math path, which adds ``rows`` and
+``cols`` to the ``(Lq, Lk)`` logits by broadcasting (two passes over a small matrix) and keeps the
+products at ``E`` channels; larger grids take the fused path through the factors.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from .capture import is_capturing
 
 __all__ = [
     "ATTN_IMPLS",
+    "DENSE_GRID_KEYS",
     "AttendMixin",
     "counted_as_equation",
     "float32_region",
@@ -80,6 +89,23 @@ def float32_region(like: torch.Tensor) -> torch.autocast:
     return torch.autocast(device_type=like.device.type, enabled=False)
 
 
+#: the most keys for which a grid bias (``softmax_attention(grid_bias=...)``) takes the math path
+#: with the bias added to the logits rather than the fused kernel with the bias as factors. Where
+#: the two cross, measured with ``benchmarks/bench_blocks.py``'s mhsa (d = 64, batch 8, one
+#: thread, fp32 forward and backward; Intel Xeon with AVX-512/AMX): 14x14 = 196 keys, math 0.82x
+#: the fused time; 16x16, 0.88x; 20x20, 1.09x; 24x24, 1.37x.
+DENSE_GRID_KEYS = 256
+
+
+def _grid_keys(hk: int, wk: int, like: torch.Tensor) -> torch.Tensor:
+    """``(Hk * Wk, Hk + Wk)``: key ``(y, x)`` (row ``y * Wk + x``) as its one-hot row ``y`` among
+    the first ``Hk`` channels and its one-hot column ``x`` among the last ``Wk``: the key factor
+    of a grid bias, so that ``[rows, cols] @ _grid_keys(..).T`` adds ``rows[y] + cols[x]``."""
+    rows = torch.eye(hk, dtype=like.dtype, device=like.device)[:, None, :].expand(hk, wk, hk)
+    cols = torch.eye(wk, dtype=like.dtype, device=like.device)[None, :, :].expand(hk, wk, wk)
+    return torch.cat([rows, cols], dim=-1).reshape(hk * wk, hk + wk)
+
+
 def _pad_last(t: torch.Tensor, size: int) -> torch.Tensor:
     """``t`` zero-padded to ``size`` channels, its channels contiguous (as the flash kernel
     requires: a transposed view would send SDPA to its math fallback)."""
@@ -107,6 +133,7 @@ def _math(
     bias: torch.Tensor | None,
     q_bias: torch.Tensor | None,
     k_bias: torch.Tensor | None,
+    grid_bias: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The written-out path in float32 or wider: ``(output, weights)``."""
     q, k = widen(q), widen(k)
@@ -115,6 +142,12 @@ def _math(
         q = q * scale
     q, k = _with_factors(q, k, q_bias, k_bias)
     logits = q @ k.transpose(-1, -2)
+    if grid_bias is not None:
+        rows, cols = grid_bias
+        lq, hk, wk = logits.shape[-2], rows.shape[-1], cols.shape[-1]
+        grid = logits.reshape(logits.shape[:-1] + (hk, wk))  # noqa: RUF005 (TorchScript)
+        grid = grid + widen(rows).unsqueeze(-1) + widen(cols).unsqueeze(-2)
+        logits = grid.reshape(logits.shape[:-2] + (lq, hk * wk))  # noqa: RUF005 (TorchScript)
     if bias is not None:
         if bias.dtype == torch.bool:
             logits = logits.masked_fill(~bias, float("-inf"))
@@ -136,8 +169,10 @@ def softmax_attention(
     k_bias: torch.Tensor | None = None,
     need_weights: bool = False,
     fused: bool = True,
+    grid_bias: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``softmax(q k^T * scale + q_bias k_bias^T + bias) v`` over the last two dimensions.
+    """``softmax(q k^T * scale + q_bias k_bias^T + grid + bias) v`` over the last two
+    dimensions.
 
     Args:
         q: queries ``(..., Lq, E)``.
@@ -150,8 +185,12 @@ def softmax_attention(
         q_bias, k_bias: a bias given as factors, ``q_bias`` ``(..., Lq, R)`` and ``k_bias``
             ``(..., Lk, R)`` or ``(Lk, R)``; both or neither.
         need_weights: also return the weights (the math path runs).
-        fused: ``F.scaled_dot_product_attention`` unless the weights are needed; ``False``
-            forces the math path.
+        fused: ``F.scaled_dot_product_attention`` unless the weights are needed (or a grid
+            bias is small, see :data:`DENSE_GRID_KEYS`); ``False`` forces the math path.
+        grid_bias: ``(rows, cols)``, a bias over keys on an ``Hk x Wk`` grid (key ``y * Wk +
+            x``, ``Lk = Hk * Wk``): ``rows`` ``(..., Lq, Hk)`` and ``cols`` ``(..., Lq, Wk)``;
+            query ``i`` and key ``(y, x)`` get ``rows[i, y] + cols[i, x]``, not scaled. Not
+            with ``q_bias``/``k_bias``.
 
     Returns:
         ``(out, weights)``: ``out`` ``(..., Lq, Ev)`` in the inputs' common dtype (the autocast
@@ -160,11 +199,18 @@ def softmax_attention(
     """
     if (q_bias is None) != (k_bias is None):
         raise ValueError("softmax_attention: give both q_bias and k_bias, or neither")
+    if grid_bias is not None and q_bias is not None:
+        raise ValueError("softmax_attention: give grid_bias or q_bias/k_bias, not both")
     dtype = torch.promote_types(torch.promote_types(q.dtype, k.dtype), v.dtype)
-    if not torch.jit.is_scripting():  # (TorchScript skips this branch)
+    if not torch.jit.is_scripting():  # (TorchScript skips this branch: it cannot read globals)
         fused = fused and not _AS_EQUATION[0]
+        if grid_bias is not None and k.shape[-2] <= DENSE_GRID_KEYS:
+            fused = False  # small grid: the bias added to the logits (module docstring)
     if fused and not need_weights:
         ev = v.shape[-1]
+        if grid_bias is not None:  # a large grid as factors
+            q_bias = torch.cat([grid_bias[0], grid_bias[1]], dim=-1)
+            k_bias = _grid_keys(grid_bias[0].shape[-1], grid_bias[1].shape[-1], q_bias)
         q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
         if bias is not None and bias.is_floating_point():  # SDPA silently misreads a float
             bias = bias.to(dtype)  # mask of another dtype (a float32 mask on float64 inputs)
@@ -190,10 +236,10 @@ def softmax_attention(
             out = out.reshape(list(lead) + [lq, out.shape[-1]])  # noqa: RUF005 (TorchScript)
         return out[..., :ev], None
     if torch.jit.is_scripting():  # TorchScript's autocast needs a constant device type
-        out, weights = _math(q, k, v, scale, bias, q_bias, k_bias)
+        out, weights = _math(q, k, v, scale, bias, q_bias, k_bias, grid_bias)
         return out.to(dtype), (weights if need_weights else None)
     with float32_region(q):
-        out, weights = _math(q, k, v, scale, bias, q_bias, k_bias)
+        out, weights = _math(q, k, v, scale, bias, q_bias, k_bias, grid_bias)
     return out.to(dtype), (weights if need_weights else None)
 
 
@@ -204,7 +250,8 @@ torch.fx.wrap("softmax_attention")
 class AttendMixin:
     """``self._attend(q, k, v, bias)`` for a block with ``scale`` and ``attn_impl`` attributes:
     :func:`softmax_attention` with the block's scale (``scale=1.0`` for queries scaled
-    beforehand), a dense ``bias`` or the factored ``q_bias``/``k_bias`` of relative positions,
+    beforehand), a dense ``bias``, the factored ``q_bias``/``k_bias`` or the ``grid_bias`` of
+    relative positions,
     fused unless ``attn_impl`` is ``"math"``, and the weights only while a capture of the block
     is active (``(out, None)`` otherwise, and always in TorchScript).
 
@@ -222,6 +269,7 @@ class AttendMixin:
         q_bias: torch.Tensor | None = None,
         k_bias: torch.Tensor | None = None,
         scale: float | None = None,
+        grid_bias: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         need = False
         if not torch.jit.is_scripting():
@@ -236,4 +284,5 @@ class AttendMixin:
             k_bias=k_bias,
             need_weights=need,
             fused=self.attn_impl == "fused",
+            grid_bias=grid_bias,
         )

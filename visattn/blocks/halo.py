@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from ._attention import AttendMixin
 from ._utils import check_choice, check_positive_int, init_conv_io, same_memory_format
 from .capture import is_capturing, record_attention
-from .mhsa import ATTN_IMPLS, relative_factors, relative_index
+from .mhsa import ATTN_IMPLS, relative_index, relative_logits
 from .registry import register_block
 
 # format bookkeeping outside the traced graph (torch.fx cannot branch on a proxy)
@@ -139,11 +139,9 @@ class HaloAttention(AttendMixin, nn.Module):
         step = s if self.rel_pos == "image" else 1
         idx = relative_index(bq, win, win, query_step=step, shift=0, device=x.device)
         qs = q * self.scale  # scaling q costs bq^2*d per block, scaling the logits bq^2*win^2
-        q_bias, k_bias = relative_factors(
-            qs if self.scale_pos else q, self.rel_h, self.rel_w, idx, idx
-        )
+        grid = relative_logits(qs if self.scale_pos else q, self.rel_h, self.rel_w, idx, idx)
         qs = qs.reshape(-1, bq * bq, d)
-        y, a = self._attend(qs, k, v, q_bias=q_bias, k_bias=k_bias, scale=1.0)
+        y, a = self._attend(qs, k, v, grid_bias=grid, scale=1.0)
         if not torch.jit.is_scripting():  # noqa: SIM102 (scripting skips the inner test)
             if is_capturing(self):
                 record_attention(self, self._received(a, n, h, w, hq, wq))

@@ -17,7 +17,7 @@ from .registry import register_block
 # format bookkeeping outside the traced graph (torch.fx cannot branch on a proxy)
 torch.fx.wrap("same_memory_format")
 
-__all__ = ["ATTN_IMPLS", "BottleneckMHSA", "relative_factors", "relative_index"]
+__all__ = ["ATTN_IMPLS", "BottleneckMHSA", "relative_index", "relative_logits"]
 
 
 def relative_index(
@@ -40,30 +40,27 @@ def relative_index(
     return (j - i).clamp(-(table - 1), table - 1) + (table - 1)
 
 
-def relative_factors(
+def relative_logits(
     q: torch.Tensor,
     rel_h: torch.Tensor,
     rel_w: torch.Tensor,
     idx_h: torch.Tensor,
     idx_w: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """2-D relative logits ``q_(y,x) . (r^h_(idx_h[y,y']) + r^w_(idx_w[x,x']))`` as two factors.
+    """2-D relative logits ``q_(y,x) . (r^h_(idx_h[y,y']) + r^w_(idx_w[x,x']))`` as a grid bias.
 
     ``q``: ``(B, Hq, Wq, d)``; ``rel_h``/``rel_w``: ``(R, d)`` tables; ``idx_h``: ``(Hq, Hk)``,
-    ``idx_w``: ``(Wq, Wk)`` table rows. Returns ``q_bias`` ``(B, Hq * Wq, Hk + Wk)``, the query's
-    logit for every key row and every key column, and ``k_bias`` ``(Hk * Wk, Hk + Wk)``, each
-    key's one-hot row and column, so that ``q_bias @ k_bias.T`` is the ``(B, Hq Wq, Hk Wk)``
-    matrix of relative logits (the form :func:`softmax_attention` takes without building it).
+    ``idx_w``: ``(Wq, Wk)`` table rows. Returns ``(rows, cols)``, ``(B, Hq * Wq, Hk)`` and
+    ``(B, Hq * Wq, Wk)``: the query's logit for every key row and every key column, whose sum over
+    a key's row and column is its relative logit (the ``grid_bias`` of
+    :func:`~visattn.blocks._attention.softmax_attention`, which never builds the
+    ``(B, Hq Wq, Hk Wk)`` matrix on its fused path).
     """
     b, hq, wq = q.shape[0], q.shape[1], q.shape[2]
     hk, wk = idx_h.shape[1], idx_w.shape[1]
-    lw = torch.gather(q @ rel_w.t(), -1, idx_w.expand(b, hq, wq, wk))  # (B, Hq, Wq, Wk)
-    lh = torch.gather(q @ rel_h.t(), -1, idx_h[:, None, :].expand(b, hq, wq, hk))  # (.., Hk)
-    q_bias = torch.cat([lh, lw], dim=-1).reshape(b, hq * wq, hk + wk)
-    # key (y', x') is row y' * Wk + x': one-hot y' among the rows, x' among the columns
-    rows = torch.eye(hk, dtype=q.dtype, device=q.device)[:, None, :].expand(hk, wk, hk)
-    cols = torch.eye(wk, dtype=q.dtype, device=q.device)[None, :, :].expand(hk, wk, wk)
-    return q_bias, torch.cat([rows, cols], dim=-1).reshape(hk * wk, hk + wk)
+    cols = torch.gather(q @ rel_w.t(), -1, idx_w.expand(b, hq, wq, wk))  # (B, Hq, Wq, Wk)
+    rows = torch.gather(q @ rel_h.t(), -1, idx_h[:, None, :].expand(b, hq, wq, hk))  # (.., Hk)
+    return rows.reshape(b, hq * wq, hk), cols.reshape(b, hq * wq, wk)
 
 
 def _pair(v: int | tuple[int, int] | list[int], option: str) -> tuple[int, int]:
@@ -93,10 +90,11 @@ class BottleneckMHSA(AttendMixin, nn.Module):
     ``q . k``.
 
     The attention runs through ``F.scaled_dot_product_attention`` (``attn_impl="fused"``): the
-    relative logits enter as extra query/key channels (see :func:`relative_factors`), so no
+    relative logits enter as extra query/key channels (see :func:`relative_logits`), so no
     ``HW x HW`` matrix is built or kept for the backward, and the logits and the softmax's
-    normaliser stay float32 under autocast. ``attn_impl="math"`` writes the logits and the
-    softmax out (in float32), as before; both compute the same function.
+    normaliser stay float32 under autocast. On a map of at most 256 positions, where that matrix
+    is small and the extra channels cost more than it, the logits are written out instead (in
+    float32). ``attn_impl="math"`` always writes them out; both compute the same function.
 
     The paper's MHSA cannot stride: with ``stride=2`` it is followed by a 2x2 average pool, as in
     BoT50 (``ceil_mode``, so odd sizes give ``ceil(H / 2)`` like a padded strided conv).
@@ -167,10 +165,10 @@ class BottleneckMHSA(AttendMixin, nn.Module):
         idx_h = relative_index(h, h, self.feat_size[0], device=x.device)
         idx_w = relative_index(w, w, self.feat_size[1], device=x.device)
         qs = q * self.scale  # scaling q costs HW*d, scaling the logits (HW)^2
-        q_bias, k_bias = relative_factors(
+        grid = relative_logits(
             (qs if self.scale_pos else q).reshape(-1, h, w, d), self.rel_h, self.rel_w, idx_h, idx_w
         )
-        y, a = self._attend(qs, k, v, q_bias=q_bias, k_bias=k_bias, scale=1.0)
+        y, a = self._attend(qs, k, v, grid_bias=grid, scale=1.0)
         if not torch.jit.is_scripting():  # noqa: SIM102 (scripting skips the inner test)
             if is_capturing(self):
                 record_attention(self, a.view(n, heads * h * w, h, w).mean(1, keepdim=True))
