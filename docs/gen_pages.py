@@ -268,8 +268,9 @@ REFERENCE = {
         "visattn.export",
         "visattn.profile",
         "visattn.visualize",
-        "visattn.pictures",
-        "visattn.localization",
+        "visattn.visualize.maps",
+        "visattn.visualize.localization",
+        "visattn.visualize.figures",
     ],
 }
 

@@ -125,7 +125,6 @@ def _figures(rows: list[dict[str, str]]) -> list[tuple]:
 
 
 @MULTIPROCESS
-@pytest.mark.slow
 def test_jobs_2_gives_the_same_figures_as_jobs_1(tmp_path: Path, sequential) -> None:
     lines: list[str] = []
     plan = ExecutionPlan(jobs=2, threads=1)
@@ -139,7 +138,6 @@ def test_jobs_2_gives_the_same_figures_as_jobs_1(tmp_path: Path, sequential) -> 
 
 
 @MULTIPROCESS
-@pytest.mark.slow
 @pytest.mark.heavy  # 50 s; the default run keeps a Ray sweep in test_sweep_reliability.py
 def test_ray_runs_two_at_once_retries_a_killed_worker_and_gives_the_same_figures(
     tmp_path: Path, sequential
@@ -181,7 +179,6 @@ def test_ray_runs_two_at_once_retries_a_killed_worker_and_gives_the_same_figures
 
 
 @MULTIPROCESS
-@pytest.mark.slow
 @pytest.mark.heavy  # 68 s on 2 cores: the GPU machine's script, smoke-run before a release
 def test_gpu_script_smoke_runs_end_to_end_on_cpu(tmp_path: Path) -> None:
     pytest.importorskip("visattn.training.cli")

@@ -293,7 +293,6 @@ def _same_variant(sweep: Any, variant: Any, other: Any) -> bool:
     )
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "path",
     # the GPU studies' full forms (45 s on 2 cores) build in the heavy tier; their quick forms,
@@ -687,7 +686,6 @@ def real_cli() -> Any:
     return cli
 
 
-@pytest.mark.slow
 def test_tiny_real_sweep_end_to_end(
     tmp_path: Path, real_cli: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -187,7 +187,6 @@ def _env() -> dict[str, str]:
     ids=["SIGTERM", "SIGKILL"],
 )
 @MULTIPROCESS
-@pytest.mark.slow
 def test_jobs_workers_die_with_their_driver(tmp_path: Path, sig: signal.Signals) -> None:
     pytest.importorskip("visattn.training.cli")
     out = tmp_path / "out"
@@ -312,7 +311,6 @@ def test_an_image_size_too_small_for_the_data_fails_before_the_first_run(
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-@pytest.mark.slow
 def test_processes_started_under_the_reaper_die_with_a_sigkilled_parent(tmp_path: Path) -> None:
     pytest.importorskip("ray")  # the reaper serves the Ray executor
     from visattn.ablate.executors import reaped_on_exit
@@ -377,7 +375,6 @@ def _tagged(tag: str) -> set[int]:
     ids=["SIGTERM", "SIGKILL"],
 )
 @MULTIPROCESS
-@pytest.mark.slow
 def test_a_ray_sweep_whose_driver_is_stopped_leaves_no_ray_process(
     tmp_path: Path, sig: signal.Signals
 ) -> None:

@@ -89,7 +89,6 @@ def test_bench_blocks_smallest_run_writes_the_documented_csv(tmp_path, bench_blo
     assert "| block | shape | impl |" in stdout
 
 
-@pytest.mark.slow  # 50 s measured on the loaded 2-core machine
 def test_bench_blocks_large_maps_compares_fused_math_and_timm(tmp_path, bench_blocks, capsys):
     out = tmp_path / "large.csv"
     args = ["--large-maps", "--quick", "--blocks", "mhsa,a2", "--large-shape", "1x16"]
@@ -170,7 +169,6 @@ def test_cpu_peak_memory_sees_a_known_allocation(bench_blocks):
     assert peak_memory_mb(alloc, "cpu") == pytest.approx(6.0, abs=0.1)
 
 
-@pytest.mark.slow  # two Lightning fits in a fresh interpreter: ~15 s idle, ~30 s on a busy machine
 def test_bench_train_smallest_run_writes_the_documented_csv(tmp_path):
     out = tmp_path / "train.csv"
     proc = _run(
@@ -202,7 +200,6 @@ def test_bench_train_smallest_run_writes_the_documented_csv(tmp_path):
 
 
 @pytest.mark.data
-@pytest.mark.slow
 def test_bench_train_measures_both_data_pipelines(tmp_path):
     out = tmp_path / "train.csv"
     _run(

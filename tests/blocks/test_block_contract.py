@@ -186,7 +186,6 @@ def test_torch_compile_fullgraph_traces_without_graph_breaks(name: str) -> None:
     assert x.grad is not None and torch.isfinite(x.grad).all()
 
 
-@pytest.mark.slow
 @pytest.mark.heavy
 def test_torch_compile_inductor_fullgraph_every_block() -> None:
     x = randn(32, (9, 11))

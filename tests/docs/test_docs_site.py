@@ -41,7 +41,6 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-@pytest.mark.slow
 def test_site_builds_strictly_with_a_page_per_block(site: Path):
     for name in visattn.list_blocks():
         page = site / "blocks" / f"{name}.html"
@@ -52,7 +51,6 @@ def test_site_builds_strictly_with_a_page_per_block(site: Path):
     assert all(f'href="{n}.html"' in gallery for n in visattn.list_blocks())
 
 
-@pytest.mark.slow
 def test_block_pages_show_their_pictures_and_typeset_equations(site: Path):
     assets = REPO / "docs" / "assets" / "attention"
     for name in visattn.list_blocks():
@@ -67,7 +65,6 @@ def test_block_pages_show_their_pictures_and_typeset_equations(site: Path):
     assert "<mfrac>" in se and "mathjax" not in se.lower()  # no script, no network
 
 
-@pytest.mark.slow
 def test_every_equation_of_the_site_is_mathml(site: Path):
     pages = {p: p.read_text() for p in site.rglob("*.html")}
     with_math = [p for p, html in pages.items() if 'class="arithmatex"><math ' in html]
@@ -76,7 +73,6 @@ def test_every_equation_of_the_site_is_mathml(site: Path):
     assert not [p for p, html in pages.items() if tex_left.search(html)]
 
 
-@pytest.mark.slow
 def test_no_list_runs_into_the_paragraph_before_it(site: Path):
     # Python-Markdown needs a blank line before a list (GitHub does not): without it the
     # items are printed inside the paragraph, as "- item" text
@@ -85,7 +81,6 @@ def test_no_list_runs_into_the_paragraph_before_it(site: Path):
     assert not found, found
 
 
-@pytest.mark.slow
 def test_gallery_shows_every_picture_and_says_which_are_missing(site: Path):
     gallery = (site / "blocks" / "index.html").read_text()
     assets = REPO / "docs" / "assets" / "attention"
@@ -96,7 +91,6 @@ def test_gallery_shows_every_picture_and_says_which_are_missing(site: Path):
             assert f"make_pictures.py --blocks {name}" in gallery, name
 
 
-@pytest.mark.slow
 def test_guides_show_the_placement_diagram_and_the_example_report(site: Path):
     placement = (site / "guides" / "placement.html").read_text()
     assert "assets/placement.svg" in placement
@@ -112,7 +106,6 @@ def test_guides_show_the_placement_diagram_and_the_example_report(site: Path):
     assert "Δ test/acc paired" in ablations  # the report's table, included
 
 
-@pytest.mark.slow
 def test_site_has_the_api_reference_and_benchmarks(site: Path):
     reference = (site / "reference" / "models.html").read_text()
     assert "create_model" in reference and "inject" in reference
@@ -120,7 +113,6 @@ def test_site_has_the_api_reference_and_benchmarks(site: Path):
     assert (site / "benchmarks.html").is_file()
 
 
-@pytest.mark.slow
 def test_site_reads_from_disk(site: Path):
     """Opened from ``file://``, a link lands on a page (no ``dir/`` link that a browser shows
     as a folder listing) and search has its index as a script (no fetch from a server)."""

@@ -23,9 +23,6 @@ pytest.importorskip("onnxscript")
 
 C = 16
 SIZE = (3, 12, 12)
-# CI budget: the dynamo exporter takes tens of seconds per ResNet on 2 shared cores, so one
-# small named model runs by default and the rest are marked slow
-FAST_MODELS = {"se_resnet20_cifar"}
 
 
 def _net(name: str, **kwargs) -> nn.Module:
@@ -42,14 +39,6 @@ def _op_types(path: Path) -> set[str]:
 PAD_TO_BLOCK = {"bat", "halo"}
 
 
-# blocks whose export and two-size check take over 5 s each on 2 cores (measured): marked slow,
-# so `pytest -m "not slow"` stays quick; the heavy tier exports every block
-SLOW_EXPORTS = {
-    "acmix", "bat", "caa", "cc", "ema", "ge", "gsop", "halo", "lambda", "mhsa", "mlca", "nonlocal",
-    "psa", "residual_attention", "scsa", "scse", "shuffle", "sk", "srm",
-}  # fmt: skip
-
-
 # options that shrink a block's graph in the default run without changing its code: ACmix's
 # attention window unrolls into k^2 slices, 9 at k = 3 against 49 at its default 7, and exports
 # about 5x faster; the heavy tier exports it with its defaults as well
@@ -64,7 +53,6 @@ EXPORT_CASES = [*visattn.list_blocks(), *(f"{name}+defaults" for name in SMALL_G
     tiered(
         EXPORT_CASES,
         keep=REPRESENTATIVE_BLOCKS | {"halo"},
-        slow=lambda case: case.partition("+")[0] in SLOW_EXPORTS,
     ),
 )
 def test_every_block_exports_and_matches_in_onnxruntime(case: str, tmp_path: Path) -> None:
@@ -204,7 +192,6 @@ def test_calibrate_batch_norm_sets_the_average_statistics_of_its_batches() -> No
         # plain CIFAR ResNet, a Residual Attention Network and BoTNet (a conv-replacing block in
         # an ImageNet ResNet) stay in the default run, the other representatives go to heavy
         keep=REPRESENTATIVE_MODELS - {"se_resnet56_cifar", "cbam_resnet56_cifar", "se_resnet50"},
-        slow=lambda n: n not in FAST_MODELS,
     ),
 )
 def test_every_named_model_exports_and_matches_in_onnxruntime(name: str, tmp_path: Path) -> None:
@@ -315,7 +302,6 @@ def test_cli_exports_a_checkpoint_with_its_weights(
         torch.testing.assert_close(torch.from_numpy(got), net.eval()(x), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.slow
 def test_cli_writes_a_torch_export_program_from_a_checkpoint(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1,13 +1,13 @@
-"""The measured part of the ``slow`` tier: ``tests/slow_tests.txt``.
+"""The ``slow`` tier: ``tests/slow_tests.txt``, the one place that says which tests are slow.
 
-``-m "not slow"`` is the quick pass a developer runs between edits. Beside the tests marked
-``@pytest.mark.slow`` by hand (over ~20 s each), it leaves out the tests that a timed run found
-over a threshold: a few percent of the tests that take about half of the quick pass's time
-(small trainings, sweeps, exports, whole-network builds). They stay in the default run. The list
-is data, written from a timed run by this module::
+``-m "not slow"`` is the quick pass a developer runs between edits. It leaves out the tests a
+timed run found over the list's threshold (its first line; :data:`THRESHOLD_S` by default): a
+few percent of the tests, which take about half of the default run's time (small trainings,
+sweeps, exports, whole-network builds). They stay in the default run. The list is data, written
+from a timed run by this module::
 
     python -m pytest -q -m "not slow" --durations=0 > durations.txt
-    python tests/helpers/slow_list.py durations.txt --over 1.0 --add --note "machine, date"
+    python tests/helpers/slow_list.py durations.txt --add --note "machine, date"
 
 (``--add`` keeps the tests already listed, which such a run does not time; without it the list
 is replaced, from a run of ``-m "not slow or slow"``.)
@@ -31,6 +31,8 @@ _HEADER = (
     "marked slow by tests/conftest.py.\n"
 )
 _PASS = "# Written by tests/helpers/slow_list.py: {note}\n"
+#: seconds (setup + call + teardown, on 2 cores) over which a test is slow
+THRESHOLD_S = 1.0
 
 
 def load(path: Path = PATH) -> frozenset[str]:
@@ -58,7 +60,9 @@ def durations(text: str) -> Counter[str]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("durations", type=Path, help="output of pytest --durations=0")
-    parser.add_argument("--over", type=float, default=1.0, help="seconds (default 1.0)")
+    parser.add_argument(
+        "--over", type=float, default=THRESHOLD_S, help=f"seconds (default {THRESHOLD_S:g})"
+    )
     parser.add_argument("--note", default="", help="where and how the times were measured")
     parser.add_argument("--add", action="store_true", help="keep the tests already listed")
     args = parser.parse_args(argv)

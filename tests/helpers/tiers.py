@@ -1,13 +1,18 @@
-"""Tiers of a parametrised matrix: the default run, ``slow`` and ``heavy``.
+"""The suite's two tiers beyond the default run, each assigned one way:
 
-The registry-wide matrices of the slowest checks (every named model through the ONNX exporter,
-TorchScript and fx; identity insertion of every block at every position of a ResNet; forward and
-backward of every ImageNet model at 224x224) take well over an hour on 2 CPU cores. The default
-run keeps a representative case of each and :func:`tiered` marks the rest ``heavy``, which
-pyproject's addopts deselect; ``pytest -m heavy`` runs them (before a release, or on a bigger
-machine). ``slow`` marks the cases over ~20 s on 2 cores, deselected with ``-m "not slow"``
-(which also leaves out the tests measured over ~1 s, listed in tests/slow_tests.txt).
-A test outside a matrix takes a plain ``@pytest.mark.slow`` or ``@pytest.mark.heavy``.
+* ``slow`` (left out of the quick pass ``-m "not slow"``, kept in the default run) is measured:
+  the tests listed in ``tests/slow_tests.txt``, over the one threshold its first line states,
+  written from a timed run by ``tests/helpers/slow_list.py``. No test is marked slow by hand.
+* ``heavy`` (left out of the default run; ``pytest -m heavy`` runs it, before a release or on a
+  bigger machine) is chosen: the registry-wide matrices of the slowest checks (every named model
+  through the ONNX exporter, TorchScript and fx; identity insertion of every block at every
+  position of a ResNet; forward and backward of every ImageNet model at 224x224) take well over
+  an hour on 2 CPU cores, so the default run keeps representative cases and :func:`tiered`
+  marks the rest ``heavy``; a single case outside such a matrix (another exporter of the same
+  check, a second Ray sweep) takes ``pytest.mark.heavy`` with a comment naming what the default
+  run keeps instead.
+
+``tests/conftest.py`` applies both, in one hook.
 """
 
 from __future__ import annotations
@@ -56,22 +61,18 @@ def _matches(cases: Cases, value: Any) -> bool:
     return any(v in cases for v in values)
 
 
-def tiered(values: Iterable[Any], *, keep: Cases | None = None, slow: Cases = ()) -> list[Any]:
-    """The cases of a matrix over ``values`` for ``pytest.mark.parametrize``, each in its tier.
+def tiered(values: Iterable[Any], *, keep: Cases | None = None) -> list[Any]:
+    """The cases of a matrix over ``values`` for ``pytest.mark.parametrize``: those ``keep``
+    matches in the default run, every other one marked ``heavy`` (None keeps all).
 
-    ``keep``: the cases of the default run; every other case is marked ``heavy``. None keeps all.
-    ``slow``: the cases (kept or heavy) that are also marked ``slow``.
-    Both are a predicate on a value or a collection of values; a tuple value is one case of
+    ``keep`` is a predicate on a value or a collection of values; a tuple value is one case of
     several arguments (``parametrize(("a", "b"), ...)``), which a collection matches when it
-    holds any of its items. Case ids are pytest's own.
+    holds any of its items. Case ids are pytest's own. (Which cases are ``slow`` is measured,
+    not chosen: ``tests/slow_tests.txt``.)
     """
     out = []
     for value in values:
-        marks = []
-        if keep is not None and not _matches(keep, value):
-            marks.append(pytest.mark.heavy)
-        if _matches(slow, value):
-            marks.append(pytest.mark.slow)
+        marks = [pytest.mark.heavy] if keep is not None and not _matches(keep, value) else []
         args = value if isinstance(value, tuple) else (value,)
         out.append(pytest.param(*args, marks=marks))
     return out

@@ -110,7 +110,6 @@ def _yolo_command(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.slow
 def test_visattn_yolo_trains_and_validates_a_shipped_file_in_a_fresh_process(
     tmp_path: Path,
 ) -> None:

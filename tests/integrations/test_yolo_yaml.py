@@ -245,7 +245,6 @@ print(json.dumps({"types": sorted({type(m).__module__ for m in model.modules()})
 """
 
 
-@pytest.mark.slow
 def test_a_saved_model_reloads_in_a_process_that_never_registered(tmp_path) -> None:
     model, pt = _saved(tmp_path)
     x = torch.rand(1, 3, SIZE, SIZE)

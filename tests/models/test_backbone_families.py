@@ -189,7 +189,7 @@ def test_pretrained_backbone_loads_into_a_torchvision_model(tmp_path):
 @pytest.mark.parametrize(
     "exporter",
     [
-        pytest.param("torchscript", marks=pytest.mark.slow),
+        "torchscript",
         pytest.param("dynamo", marks=pytest.mark.heavy),  # 164 s on 2 loaded cores
     ],
 )

@@ -20,9 +20,6 @@ import visattn
 
 # Blocks or models that cannot be scripted, with the reason (shown in the README too). Empty.
 SCRIPT_EXCLUDED: dict[str, str] = {}
-# CI budget: scripting and tracing a deep network takes seconds to minutes on 2 shared cores; these
-# run by default (a plain ResNet, one with a block, the Residual Attention Network), the rest slow
-FAST_MODELS = {"resnet20_cifar", "se_resnet20_cifar", "attention56_cifar"}
 
 OPTION_CASES = [  # options that take other code paths than the defaults
     ("nonlocal", {"score": "additive", "heads": 2}),
@@ -97,9 +94,7 @@ def test_gsop_covariance_stays_float32_in_a_traced_graph_under_autocast() -> Non
 
 
 def _models() -> list:
-    return tiered(
-        visattn.list_models(), keep=REPRESENTATIVE_MODELS, slow=lambda n: n not in FAST_MODELS
-    )
+    return tiered(visattn.list_models(), keep=REPRESENTATIVE_MODELS)
 
 
 def _model(name: str) -> tuple[nn.Module, torch.Tensor]:
@@ -200,7 +195,6 @@ PATTERN_CASES = tiered(
         ("tv:mobilenet_v3_small", {"name": "eca", "before": "features.*"}),
     ],
     keep=lambda case: case[0] == "tv:mobilenet_v3_small",
-    slow=lambda case: case[0].startswith("timm:"),
 )
 
 

@@ -25,9 +25,7 @@ def _input(name: str, model: torch.nn.Module) -> torch.Tensor:
     return torch.randn(2, c, small, small, generator=torch.Generator().manual_seed(0))
 
 
-@pytest.mark.parametrize(
-    "name", tiered(visattn.list_models(), keep=REPRESENTATIVE_MODELS, slow={"botnet50"})
-)
+@pytest.mark.parametrize("name", tiered(visattn.list_models(), keep=REPRESENTATIVE_MODELS))
 def test_no_classifier_and_no_pool_gives_the_feature_map(name: str) -> None:
     options = OPTIONS.get(name, {})
     model = visattn.create_model(name, num_classes=0, global_pool="", **options).eval()

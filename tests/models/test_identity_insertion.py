@@ -60,7 +60,6 @@ def trained18() -> dict[str, nn.Module]:
 MATRIX = tiered(
     [(lib, name) for lib in LIBRARIES for name in BLOCKS],
     keep=REPRESENTATIVE_BLOCKS,
-    slow=lambda case: case[0] == "timm",
 )
 
 
@@ -119,7 +118,6 @@ def _resnet50_placements(name: str, init: str) -> list[dict]:
     ("library", "name"),
     tiered(
         [(lib, name) for lib in LIBRARIES for name in ["se", "cbam", "bam", "gsop", "gc"]],
-        slow=lambda case: case[1] != "se",
     ),
 )
 def test_identity_insertion_into_a_resnet50_keeps_the_logits(library, name):

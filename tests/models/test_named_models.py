@@ -100,7 +100,6 @@ def test_list_models_has_the_required_names_sorted_and_filters():
     tiered(
         visattn.list_models(),
         keep=lambda n: not _slow_at_default_size(n) or n in KEPT_AT_DEFAULT_SIZE,
-        slow=_slow_at_default_size,
     ),
 )
 def test_forward_backward_at_default_input_size(name):
@@ -336,7 +335,6 @@ def test_gsop_resnet50_keeps_layer4_at_stride_1_by_default_with_the_old_layout_a
     assert count_params(official) == count_params(old)
 
 
-@pytest.mark.slow
 def test_gsop_resnet50_multiply_accumulates_official_vs_old_layout():
     official = count_macs(visattn.create_model("gsop_resnet50"), (1, 3, 224, 224))
     old = count_macs(visattn.create_model("gsop_resnet50", last_stride=2), (1, 3, 224, 224))

@@ -392,11 +392,11 @@ def test_authors_tag_loads_through_timm(tmp_path: Path, source: str):
     ("source", "depth"),
     [
         ("simam_official", 50),
-        pytest.param("simam_official", 34, marks=pytest.mark.slow),
-        pytest.param("simam_official", 101, marks=pytest.mark.slow),
+        ("simam_official", 34),
+        ("simam_official", 101),
         ("fca_official", 50),
-        pytest.param("fca_official", 101, marks=pytest.mark.slow),
-        pytest.param("fca_official", 152, marks=pytest.mark.slow),
+        ("fca_official", 101),
+        ("fca_official", 152),
     ],
 )
 def test_authors_layout_of_other_depths(tmp_path: Path, source: str, depth: int):

@@ -97,7 +97,7 @@ def _authors_file(depth: int, path: Path) -> tuple[nn.Module, Path]:
 
 @pytest.mark.parametrize(
     "depth",
-    [18, 34, pytest.param(101, marks=pytest.mark.slow), pytest.param(152, marks=pytest.mark.slow)],
+    [18, 34, 101, 152],
 )
 def test_released_eca_net_loads_through_its_tag_with_equal_outputs(tmp_path: Path, depth: int):
     ref, path = _authors_file(depth, tmp_path / f"eca_resnet{depth}.pth.tar")

@@ -102,10 +102,9 @@ def _stage_names(model: torch.nn.Module) -> list[str]:
 
 #: two of the models the issue found failing and a CIFAR ResNet run by default; the rest is heavy
 REPRESENTATIVE = {"resnet20_cifar", "se_resnet50", "attention56_cifar"}
-SLOW = {"se_resnet50", "attention56_cifar"}
 
 
-@pytest.mark.parametrize("name", tiered(visattn.list_models(), keep=REPRESENTATIVE, slow=SLOW))
+@pytest.mark.parametrize("name", tiered(visattn.list_models(), keep=REPRESENTATIVE))
 def test_fx_feature_extractor_then_torchscript_matches_eager(name: str) -> None:
     """timm's ``create_feature_extractor`` (fx) over every feature module, scripted: the same
     features as hooks on the eager model. (String annotations on the traced ``forward`` used to
@@ -130,7 +129,6 @@ def test_fx_feature_extractor_then_torchscript_matches_eager(name: str) -> None:
         torch.testing.assert_close(out[n], seen[n], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.slow
 def test_timm_features_only_fx_then_torchscript() -> None:
     model = timm.create_model("visattn_se_resnet20_cifar", features_only=True, feature_cls="fx")
     model.eval()

@@ -80,7 +80,6 @@ def test_cifar100_models_report_cifar100_statistics():
     assert (m.pretrained_cfg["mean"], m.pretrained_cfg["std"]) == STATS["cifar100"]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "name",
     tiered(

@@ -244,7 +244,6 @@ def test_ge_theta_plus_runs_at_64x64_when_built_for_it_and_ge_resnet50_refuses_i
             visattn.create_model("ge_resnet50", num_classes=5).eval()(torch.randn(1, 3, 64, 64))
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", PAPER_MODELS)
 def test_forward_at_224x224(name):
     model = visattn.create_model(name).eval()

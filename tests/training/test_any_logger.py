@@ -67,7 +67,6 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> str:
     return Path(summary["metrics_csv"]).read_text()
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["tensorboard", "csv", "mlflow"])
 def test_resume_last_is_exact_and_the_run_keeps_its_own_files(
     tmp_path: Path, kind: str, reference: str
@@ -103,7 +102,6 @@ def test_resume_last_is_exact_and_the_run_keeps_its_own_files(
         assert [h.value for h in history] == pytest.approx(expected)  # epochs 0 and 1, in one run
 
 
-@pytest.mark.slow
 def test_wandb_offline_resume_is_exact_and_continues_the_same_run(
     tmp_path: Path, reference: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -155,7 +153,6 @@ def test_a_resumed_run_passes_its_recorded_mlflow_run_id_back(tmp_path: Path) ->
         build_loggers(spec, tmp_path, 2, resume=True)
 
 
-@pytest.mark.slow
 def test_two_mlflow_runs_sharing_a_store_keep_their_own_files(tmp_path: Path) -> None:
     root = tmp_path / "run"
     args = _logger_args("mlflow", root)
@@ -169,7 +166,6 @@ def test_two_mlflow_runs_sharing_a_store_keep_their_own_files(tmp_path: Path) ->
     assert "lr: 0.01" not in (root / "lightning_logs/version_0/config.yaml").read_text()
 
 
-@pytest.mark.slow
 def test_attention_pictures_reach_tensorboard_and_leave_training_unchanged(
     tmp_path: Path, reference: str
 ) -> None:
@@ -195,7 +191,6 @@ def test_attention_pictures_reach_tensorboard_and_leave_training_unchanged(
         assert all(im.width > im.height > 0 for im in images)  # the two images side by side
 
 
-@pytest.mark.slow
 def test_attention_pictures_with_a_logger_without_images_say_so_once(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -281,7 +276,6 @@ def _logged_rows(kind: str, run_dir: Path, store: Path) -> object:
     }
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     ("kind", "left"),
     # the default logger with nothing left to log, and MLflow (its own store) with rows left;

@@ -1,4 +1,4 @@
-"""``visattn.pictures.logger_pictures`` (what ``AttentionPictures`` logs): one picture per map
+"""``visattn.visualize.maps.logger_pictures`` (what ``AttentionPictures`` logs): one picture per map
 kind with the images side by side, pixels in [0, 1], the network left as it was; the callback
 refuses impossible settings."""
 
@@ -11,8 +11,8 @@ pytest.importorskip("lightning")
 pytest.importorskip("matplotlib")
 
 import visattn
-from visattn.pictures import _overlay, logger_pictures
 from visattn.training.callbacks import AttentionPictures
+from visattn.visualize.maps import _overlay, logger_pictures
 
 
 def _net() -> torch.nn.Module:

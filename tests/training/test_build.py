@@ -1,5 +1,5 @@
-"""``visattn.training.config.build``: a run's module and data module from its options, without
-a Trainer, a seed or a file written."""
+"""``visattn.training.config.RunConfig.build``: a run's module and data module from its options,
+without a Trainer, a seed or a file written."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ def test_build_gives_the_runs_module_and_data_and_does_not_seed(tmp_path, monkey
         "--seed_everything=7",
         f"--trainer.default_root_dir={tmp_path / 'run'}",
     ]
-    module, datamodule, config = run_config.build(args)
-    again, _, _ = run_config.build(args)
+    module, datamodule, config = run_config.RunConfig.parse(args).build()
+    again, _, _ = run_config.RunConfig.parse(args).build()
     # the global RNG is not seeded (seed_everything=7 would give both builds the same weights)
     first = next(module.net.parameters())
     assert not torch.equal(first, next(again.net.parameters()))
@@ -37,7 +37,9 @@ def test_build_gives_the_runs_module_and_data_and_does_not_seed(tmp_path, monkey
 
 
 def test_build_takes_resolved_args_without_parsing_again(monkeypatch):
-    resolved = run_config.resolve(["fit", "--config", str(ROOT / "configs" / "quickstart.yaml")])
+    resolved = run_config.RunConfig.parse(
+        ["fit", "--config", str(ROOT / "configs" / "quickstart.yaml")]
+    )
     monkeypatch.setattr(run_config, "parse", None)  # a second parse would fail
-    module, _, _ = run_config.build(resolved)
+    module, _, _ = resolved.build()
     assert module.hparams["model"] == resolved.config.model.model

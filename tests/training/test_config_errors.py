@@ -81,7 +81,6 @@ def test_training_without_the_extra_names_it() -> None:
     assert out.stdout.count("ok:") == 4
 
 
-@pytest.mark.slow  # two train_cls.py processes (imports of Lightning and timm)
 @pytest.mark.parametrize(
     "flags, expected",
     [

@@ -15,7 +15,6 @@ from helpers.paths import REPO
 
 
 @pytest.mark.xdist_group("multiprocess")  # with the other multi-process tests
-@pytest.mark.slow
 def test_ddp_on_two_cpu_processes_logs_one_synced_run(tmp_path: Path) -> None:
     pytest.importorskip("visattn.training.cli")
     root = tmp_path / "ddp"

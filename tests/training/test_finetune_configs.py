@@ -37,7 +37,6 @@ def _source_val(summary: dict) -> dict[str, float]:
     return {"acc": float(last["val/acc"]), "loss": float(last["val/loss"])}
 
 
-@pytest.mark.slow
 def test_shapes_finetune_starts_from_the_quickstart_checkpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -69,7 +68,6 @@ def test_shapes_finetune_starts_from_the_quickstart_checkpoint(
     assert Path(ft["log_dir"]).resolve().is_relative_to(ft_root)
 
 
-@pytest.mark.slow
 def test_cifar10_finetune_config_runs_from_a_plain_resnet20(tmp_path: Path) -> None:
     """The CIFAR-10 recipe (SE as the identity, backbone frozen for an epoch, lr_mult) with its
     data swapped for the embedded shapes: it loads a plain ResNet-20 checkpoint, validates as

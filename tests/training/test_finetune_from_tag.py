@@ -36,7 +36,6 @@ def _imagefolder(root: Path, classes: int = 3) -> Path:
     return root
 
 
-@pytest.mark.slow
 def test_finetune_config_starts_from_the_tags_weights(tmp_path: Path) -> None:
     released = randomize(timm.create_model("seresnet50"), 3, norms_only=True)
     path = tmp_path / "seresnet50.ra2_in1k.pth"

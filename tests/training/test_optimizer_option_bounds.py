@@ -102,27 +102,28 @@ def test_a_named_optimizers_option_is_refused_for_a_class_it_does_not_reach() ->
 
 
 def test_yaml_and_flags_resolve_the_class_path_to_the_same_settings(tmp_path) -> None:
-    from visattn.training.config import canonical_dump, resolve
+    from visattn.training.config import RunConfig
+
+    def canonical_dump(args: list[str]) -> str:
+        return RunConfig.parse(args).canonical_dump()
 
     config = tmp_path / "opt.yaml"
     config.write_text(
         "model:\n  optimizer:\n    class_path: torch.optim.RAdam\n"
         "    init_args: {decoupled_weight_decay: true}\n  lr: 0.003\n"
     )
-    by_file = canonical_dump(resolve(["fit", "--config", str(config)]))
+    by_file = canonical_dump(["fit", "--config", str(config)])
     by_flags = canonical_dump(
-        resolve(
-            [
-                "fit",
-                "--model.optimizer={class_path: torch.optim.RAdam, "
-                "init_args: {decoupled_weight_decay: true}}",
-                "--model.lr=0.003",
-            ]
-        )
+        [
+            "fit",
+            "--model.optimizer={class_path: torch.optim.RAdam, "
+            "init_args: {decoupled_weight_decay: true}}",
+            "--model.lr=0.003",
+        ]
     )
     assert by_file == by_flags and "model.optimizer.class_path" in by_file
     # a run that keeps the named recipe has no new key: finished sweeps' markers stay valid
-    assert "optimizer" not in canonical_dump(resolve(["fit", "--model.lr=0.003"]))
+    assert "optimizer" not in canonical_dump(["fit", "--model.lr=0.003"])
 
 
 def test_a_class_path_optimizer_trains(tmp_path) -> None:

@@ -23,7 +23,6 @@ def _script() -> str:
     return code
 
 
-@pytest.mark.slow
 def test_the_pages_script_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     scope: dict = {}

@@ -37,7 +37,6 @@ def _checkpoints(root: Path) -> dict[str, int]:
     return {p.name: _epoch(p) for p in root.rglob("*.ckpt")}
 
 
-@pytest.mark.slow
 def test_a_moved_run_resumes_in_place_and_never_goes_back_in_time(
     one_epoch_run: Path, tmp_path: Path
 ) -> None:

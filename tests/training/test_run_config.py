@@ -47,7 +47,7 @@ def test_a_yaml_flags_and_a_sweep_set_give_byte_identical_dumps(tmp_path: Path) 
         "sweep set": ["fit", *overrides_to_args(OPTIONS)],
     }
     dumps = {
-        name: run_config.canonical_dump(run_config.resolve(args)) for name, args in routes.items()
+        name: run_config.RunConfig.parse(args).canonical_dump() for name, args in routes.items()
     }
     assert len(set(dumps.values())) == 1, dumps
     dump = dumps["yaml"]
@@ -57,34 +57,40 @@ def test_a_yaml_flags_and_a_sweep_set_give_byte_identical_dumps(tmp_path: Path) 
     # over a config with other values, later sources win the same way on every route
     quick = ["fit", "--config", str(REPO / "configs/quickstart.yaml"), "--data.root=/elsewhere"]
     stacked = {
-        run_config.canonical_dump(run_config.resolve([*quick, *route[1:]]))
+        run_config.RunConfig.parse([*quick, *route[1:]]).canonical_dump()
         for route in routes.values()
     }
     assert len(stacked) == 1 and stacked != {dump}
 
 
 def test_settings_name_a_changed_option_with_the_default_it_left() -> None:
-    base = run_config.settings(run_config.resolve(["fit", *overrides_to_args(OPTIONS)]))
-    changed = run_config.settings(
-        run_config.resolve(["fit", *overrides_to_args({**OPTIONS, "model.momentum": 0.8})])
+    base = run_config.RunConfig.parse(["fit", *overrides_to_args(OPTIONS)])
+    changed = run_config.RunConfig.parse(
+        ["fit", *overrides_to_args({**OPTIONS, "model.momentum": 0.8})]
     )
-    assert run_config.describe_changes(base, changed) == "model.momentum: 0.9 -> 0.8"
+    assert base.describe_changes(changed) == "model.momentum: 0.9 -> 0.8"
+    assert run_config.describe_changes(base.settings, changed.settings) == base.describe_changes(
+        changed
+    )
 
 
-def test_resolved_args_travel_pickled_and_derive_without_parsing(
+def test_a_run_config_travels_pickled_and_derives_without_parsing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    resolved = run_config.resolve(
+    resolved = run_config.RunConfig.parse(
         ["fit", *overrides_to_args(OPTIONS), "--trainer.default_root_dir=r"]
     )
     back = pickle.loads(pickle.dumps(resolved))
     assert tuple(back) == tuple(resolved) and back.config == resolved.config
+    assert back.settings == resolved.settings
+    with pytest.raises(AttributeError, match="frozen"):
+        resolved.namespace = None  # a value: derive another with .but()
 
     def no_parse(*a, **k):
         raise AssertionError("parsed again")
 
     monkeypatch.setattr(run_config, "parse", no_parse)
-    assert run_config.resolve(resolved) is resolved
+    assert run_config.RunConfig.parse(resolved) is resolved
     test = resolved.but("test", {"trainer.default_root_dir": "r/test", "ckpt_path": "r/last.ckpt"})
     assert test[0] == "test" and test[-2:] == ("--trainer.default_root_dir=r/test",
                                                 "--ckpt_path=r/last.ckpt")  # fmt: skip
@@ -93,13 +99,11 @@ def test_resolved_args_travel_pickled_and_derive_without_parsing(
         test.config.trainer.default_root_dir == "r/test" and test.config.ckpt_path == "r/last.ckpt"
     )
     assert resolved.config.trainer.default_root_dir == "r"  # the original is unchanged
-    assert run_config.settings(test) == run_config.settings(resolved) | {
-        "ckpt_path": '"r/last.ckpt"'
-    }
+    assert test.settings == resolved.settings | {"ckpt_path": '"r/last.ckpt"'}
 
 
 def test_a_marker_of_the_older_format_is_resolved_for_the_comparison() -> None:
-    current = run_config.settings(run_config.resolve(["fit", *overrides_to_args(OPTIONS)]))
+    current = run_config.RunConfig.parse(["fit", *overrides_to_args(OPTIONS)]).settings
     # the older markers recorded the options as set (defaults included, placement as written)
     legacy = {k: json.dumps(v, sort_keys=True) for k, v in OPTIONS.items()}
     legacy |= {"model.momentum": "0.9", "data.root": '"/old/place"'}

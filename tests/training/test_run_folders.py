@@ -74,7 +74,6 @@ def test_claim_version_in_a_launched_rank_takes_rank_zeros(
     assert [p.name for p in (tmp_path / "lightning_logs").iterdir()] == ["version_0"]
 
 
-@pytest.mark.slow
 def test_two_fits_started_together_in_one_folder_keep_both_runs(tmp_path: Path) -> None:
     """Two real processes, seeds 0 and 1, the same --trainer.default_root_dir: two folders, each
     with its own config.yaml, metrics.csv and checkpoints."""

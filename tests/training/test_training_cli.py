@@ -189,7 +189,6 @@ def test_train_cls_script_help_runs() -> None:
 # ----------------------------------------------------------------------------- longer runs
 
 
-@pytest.mark.slow
 def test_quickstart_shortened_learns_far_above_chance(tmp_path: Path) -> None:
     """Quickstart recipe on 2/3 of the data for 3 of 6 epochs: val/acc > 0.45 (chance 1/9;
     the full quickstart reaches 0.979-0.998 over seeds 0-4)."""
@@ -208,7 +207,6 @@ def test_quickstart_shortened_learns_far_above_chance(tmp_path: Path) -> None:
     assert s["best_val_acc"] > 0.45, s
 
 
-@pytest.mark.slow
 @pytest.mark.data
 def test_short_real_cifar10_run_loss_falls(tmp_path: Path) -> None:
     s = run(

@@ -83,7 +83,6 @@ def test_grad_cam_panel_shows_the_map_of_a_known_network(tmp_path: Path) -> None
     assert torch.equal(torch.as_tensor(overlay.get_array()), cam)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(("attention", "size"), [("spatial", (6, 2)), ("se", (5, 1))])
 def test_visualize_from_a_training_checkpoint(
     tmp_path: Path, attention: str, size: tuple[int, int]

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import visattn
-from visattn.localization import gradcam, last_stage
+from visattn._nets import last_stage
+from visattn.visualize.localization import gradcam
 
 
 @pytest.mark.parametrize(

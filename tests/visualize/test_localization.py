@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 
 import visattn
-from visattn.localization import energy_in_box, pointing_game, score_model
+from visattn.visualize.localization import energy_in_box, pointing_game, score_model
 
 
 def _box(x0: float, y0: float, x1: float, y1: float, n: int = 1) -> torch.Tensor:
@@ -164,7 +164,8 @@ def _known_images() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def test_gradcam_of_a_network_with_a_known_answer_is_the_image() -> None:
-    from visattn.localization import gradcam, last_stage
+    from visattn._nets import last_stage
+    from visattn.visualize.localization import gradcam
 
     net = _Known()
     images, _ = _known_images()
@@ -177,7 +178,7 @@ def test_gradcam_of_a_network_with_a_known_answer_is_the_image() -> None:
 
 
 def test_score_gradcam_on_the_known_network_gives_the_closed_form_scores() -> None:
-    from visattn.localization import score_gradcam
+    from visattn.visualize.localization import score_gradcam
 
     images, boxes = _known_images()
     scores = score_gradcam(_Known(), _Pairs(images, [0, 0]), boxes, batch_size=1)
@@ -189,7 +190,8 @@ def test_score_gradcam_on_the_known_network_gives_the_closed_form_scores() -> No
 
 
 def test_gradcam_runs_on_a_zoo_resnet_at_its_last_stage() -> None:
-    from visattn.localization import gradcam, last_stage
+    from visattn._nets import last_stage
+    from visattn.visualize.localization import gradcam
 
     net = visattn.create_model("resnet20_cifar", num_classes=3).train()
     assert last_stage(net)[0] == "layer3"

@@ -38,13 +38,13 @@ from typing import Any
 import torch
 
 from ..files import atomic_write_text, file_digest, read_metrics_csv
-from ..localization import score_gradcam, score_model
 from ..locks import RunLock
 from ..profile import device_description, measure_latency
 from ..training import cli
 from ..training import config as run_config
 from ..training.load import load_run, load_weights
 from ..training.resume import checkpoint_progress, find_last_checkpoint
+from ..visualize.localization import score_gradcam, score_model
 from .resolve import build_run, error_summary
 from .results import read_results
 from .sweep import Run, Sweep, load_sweep
@@ -121,7 +121,7 @@ class RunTask:
         """The run, resolved as the driver resolved it (when the task carries it)."""
         args: tuple[str, ...] = tuple(self.args)
         if self.resolved:
-            args = run_config.ResolvedArgs(args, _unpacked(self.resolved))
+            args = run_config.RunConfig(args, _unpacked(self.resolved))
         run = Run(self.variant, int(self.seed), args, Path(self.root))
         if self.settings:
             run.__dict__["settings"] = dict(self.settings)  # Run.settings, as the driver had it
@@ -293,8 +293,9 @@ def evaluate_run(
     hyper-parameters saved in the checkpoint), then measures
     latency at batch 1 and at ``sweep.profile["batch"]`` (``visattn.profile.measure_latency``,
     eval mode, the validation images' size) and, when the validation set has ``boxes``, the
-    localization scores of the attention maps (``visattn.localization.score_model``) and of
-    Grad-CAM at the last stage (``visattn.localization.score_gradcam``, every network).
+    localization scores of the attention maps (``visattn.visualize.localization.score_model``)
+    and of Grad-CAM at the last stage (``visattn.visualize.localization.score_gradcam``, every
+    network).
 
     Raises:
         RuntimeError: the run saved no checkpoint.

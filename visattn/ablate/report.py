@@ -448,8 +448,8 @@ def _notes(ctx: _Context, rows: Sequence[dict[str, Any]], planned: int | None) -
             "- loc/pointing: pointing-game hit rate (the map's maximum falls in the target's box); "
             "loc/energy: share of the map's non-negative mass inside the box. Each is averaged "
             "over the validation images and the network's spatial, hybrid and residual blocks "
-            "(`visattn.localization`), then mean ± std over seeds; - where no block has a "
-            "spatial map."
+            "(`visattn.visualize.localization`), then mean ± std over seeds; - where no block "
+            "has a spatial map."
         )
     if ctx.has("gradcam/pointing"):
         out.append(

@@ -2,8 +2,8 @@
 the width of equal-budget baselines.
 
 * :func:`resolve_run` resolves one run's ``train_cls.py`` arguments with the command line's own
-  parser (:func:`visattn.training.config.resolve`: base configs, ``_base_`` pieces, overrides;
-  nothing is parsed when they come resolved) and builds its data module and Lightning
+  parser (:meth:`visattn.training.config.RunConfig.parse`: base configs, ``_base_`` pieces,
+  overrides; nothing is parsed when they come resolved) and builds its data module and Lightning
   module, so a misspelt key (``trainer.max_epocs``), a wrong type, an unknown placement key
   (``positon``) or a placement that matches nothing fails here, naming the variant.
 * :func:`check_variants` does it for one run per variant, before the first run trains, and also
@@ -76,9 +76,9 @@ def _check_fit(built: run_config.Built, checked_data: set[str]) -> None:
 
 def build_run(args: Sequence[str]) -> tuple[Any, Any]:
     """``(ClassificationModule, VisattnDataModule)`` of a run, built from its options (resolved
-    here unless they come as a :class:`~visattn.training.config.ResolvedArgs`, then nothing is
+    here unless they come as a :class:`~visattn.training.config.RunConfig`, then nothing is
     parsed) without training or writing anything; the module's weights are untrained."""
-    module, datamodule, _ = run_config.build(args)
+    module, datamodule, _ = run_config.RunConfig.parse(args).build()
     return module, datamodule
 
 
@@ -97,7 +97,7 @@ def resolve_run(args: Sequence[str], checked_data: set[str] | None = None) -> Re
         ``KeyError`` for bad placements and block options).
     """
 
-    built = run_config.build(args)
+    built = run_config.RunConfig.parse(args).build()
     if checked_data is not None:
         _check_fit(built, checked_data)
     module, datamodule, config = built

@@ -21,10 +21,10 @@ Columns (``RESULT_COLUMNS``, in this order):
   retried);
 - ``loc/pointing``: pointing-game hit rate and ``loc/energy``: share of attention energy inside
   the target's box, each the mean over the ``loc/blocks`` spatial, hybrid and residual blocks
-  scored (empty when the data has no boxes; see :mod:`visattn.localization`);
+  scored (empty when the data has no boxes; see :mod:`visattn.visualize.localization`);
 - ``gradcam/pointing`` and ``gradcam/energy``: the same two scores for Grad-CAM of the last stage
   for the true label (every network, the baseline included; see
-  :func:`visattn.localization.score_gradcam`);
+  :func:`visattn.visualize.localization.score_gradcam`);
 - ``val/acc_diff``, ``test/acc_diff``: this run's accuracy minus that of its baseline variant's
   run with the same seed (the per-seed differences the report's paired comparison averages;
   empty for baseline rows and for runs whose partner is missing or failed);

@@ -171,7 +171,7 @@ class Run:
 
     ``args`` are its ``train_cls.py`` arguments (log directory included); :attr:`resolved`
     parses them once (or is them, when they came resolved: a worker's run) and
-    :attr:`settings` is their canonical form (:func:`visattn.training.config.settings`).
+    :attr:`settings` is their canonical form (:attr:`visattn.training.config.RunConfig.settings`).
     """
 
     variant: str
@@ -184,12 +184,12 @@ class Run:
         return f"{self.variant}/seed{self.seed}"
 
     @functools.cached_property
-    def resolved(self) -> run_config.ResolvedArgs:
-        return run_config.resolve(self.args)
+    def resolved(self) -> run_config.RunConfig:
+        return run_config.RunConfig.parse(self.args)
 
     @functools.cached_property
     def settings(self) -> dict[str, str]:
-        return run_config.settings(self.resolved)
+        return self.resolved.settings
 
 
 @dataclass(frozen=True)

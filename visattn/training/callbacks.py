@@ -18,11 +18,11 @@ import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 
+from .._nets import last_stage
 from ..blocks import is_block
 from ..files import atomic_write_text, read_metrics_csv
-from ..localization import last_stage
-from ..pictures import logger_pictures, validation_pictures
 from ..profile import count_macs, count_params
+from ..visualize.maps import logger_pictures, validation_pictures
 from .loggers import log_image, takes_images
 from .parameters import attention_modules, split_parameters
 
@@ -405,11 +405,12 @@ class AttentionPictures(Callback):
 
     The images are the first ``num_images`` of the validation set (the same ones every time,
     so the pictures show how the maps change as the network trains), side by side in one
-    picture per map (:func:`visattn.pictures.logger_pictures`, the maps of
+    picture per map (:func:`visattn.visualize.maps.logger_pictures`, the maps of
     ``python -m visattn.visualize``'s panels, captured with :func:`visattn.capture_attention`):
 
     * ``gradcam/<stage>``: the Grad-CAM overlay of the last stage for the true label
-      (Selvaraju et al., ICCV 2017; :func:`visattn.localization.gradcam`), for every network;
+      (Selvaraju et al., ICCV 2017; :func:`visattn.visualize.localization.gradcam`), for every
+      network;
     * ``attention/<block path>``: each spatial or mixed map, overlaid on the images;
     * ``channels/<stage>``: the channel weights of the stage's blocks, a row per block.
 

@@ -70,7 +70,7 @@ from .callbacks import (
 )
 from .loggers import TENSORBOARD, FlushLoggersOnCheckpoint, RememberRunIds, build_loggers
 from .module import ClassificationModule
-from .options import ResolvedArgs, parse, restore_recorded
+from .options import parse, restore_recorded
 from .resume import (
     RUNS,
     SealedCheckpointIO,
@@ -187,7 +187,7 @@ class VisattnCLI(LightningCLI):
         self._lock: RunFolderLock | None = None  # held on version_N while this process writes
         self._resumed_at: tuple[int, int] | None = None  # (epoch, step) of the resumed ckpt
         self._run = kwargs.get("run", True)  # subcommands (fit, test) or the classes only
-        self._resolved = False  # given a ResolvedArgs: its options were parsed elsewhere
+        self._resolved = False  # given a RunConfig: its options were parsed elsewhere
         kwargs.setdefault("save_config_callback", SaveConfigInRun)
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
         kwargs.setdefault("seed_everything_default", 0)
@@ -201,9 +201,11 @@ class VisattnCLI(LightningCLI):
                     _remove_if_empty(self._lock.path.parent, self._lock.path.parent.parent)
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
-        if isinstance(args, ResolvedArgs):  # resolved once already (a sweep's driver): no parse
+        resolved = resolved_namespace(args)
+        if resolved is not None:  # resolved once already (a sweep's driver): no parse
             self._resolved = True
-            self.config = copy.deepcopy(args.namespace if self._run else args.config)
+            sub = resolved.get("subcommand")
+            self.config = copy.deepcopy(resolved if self._run else resolved[sub])
             if not self._run:  # the classes only: no subcommand options (ckpt_path, ...)
                 known = parser.get_defaults().as_dict()
                 for key in [k for k in vars(self.config) if k not in known]:
@@ -398,9 +400,18 @@ def cli_main(args: list[str] | None = None) -> VisattnCLI:
         raise SystemExit(2) from None
 
 
+def resolved_namespace(args: Any) -> Namespace | None:
+    """The namespace of a run resolved already, else None: a
+    :class:`~visattn.training.config.RunConfig` is the argument tuple with the namespace its
+    parse gave (read by its attribute here: ``config`` sits above this module, since it parses
+    with this command line's parser)."""
+    namespace = getattr(args, "namespace", None)
+    return namespace if isinstance(args, tuple) and isinstance(namespace, Namespace) else None
+
+
 def run(args: Sequence[str]) -> dict[str, Any]:
     """Run one subcommand in-process, exactly as ``python train_cls.py <args>`` would; a
-    :class:`~visattn.training.config.ResolvedArgs` is taken as resolved, without parsing it
+    :class:`~visattn.training.config.RunConfig` is taken as resolved, without parsing it
     again.
 
     Example: ``run(["fit", "--config", "configs/quickstart.yaml", "--trainer.max_epochs=2",
@@ -418,7 +429,7 @@ def run(args: Sequence[str]) -> dict[str, Any]:
     """
     if not args or args[0] not in ("fit", "test"):
         raise ValueError(f"run() needs the subcommand 'fit' or 'test' first; got {args!r}")
-    given = args if isinstance(args, ResolvedArgs) else list(args)
+    given = args if resolved_namespace(args) is not None else list(args)
     cli = VisattnCLI(args=given, parser_kwargs={"exit_on_error": False})
     summary = dict(cli.summary)
     if not summary:

@@ -1,22 +1,24 @@
-"""The one place a run's options are resolved, and the forms a resolved run is compared in.
+"""A run's options as one value, :class:`RunConfig`: resolved once, compared in one canonical
+form, built without training.
 
 A run's options come from, in order (a later source wins):
 
 1. config files (``--config``), each ``_base_`` piece first (:func:`expand_config_args`);
-2. a sweep's ``set`` and its variant's ``set`` (as ``--key=value`` flags);
+2. a sweep's ``set`` and its variant's ``set`` (as ``--key=value`` flags, :func:`to_flag`);
 3. command-line flags;
 4. for a resumed fit, the model and data options recorded in its checkpoint
-   (:func:`restore_recorded`).
+   (:func:`restore_recorded`, applied by the command line before it builds anything).
 
-:func:`resolve` turns sources 1-3 into one jsonargparse namespace with the command line's own
-parser, parsing once; the result is a :class:`ResolvedArgs`, the argument list together with
-its namespace, which a sweep worker and :func:`visattn.training.cli.run` take as it is (no
-second parse). :func:`settings` is the resolved run's canonical form: every option that
+:meth:`RunConfig.parse` turns sources 1-3 into one jsonargparse namespace with the command
+line's own parser, parsing once; the :class:`RunConfig` holds the argument list together with
+that namespace, and a sweep's workers and :func:`visattn.training.cli.run` take it as it is (no
+second parse). :attr:`RunConfig.settings` is the run's canonical form: every option that
 differs from the parser's default, as ``{dotted key: JSON}``, leaving out the options that only
 say where files live (:data:`LOCATION_KEYS`). Any two routes to the same options (a YAML file,
 the same values as flags, a sweep's ``set``) give the same settings and the same
-:func:`canonical_dump`; a sweep's completion marker records them, and :func:`same_settings`
-compares a marker with a run, recognising the markers written before this module existed.
+:meth:`RunConfig.canonical_dump`; a sweep's completion marker records them, and
+:func:`same_settings` compares a marker with a run, recognising the markers written before this
+module existed.
 """
 
 from __future__ import annotations
@@ -35,11 +37,11 @@ from .cli import VisattnCLI, resolve_eval_transform
 from .options import (
     FREE_ON_RESUME,
     NETWORK_OPTIONS,
-    ResolvedArgs,
     expand_config_args,
     parse,
     plain,
     restore_recorded,
+    to_flag,
     to_json,
 )
 
@@ -49,13 +51,9 @@ __all__ = [
     "NETWORK_OPTIONS",
     "SETTINGS_FORMAT",
     "Built",
-    "ResolvedArgs",
-    "build",
-    "canonical_dump",
+    "RunConfig",
     "describe_changes",
     "expand_config_args",
-    "parse",
-    "resolve",
     "restore_recorded",
     "same_settings",
     "settings",
@@ -110,21 +108,6 @@ def _default_leaves(subcommand: str) -> dict[str, Any]:
     return _leaves(_parser().parse_args([subcommand])[subcommand])
 
 
-def resolve(args: Sequence[str]) -> ResolvedArgs:
-    """``args`` (``train_cls.py``'s, ``fit`` when no subcommand leads) resolved by the command
-    line's own parser, once: base configs and their ``_base_`` pieces, then the overrides.
-
-    Raises:
-        jsonargparse.ArgumentError: an unknown key, a wrong type, a file that is not there.
-    """
-    if isinstance(args, ResolvedArgs):
-        return args
-    items = list(args)
-    if not items or items[0] not in SUBCOMMANDS:
-        items = ["fit", *items]
-    return ResolvedArgs(items, parse(_parser(), items))
-
-
 class Built(NamedTuple):
     """A run's Lightning module and data module, untrained, and the options they came from."""
 
@@ -133,18 +116,106 @@ class Built(NamedTuple):
     config: Namespace
 
 
-def build(args: Sequence[str]) -> Built:
-    """The module and data module of a run (``args`` as :func:`resolve` takes them; nothing is
-    parsed when they come resolved), built by the command line's own parser from its options
-    without a Trainer, a seed, a folder or a file written; the weights are untrained."""
-    resolved = resolve(args)
-    namespace = copy.deepcopy(resolved.namespace)
-    sub = resolved.subcommand
-    resolve_eval_transform(namespace[sub])
-    parser = _parser()
-    instantiate = getattr(parser, "instantiate", None) or parser.instantiate_classes  # renamed
-    init = instantiate(namespace)[sub]  # in jsonargparse 4.49
-    return Built(init.model, init.data, namespace[sub])
+class RunConfig(tuple):
+    """A run's resolved options, as a value: the ``train_cls.py`` argument list (subcommand
+    first), which it reads as (logs, markers), and the namespace its one parse gave
+    (``namespace``: ``{subcommand, <subcommand>: options}``). Frozen, and it pickles with its
+    namespace, so a sweep's driver resolves a run once and its workers and
+    :func:`visattn.training.cli.run` take it as it is.
+
+    - :meth:`parse`: the one parse (config files with their ``_base_`` pieces, then the flags);
+    - :meth:`but`: the same run with options set, without parsing (a resume, a test run);
+    - :attr:`settings`, :meth:`canonical_dump`, :meth:`describe_changes`: the canonical form
+      and what differs between two runs;
+    - :meth:`build`: the module and data module, untrained, nothing written.
+
+    A resumed fit's checkpoint record is the one source applied later, by the command line
+    (:func:`restore_recorded`), where the checkpoint is read.
+    """
+
+    namespace: Namespace
+
+    def __new__(cls, args: Sequence[str], namespace: Namespace) -> RunConfig:
+        self = super().__new__(cls, tuple(args))
+        object.__setattr__(self, "namespace", namespace)
+        return self
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"RunConfig is frozen: use .but() for a run with {name} changed")
+
+    def __getnewargs__(self) -> tuple[tuple[str, ...], Namespace]:  # type: ignore[override]
+        return tuple(self), self.namespace
+
+    @classmethod
+    def parse(cls, args: Sequence[str]) -> RunConfig:
+        """``args`` (``train_cls.py``'s, ``fit`` when no subcommand leads) resolved by the
+        command line's own parser, once: base configs and their ``_base_`` pieces, then the
+        overrides. A :class:`RunConfig` is returned as it is.
+
+        Raises:
+            jsonargparse.ArgumentError: an unknown key, a wrong type, a file that is not there.
+        """
+        if isinstance(args, RunConfig):
+            return args
+        items = list(args)
+        if not items or items[0] not in SUBCOMMANDS:
+            items = ["fit", *items]
+        return cls(items, parse(_parser(), items))
+
+    @property
+    def subcommand(self) -> str:
+        return str(self.namespace.subcommand)
+
+    @property
+    def config(self) -> Namespace:
+        """The subcommand's options."""
+        return self.namespace[self.subcommand]
+
+    def but(
+        self, subcommand: str | None = None, options: Mapping[str, Any] | None = None
+    ) -> RunConfig:
+        """The same run as ``subcommand`` (default: this one) with ``options`` (dotted keys:
+        ``{"ckpt_path": "last"}``) set, in the arguments (an existing ``--key=`` replaced) and in
+        a copy of the namespace; nothing is parsed."""
+        sub = subcommand or self.subcommand
+        config = copy.deepcopy(self.config)
+        args = [sub, *self[1:]]
+        for key, value in (options or {}).items():
+            config[key] = value
+            flag = to_flag(key, value)
+            at = [i for i, a in enumerate(args) if a.startswith(f"--{key}=")]
+            if at:
+                args[at[-1]] = flag
+            else:
+                args.append(flag)
+        return RunConfig(args, Namespace({"subcommand": sub, sub: config}))
+
+    @functools.cached_property
+    def settings(self) -> dict[str, str]:
+        """What decides the run's result (:func:`settings` of its options)."""
+        return settings(self.config, self.subcommand)
+
+    def canonical_dump(self) -> str:
+        """:attr:`settings` as YAML text (one ``key: JSON`` line each): equal options, equal
+        bytes."""
+        return "".join(f"{k}: {v}\n" for k, v in self.settings.items())
+
+    def describe_changes(self, other: RunConfig) -> str:
+        """``key: this -> other; ...`` for every setting that differs (see
+        :func:`describe_changes`)."""
+        return describe_changes(self.settings, other.settings)
+
+    def build(self) -> Built:
+        """The module and data module of the run, built by the command line's own parser from
+        its options without a Trainer, a seed, a folder or a file written; the weights are
+        untrained."""
+        namespace = copy.deepcopy(self.namespace)
+        sub = self.subcommand
+        resolve_eval_transform(namespace[sub])
+        parser = _parser()
+        instantiate = getattr(parser, "instantiate", None) or parser.instantiate_classes  # renamed
+        init = instantiate(namespace)[sub]  # in jsonargparse 4.49
+        return Built(init.model, init.data, namespace[sub])
 
 
 # --------------------------------------------------------------------------- canonical form
@@ -161,18 +232,16 @@ def _leaves(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: value}
 
 
-def settings(resolved: ResolvedArgs | Namespace) -> dict[str, str]:
-    """What decides a run's result: every resolved option (a ``fit`` namespace, or a
-    :class:`ResolvedArgs`) that differs from the parser's default (its subcommand's), as
+def settings(config: Namespace, subcommand: str = "fit") -> dict[str, str]:
+    """What decides a run's result: every resolved option of ``config`` (a subcommand's
+    options) that differs from the parser's default (that subcommand's), as
     ``{dotted key: JSON}`` sorted by key, without :data:`LOCATION_KEYS` and the config files'
     paths.
 
     Options at their defaults are left out, so an option added to visattn later (at its
     default) keeps finished sweeps finished; a changed default is therefore not seen.
     """
-    is_args = isinstance(resolved, ResolvedArgs)
-    config = resolved.config if is_args else resolved
-    defaults = _default_leaves(resolved.subcommand if is_args else "fit")
+    defaults = _default_leaves(subcommand)
     leaves = _leaves(config)
     return {
         k: to_json(v)
@@ -181,11 +250,6 @@ def settings(resolved: ResolvedArgs | Namespace) -> dict[str, str]:
         and k.split(".")[0] not in _NOT_OPTIONS
         and (k not in defaults or defaults[k] != v)
     }
-
-
-def canonical_dump(resolved: ResolvedArgs | Namespace) -> str:
-    """:func:`settings` as YAML text (one ``key: JSON`` line each): equal options, equal bytes."""
-    return "".join(f"{k}: {v}\n" for k, v in settings(resolved).items())
 
 
 def _short(text: str, limit: int = 60) -> str:
@@ -228,7 +292,7 @@ def _settings_of_record(record: Mapping[str, Any]) -> dict[str, str]:
     nested = _nested(recorded)
     check_recorded_classes(nested, "its record")  # before the parser imports any
     config = yaml.safe_dump(nested, sort_keys=True)
-    return settings(resolve(["fit", "--config", config]) if recorded else resolve(["fit"]))
+    return RunConfig.parse(["fit", "--config", config] if recorded else ["fit"]).settings
 
 
 def same_settings(record: Mapping[str, Any], current: Mapping[str, str]) -> str:

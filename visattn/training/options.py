@@ -1,11 +1,10 @@
 """The sources of a run's options and their merge rules, below the command line: config files
-with ``_base_`` pieces (:func:`expand_config_args`), one parse (:func:`parse`), a resolved
-argument list (:class:`ResolvedArgs`) and a resumed fit's checkpoint record
-(:func:`restore_recorded`). :mod:`visattn.training.config` resolves a run with them."""
+with ``_base_`` pieces (:func:`expand_config_args`), one parse (:func:`parse`), options as
+flags (:func:`to_flag`) and a resumed fit's checkpoint record (:func:`restore_recorded`).
+:class:`visattn.training.config.RunConfig` resolves a run with them."""
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -20,7 +19,6 @@ from ..models.placement import placements_to_config
 __all__ = [
     "FREE_ON_RESUME",
     "NETWORK_OPTIONS",
-    "ResolvedArgs",
     "expand_config_args",
     "parse",
     "plain",
@@ -152,52 +150,6 @@ def parse(parser: ArgumentParser, args: Sequence[str]) -> Namespace:
     """``args`` (``train_cls.py``'s, subcommand first where the parser has subcommands) parsed
     by ``parser`` after :func:`expand_config_args`: the CLI's one parse."""
     return parser.parse_args(expand_config_args(list(args)))
-
-
-class ResolvedArgs(tuple):
-    """A ``train_cls.py`` argument list (subcommand first) and the namespace it resolves to
-    (``namespace``: ``{subcommand, <subcommand>: options}``), so that what resolved it once
-    need not parse it again: :func:`visattn.training.cli.run` and the sweep's workers take it
-    as it is. It reads as the argument tuple (logs, markers) and pickles with its namespace.
-    """
-
-    namespace: Namespace
-
-    def __new__(cls, args: Sequence[str], namespace: Namespace) -> ResolvedArgs:
-        self = super().__new__(cls, tuple(args))
-        self.namespace = namespace
-        return self
-
-    def __getnewargs__(self) -> tuple[tuple[str, ...], Namespace]:  # type: ignore[override]
-        return tuple(self), self.namespace
-
-    @property
-    def subcommand(self) -> str:
-        return str(self.namespace.subcommand)
-
-    @property
-    def config(self) -> Namespace:
-        """The subcommand's options."""
-        return self.namespace[self.subcommand]
-
-    def but(
-        self, subcommand: str | None = None, options: Mapping[str, Any] | None = None
-    ) -> ResolvedArgs:
-        """The same run as ``subcommand`` (default: this one) with ``options`` (dotted keys:
-        ``{"ckpt_path": "last"}``) set, in the arguments (an existing ``--key=`` replaced) and in
-        a copy of the namespace; nothing is parsed."""
-        sub = subcommand or self.subcommand
-        config = copy.deepcopy(self.config)
-        args = [sub, *self[1:]]
-        for key, value in (options or {}).items():
-            config[key] = value
-            flag = to_flag(key, value)
-            at = [i for i, a in enumerate(args) if a.startswith(f"--{key}=")]
-            if at:
-                args[at[-1]] = flag
-            else:
-                args.append(flag)
-        return ResolvedArgs(args, Namespace({"subcommand": sub, sub: config}))
 
 
 def plain(value: Any) -> Any:

@@ -11,25 +11,24 @@ inside :func:`visattn.capture_attention` and writes one PNG per image, a grid of
 * one panel per stage (first component of the module path, e.g. ``layer2``) for channel
   attention ``(N, C, 1, 1)``: a heat map of the channel weights, one row per block, one column
   per channel,
-* a Grad-CAM panel (Selvaraju et al., ICCV 2017; :func:`visattn.localization.gradcam`) of the
-  last stage for the label (or the prediction when no label is known), beside the native maps,
-  so that networks without spatial attention (the baseline, channel attention) get a picture
-  too.
+* a Grad-CAM panel (Selvaraju et al., ICCV 2017;
+  :func:`visattn.visualize.localization.gradcam`) of the last stage for the label (or the
+  prediction when no label is known), beside the native maps, so that networks without spatial
+  attention (the baseline, channel attention) get a picture too.
 
 Each panel is ``PANEL_PX`` pixels square and the grid has at most ``MAX_COLS`` columns, so a
 picture with ``k`` panels is ``min(k, MAX_COLS) * PANEL_PX`` wide and
 ``ceil(k / MAX_COLS) * PANEL_PX`` high.
 
-The maps as pixels, without matplotlib figures (:func:`attention_panels`,
-:func:`logger_pictures`, :func:`validation_pictures`), come from :mod:`visattn.pictures`, below
-:mod:`visattn.training`, whose ``AttentionPictures`` callback logs them.
+The maps as pixels, without matplotlib figures (:func:`~visattn.visualize.maps.attention_panels`,
+:func:`~visattn.visualize.maps.validation_pictures`), come from :mod:`visattn.visualize.maps`,
+below :mod:`visattn.training`, whose ``AttentionPictures`` callback logs them.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -44,18 +43,16 @@ import torch.nn as nn
 import torch.nn.functional as F
 from matplotlib.patches import Rectangle
 
+from .._nets import last_stage
 from .localization import gradcam as _gradcam
-from .localization import last_stage
-from .pictures import attention_panels, logger_pictures, run_and_capture, validation_pictures
+from .maps import attention_panels, run_and_capture, validation_pictures
 
 __all__ = [
     "MAX_COLS",
     "PANEL_PX",
     "attention_figures",
-    "attention_panels",
-    "logger_pictures",
+    "main",
     "plot_attention",
-    "validation_pictures",
     "visualize",
     "visualize_model",
 ]
@@ -245,7 +242,7 @@ def visualize_model(
             (default ``attention_<i>``); class_names: to spell the prediction.
         labels: the true class per image (Grad-CAM explains it; default: the prediction).
         gradcam: add the Grad-CAM panel (needs the ``grad-cam`` package; the network needs a
-            last stage, see :func:`visattn.localization.last_stage`).
+            last stage, see :func:`visattn._nets.last_stage`).
 
     Returns:
         The PNG paths, one per image.
@@ -297,7 +294,7 @@ def visualize(
     Returns:
         The PNG paths, one per image.
     """
-    from .training.load import load_run  # the train extra, needed for checkpoints only
+    from ..training.load import load_run  # the train extra, needed for checkpoints only
 
     loaded = load_run(ckpt_path, data_overrides=data_overrides, device=device)
     net, dm = loaded.net, loaded.datamodule
@@ -342,7 +339,3 @@ def main(argv: list[str] | None = None) -> int:
     for p in paths:
         print(p)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,12 +1,11 @@
 """Attention maps of a network as pixels: what the ``AttentionPictures`` callback logs during
-training (:func:`logger_pictures`) and the pieces :mod:`visattn.visualize` draws its matplotlib
-panels from (:func:`attention_panels`, :func:`run_and_capture`, :func:`validation_pictures`).
+training (:func:`logger_pictures`) and the pieces :mod:`visattn.visualize.figures` draws its
+matplotlib panels from (:func:`attention_panels`, :func:`run_and_capture`,
+:func:`validation_pictures`).
 
-This module sits below :mod:`visattn.training` (whose callback uses it) and
-:mod:`visattn.visualize` (the public home of these names, which also loads checkpoints through
-``visattn.training``). It needs torch, torchvision and the blocks; matplotlib only for its
-colour maps, and the ``grad-cam`` package only for the Grad-CAM overlay
-(:func:`visattn.localization.gradcam`, Selvaraju et al., ICCV 2017).
+It sits below :mod:`visattn.training` (whose callback uses it) and needs torch, torchvision and
+the blocks; matplotlib only for its colour maps, and the ``grad-cam`` package only for the
+Grad-CAM overlay (:func:`visattn.visualize.localization.gradcam`, Selvaraju et al., ICCV 2017).
 """
 
 from __future__ import annotations
@@ -19,10 +18,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torchvision.utils import make_grid
 
-from ._nets import device_of, eval_mode
-from .blocks import capture_attention, is_block
+from .._nets import device_of, eval_mode, last_stage
+from ..blocks import capture_attention, is_block
 from .localization import gradcam as _gradcam
-from .localization import last_stage
 
 __all__ = ["attention_panels", "logger_pictures", "run_and_capture", "validation_pictures"]
 
@@ -103,7 +101,7 @@ def _colour(values: torch.Tensor, cmap: str) -> torch.Tensor:
 def _overlay(display: torch.Tensor, maps: torch.Tensor) -> torch.Tensor:
     """``(N, h, w)`` maps, upsampled (bilinear) to the ``(N, C, H, W)`` pictures and drawn over
     them at half opacity in the ``jet`` colours of the panels of
-    :func:`visattn.visualize.plot_attention`."""
+    :func:`visattn.visualize.figures.plot_attention`."""
     up = F.interpolate(maps[:, None].float(), size=display.shape[-2:], mode="bilinear")
     base = display.expand(-1, 3, -1, -1) if display.shape[1] == 1 else display
     return 0.5 * base + 0.5 * _colour(up[:, 0], "jet")
@@ -132,8 +130,8 @@ def logger_pictures(
     gradcam: bool = True,
     min_size: int = 96,
 ) -> dict[str, torch.Tensor]:
-    """The maps of :func:`visattn.visualize.plot_attention`'s panels, one picture per map kind
-    and images side by side, as pixels (no matplotlib figure: cheap enough to log during
+    """The maps of :func:`visattn.visualize.figures.plot_attention`'s panels, one picture per map
+    kind and images side by side, as pixels (no matplotlib figure: cheap enough to log during
     training).
 
     Args:
@@ -184,8 +182,8 @@ def logger_pictures(
 
 
 def validation_pictures(dm: Any, indices: Sequence[int]) -> dict[str, Any]:
-    """The keyword arguments of :func:`visattn.visualize.attention_figures` /
-    :func:`visattn.visualize.visualize_model` for the
+    """The keyword arguments of :func:`~visattn.visualize.figures.attention_figures` /
+    :func:`~visattn.visualize.figures.visualize_model` for the
     validation images ``indices`` of a set-up data module (``dm.val_dataset``,
     ``dm.denormalize``): ``images`` ``(N, C, H, W)``, ``display`` (denormalised, in ``[0, 1]``),
     ``labels``, ``boxes`` (when the data set has them), ``titles`` and ``class_names``.

@@ -39,14 +39,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ._nets import device_of, eval_mode
-from .blocks import capture_attention, is_block
+from .._nets import device_of, eval_mode, last_stage
+from ..blocks import capture_attention, is_block
 
 __all__ = [
     "LOCALIZED_FAMILIES",
     "energy_in_box",
     "gradcam",
-    "last_stage",
     "pointing_game",
     "score_gradcam",
     "score_model",
@@ -261,53 +260,13 @@ def _summary(hits: list[torch.Tensor], energy: list[torch.Tensor]) -> dict[str, 
     }
 
 
-def last_stage(net: nn.Module) -> tuple[str, nn.Module]:
-    """``(module path, module)`` of the network's last stage, the usual Grad-CAM layer: the last
-    of ``net.stage_names`` (visattn ResNets), ``net.stages[-1]`` (Residual Attention Networks) or
-    ``layer4``/``layer3`` (torchvision and timm ResNets), the module of the last entry of timm's
-    ``feature_info`` (other timm models), or the last child of torchvision's ``features`` /
-    ``trunk_output`` trunks (MobileNet, EfficientNet, ConvNeXt, VGG, DenseNet, RegNet).
-
-    Raises:
-        ValueError: no stage found.
-    """
-    names = getattr(net, "stage_names", None)
-    if names:
-        return names[-1], getattr(net, names[-1])
-    stages = getattr(net, "stages", None)
-    if isinstance(stages, nn.Sequential) and len(stages):
-        return f"stages.{len(stages) - 1}", stages[-1]
-    for name in ("layer4", "layer3"):
-        if isinstance(getattr(net, name, None), nn.Module):
-            return name, getattr(net, name)
-    info = getattr(net, "feature_info", None)  # timm models: their last feature module
-    if isinstance(info, list) and info and isinstance(info[-1], dict) and "module" in info[-1]:
-        path = info[-1]["module"]
-        return path, net.get_submodule(path)
-    for name in _SEQUENTIAL_TRUNKS:  # torchvision's other families
-        trunk = getattr(net, name, None)
-        if isinstance(trunk, nn.Sequential) and len(trunk):
-            child, module = list(trunk.named_children())[-1]
-            return f"{name}.{child}", module
-    raise ValueError(
-        f"{type(net).__name__} has no recognisable last stage (stage_names, stages, layer4, "
-        f"timm's feature_info, {', '.join(_SEQUENTIAL_TRUNKS)}); pass the Grad-CAM layer "
-        "explicitly"
-    )
-
-
-#: torchvision's feature trunks: ``features`` (MobileNet, EfficientNet, ConvNeXt, VGG, DenseNet)
-#: and ``trunk_output`` (RegNet)
-_SEQUENTIAL_TRUNKS = ("features", "trunk_output")
-
-
 def gradcam(
     net: nn.Module,
     images: torch.Tensor,
     targets: Sequence[int] | torch.Tensor | None = None,
     layer: nn.Module | None = None,
 ) -> torch.Tensor:
-    """Grad-CAM maps of ``images`` at ``layer`` (default: :func:`last_stage`).
+    """Grad-CAM maps of ``images`` at ``layer`` (default: :func:`visattn._nets.last_stage`).
 
     Args:
         net: a classifier ``(N, C, H, W) -> (N, classes)``; run in eval mode (and left in the
@@ -354,7 +313,7 @@ def score_gradcam(
     """Pointing game and energy in box of Grad-CAM for the true label of each image.
 
     The first ``max_images`` items of ``dataset`` (``(image, label)`` pairs) are explained at
-    ``layer`` (default :func:`last_stage`) and scored against ``boxes[i]``, as
+    ``layer`` (default :func:`visattn._nets.last_stage`) and scored against ``boxes[i]``, as
     :func:`score_model` does for attention maps.
 
     Returns:

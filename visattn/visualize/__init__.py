@@ -1,0 +1,72 @@
+"""What attention blocks look at: the maps, their scores and the pictures, in one place.
+
+* :mod:`visattn.visualize.maps`: a network's attention maps (captured with
+  :func:`visattn.capture_attention`) and Grad-CAM as pixels, no matplotlib figure; what the
+  ``AttentionPictures`` training callback logs.
+* :mod:`visattn.visualize.localization`: does a map look at the right place? The pointing game
+  and the energy in a target's box, for attention maps and for Grad-CAM; the ablation runner's
+  ``loc/*`` and ``gradcam/*`` columns.
+* :mod:`visattn.visualize.figures`: matplotlib pictures of a checkpoint's validation images
+  (``python -m visattn.visualize --ckpt PATH --out DIR``) or of a network in memory.
+
+The first two sit below :mod:`visattn.training` and need torch, torchvision and the blocks (and
+the ``grad-cam`` package for Grad-CAM); the figures need matplotlib, and loading a checkpoint
+needs the ``train`` extra, so their names load on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .localization import (
+    LOCALIZED_FAMILIES,
+    energy_in_box,
+    gradcam,
+    pointing_game,
+    score_gradcam,
+    score_model,
+    spatial_map,
+)
+from .maps import attention_panels, logger_pictures, run_and_capture, validation_pictures
+
+__all__ = [
+    "LOCALIZED_FAMILIES",
+    "MAX_COLS",
+    "PANEL_PX",
+    "attention_figures",
+    "attention_panels",
+    "energy_in_box",
+    "gradcam",
+    "logger_pictures",
+    "main",
+    "plot_attention",
+    "pointing_game",
+    "run_and_capture",
+    "score_gradcam",
+    "score_model",
+    "spatial_map",
+    "validation_pictures",
+    "visualize",
+    "visualize_model",
+]
+
+#: the names of :mod:`visattn.visualize.figures`, loaded with it (and matplotlib) on first use
+_FIGURES = frozenset(
+    {
+        "MAX_COLS",
+        "PANEL_PX",
+        "attention_figures",
+        "main",
+        "plot_attention",
+        "visualize",
+        "visualize_model",
+    }
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FIGURES:
+        from . import figures  # matplotlib: the ablate extra
+
+        return getattr(figures, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
