@@ -24,3 +24,35 @@ def test_the_readmes_sweep_runs(tmp_path, monkeypatch, capsys) -> None:
 
 def test_the_readme_is_at_most_200_lines() -> None:
     assert len(README.read_text().splitlines()) <= 200
+
+
+def _ratios(name: str) -> dict[str, float]:
+    import csv
+
+    with open(REPO / "benchmarks" / "results" / name) as f:
+        return {row["variant"].removeprefix("resnet20_"): row for row in csv.DictReader(f)}
+
+
+def test_the_readmes_step_costs_are_the_committed_measurements() -> None:
+    """Every ``block N.NNx`` of the README's step-cost line is that block's ratio in the file
+    the sentence cites (the before figure in the one the same command wrote before), and the
+    bf16 figure is the plain network's speedup there."""
+    line = re.search(r"<!-- steps -->(.*?)<!-- /steps -->", README.read_text(), re.S).group(1)
+    amd, intel = line.split("on an Intel")
+    after, before = _ratios("steps_cpu.csv"), _ratios("steps_cpu_before.csv")
+    found = re.findall(r"`(\w+)` ([\d.]+)x before[^`]*? and ([\d.]+)x after", amd)
+    assert found, "the before/after pair is quoted"
+    for block, was, now in found:
+        assert float(was) == round(float(before[block]["ratio"]), 2)
+        assert float(now) == round(float(after[block]["ratio"]), 2)
+    pairs = re.findall(r"`(\w+)` ([\d.]+)x(?! before)", amd)
+    assert len(pairs) >= 4
+    for block, ratio in pairs:
+        assert float(ratio) == round(float(after[block]["ratio"]), 2), block
+    on_intel = _ratios("steps_cpu_intel.csv")
+    pairs = re.findall(r"`(\w+)` ([\d.]+)x", intel)
+    assert len(pairs) >= 4
+    for block, ratio in pairs:
+        assert float(ratio) == round(float(on_intel[block]["ratio"]), 2), block
+    bf16 = float(re.search(r"step ([\d.]+)x faster", intel).group(1))
+    assert bf16 == round(float(on_intel["none"]["bf16_speedup"]), 2)
