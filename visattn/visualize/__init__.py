@@ -29,44 +29,27 @@ from .localization import (
 )
 from .maps import attention_panels, logger_pictures, run_and_capture, validation_pictures
 
+#: the maps' and the scores' names; :mod:`visattn.visualize.figures`' names (``visualize``,
+#: ``plot_attention``, ...) load with it (and matplotlib) on first use
 __all__ = [
     "LOCALIZED_FAMILIES",
-    "MAX_COLS",
-    "PANEL_PX",
-    "attention_figures",
     "attention_panels",
     "energy_in_box",
     "gradcam",
     "logger_pictures",
-    "main",
-    "plot_attention",
     "pointing_game",
     "run_and_capture",
     "score_gradcam",
     "score_model",
     "spatial_map",
     "validation_pictures",
-    "visualize",
-    "visualize_model",
 ]
-
-#: the names of :mod:`visattn.visualize.figures`, loaded with it (and matplotlib) on first use
-_FIGURES = frozenset(
-    {
-        "MAX_COLS",
-        "PANEL_PX",
-        "attention_figures",
-        "main",
-        "plot_attention",
-        "visualize",
-        "visualize_model",
-    }
-)
 
 
 def __getattr__(name: str) -> Any:
-    if name in _FIGURES:
+    if not name.startswith("_") and name != "figures":
         from . import figures  # matplotlib: the ablate extra
 
-        return getattr(figures, name)
+        if name in figures.__all__:
+            return getattr(figures, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
