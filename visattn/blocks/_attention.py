@@ -158,6 +158,48 @@ def _math(
     return out, weights
 
 
+def _fused(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    scale: float,
+    bias: torch.Tensor | None,
+    q_bias: torch.Tensor | None,
+    k_bias: torch.Tensor | None,
+    grid_bias: tuple[torch.Tensor, torch.Tensor] | None,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """The fused path: ``F.scaled_dot_product_attention`` on ``dtype`` inputs, a factored or
+    grid bias as extra channels, the widths made one, the leading dimensions folded to 4-D."""
+    ev = v.shape[-1]
+    if grid_bias is not None:  # a large grid as factors
+        q_bias = torch.cat([grid_bias[0], grid_bias[1]], dim=-1)
+        k_bias = _grid_keys(grid_bias[0].shape[-1], grid_bias[1].shape[-1], q_bias)
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    if bias is not None and bias.dtype != torch.bool:
+        # one dtype with q: CPU SDPA silently misreads a float mask of another dtype (a float32
+        # mask beside float64 queries)
+        bias = bias.to(dtype)
+    if q_bias is not None and k_bias is not None:
+        q, k = _with_factors(q * scale if scale != 1.0 else q, k, q_bias, k_bias)
+        scale = 1.0
+    width = max(q.shape[-1], v.shape[-1])
+    if q.shape[-1] != v.shape[-1]:  # one width for the flash kernel (zeros: same products)
+        width += -width % 8
+    q, k, v = _pad_last(q, width), _pad_last(k, width), _pad_last(v, width)
+    lead = q.shape[:-2]
+    lq, lk = q.shape[-2], k.shape[-2]
+    flat = q.dim() != 4  # as (B, 1, L, E): the only form the ONNX exporter takes
+    if flat:
+        q, k, v = (t.reshape(-1, 1, t.shape[-2], t.shape[-1]) for t in (q, k, v))
+        if bias is not None:
+            bias = bias.expand(list(lead) + [lq, lk]).reshape(-1, 1, lq, lk)  # noqa: RUF005
+    out = F.scaled_dot_product_attention(q, k, v, bias, scale=scale)
+    if flat:
+        out = out.reshape(list(lead) + [lq, out.shape[-1]])  # noqa: RUF005 (TorchScript)
+    return out[..., :ev]
+
+
 @register_notrace_function  # timm's FX feature path: one leaf call
 def softmax_attention(
     q: torch.Tensor,
@@ -207,34 +249,7 @@ def softmax_attention(
         if grid_bias is not None and k.shape[-2] <= DENSE_GRID_KEYS:
             fused = False  # small grid: the bias added to the logits (module docstring)
     if fused and not need_weights:
-        ev = v.shape[-1]
-        if grid_bias is not None:  # a large grid as factors
-            q_bias = torch.cat([grid_bias[0], grid_bias[1]], dim=-1)
-            k_bias = _grid_keys(grid_bias[0].shape[-1], grid_bias[1].shape[-1], q_bias)
-        q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
-        if bias is not None and bias.is_floating_point():  # SDPA silently misreads a float
-            bias = bias.to(dtype)  # mask of another dtype (a float32 mask on float64 inputs)
-        if q_bias is not None and k_bias is not None:
-            q, k = _with_factors(q * scale if scale != 1.0 else q, k, q_bias, k_bias)
-            scale = 1.0
-        width = max(q.shape[-1], v.shape[-1])
-        if q.shape[-1] != v.shape[-1]:  # one width for the flash kernel (zeros: same products)
-            width += -width % 8
-        q, k, v = _pad_last(q, width), _pad_last(k, width), _pad_last(v, width)
-        lead = q.shape[:-2]
-        lq, lk = q.shape[-2], k.shape[-2]
-        if bias is not None and bias.dtype != torch.bool:
-            # one dtype with q: CPU SDPA reads a float32 mask beside float64 queries wrongly
-            bias = bias.to(dtype)
-        flat = q.dim() != 4  # as (B, 1, L, E): the only form the ONNX exporter takes
-        if flat:
-            q, k, v = (t.reshape(-1, 1, t.shape[-2], t.shape[-1]) for t in (q, k, v))
-            if bias is not None:
-                bias = bias.expand(list(lead) + [lq, lk]).reshape(-1, 1, lq, lk)  # noqa: RUF005
-        out = F.scaled_dot_product_attention(q, k, v, bias, scale=scale)
-        if flat:
-            out = out.reshape(list(lead) + [lq, out.shape[-1]])  # noqa: RUF005 (TorchScript)
-        return out[..., :ev], None
+        return _fused(q, k, v, scale, bias, q_bias, k_bias, grid_bias, dtype), None
     if torch.jit.is_scripting():  # TorchScript's autocast needs a constant device type
         out, weights = _math(q, k, v, scale, bias, q_bias, k_bias, grid_bias)
         return out.to(dtype), (weights if need_weights else None)

@@ -202,9 +202,7 @@ class ClassificationModule(pl.LightningModule):
             raise ValueError(f"freeze_backbone_epochs must be >= 0, got {freeze_backbone_epochs}")
         if num_classes is not None and (isinstance(num_classes, bool) or num_classes < 1):
             raise ValueError(f"num_classes must be an integer >= 1, got {num_classes}")
-        # one structured value from the command line to the blocks: the placements go to
-        # create_model as they are; the hyperparameters (the checkpoint's record) hold them as
-        # plain mappings
+        # the placements go to create_model as they are; the record holds plain mappings
         self._placements = normalize_placements(attention)
         attention = placements_to_config(attention)  # same shape as given: one, or a list
         self._num_classes_given = num_classes is not None
