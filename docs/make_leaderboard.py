@@ -423,7 +423,8 @@ def page(rows: Sequence[Row], control: Row | None, facts: Mapping[str, Any]) -> 
         "the networks are far from converged, and a block that speeds up early learning is "
         "favoured over one that helps a converged network. Gains could differ, in size and "
         "order, in full training.",
-        f"- {len(resolved)} of {facts['comparisons']} comparisons {'is' if len(resolved) == 1 else 'are'} resolved. An unresolved "
+        f"- {len(resolved)} of {facts['comparisons']} comparisons "
+        f"{'is' if len(resolved) == 1 else 'are'} resolved. An unresolved "
         "row is not evidence that a block does nothing: its detectable Δ says the size these "
         "seeds could have found.",
         "- One network, one data set, one resolution (feature maps of 32 to 8 px): blocks "
