@@ -26,7 +26,7 @@ def test_the_readme_is_at_most_200_lines() -> None:
     assert len(README.read_text().splitlines()) <= 200
 
 
-def _ratios(name: str) -> dict[str, float]:
+def _rows(name: str) -> dict[str, dict[str, str]]:
     import csv
 
     with open(REPO / "benchmarks" / "results" / name) as f:
@@ -39,7 +39,7 @@ def test_the_readmes_step_costs_are_the_committed_measurements() -> None:
     bf16 figure is the plain network's speedup there."""
     line = re.search(r"<!-- steps -->(.*?)<!-- /steps -->", README.read_text(), re.S).group(1)
     amd, intel = line.split("on an Intel")
-    after, before = _ratios("steps_cpu.csv"), _ratios("steps_cpu_before.csv")
+    after, before = _rows("steps_cpu.csv"), _rows("steps_cpu_before.csv")
     found = re.findall(r"`(\w+)` ([\d.]+)x before[^`]*? and ([\d.]+)x after", amd)
     assert found, "the before/after pair is quoted"
     for block, was, now in found:
@@ -49,7 +49,7 @@ def test_the_readmes_step_costs_are_the_committed_measurements() -> None:
     assert len(pairs) >= 4
     for block, ratio in pairs:
         assert float(ratio) == round(float(after[block]["ratio"]), 2), block
-    on_intel = _ratios("steps_cpu_intel.csv")
+    on_intel = _rows("steps_cpu_intel.csv")
     pairs = re.findall(r"`(\w+)` ([\d.]+)x", intel)
     assert len(pairs) >= 4
     for block, ratio in pairs:
