@@ -375,6 +375,21 @@ def _control_sentence(rows: Sequence[Row], control: Row | None) -> str:
     )
 
 
+def _families_sentence(rows: Sequence[Row]) -> str:
+    """How many rows each of the registry's families has, and why a block sits where it does."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        if r.family not in ("none", "control"):
+            counts[r.family] = counts.get(r.family, 0) + 1
+    listed = ", ".join(f"{f} {n}" for f, n in sorted(counts.items()))
+    return (
+        f"- **family**: the registry's (`visattn.block_info(name).family`; here {listed}). A "
+        "block whose weights vary over both channels and positions is hybrid: SimAM (one weight "
+        "per element) and coordinate attention (a channel weight per row and per column) are "
+        "filed there, not under spatial."
+    )
+
+
 def page(rows: Sequence[Row], control: Row | None, facts: Mapping[str, Any]) -> str:
     seeds = facts["seeds"]
     cpu = facts["step_cpu"] or "the machine named in benchmarks/results/steps_cpu.md"
@@ -404,6 +419,7 @@ def page(rows: Sequence[Row], control: Row | None, facts: Mapping[str, Any]) -> 
         "channels-last, one thread) against the plain network's, measured interleaved in one "
         f"idle run of `benchmarks/bench_steps.py` on {cpu}; MACs: per image, attention "
         "products included.",
+        _families_sentence(rows),
         "- **Δ paired**: the mean of the per-seed differences to the plain network with its 95% "
         "paired-t interval; **detectable Δ**: the smallest true difference these pairs find with "
         "80% power; **Holm p**: the paired-t p-value adjusted by Holm's step-down method over "
