@@ -10,6 +10,7 @@ order (same shapes required, so the reduced widths are checked too) or, for ``nl
 from __future__ import annotations
 
 import inspect
+import pickle
 import re
 
 import pytest
@@ -141,7 +142,8 @@ def test_list_blocks_keeps_the_canonical_names_and_block_info_explains_the_alias
         info = visattn.block_info(alias)
         base = visattn.block_info(info.alias_of)
         assert info.name == alias and info.alias_of in names and base.alias_of is None
-        assert info.cls is base.cls and info.family == base.family
+        assert issubclass(info.cls, base.cls) and info.family == base.family
+        assert info.cls.bound_options == info.alias_args and info.cls is not base.cls
         assert info.defaults == {**base.defaults, **info.alias_args}
         assert info.alias_args == dict(TIMM_ALIASES[alias].args) and info.alias_notes
         assert "timm" in info.paper
@@ -161,6 +163,24 @@ def test_nl_has_timms_parameters_and_takes_timms_keywords(channels: int) -> None
     via_hook = visattn.timm_attn("nl")(channels)
     assert sum(p.numel() for p in via_hook.parameters()) == theirs
     assert visattn.create_block("nl", channels, rd_divisor=8).inner_channels == channels // 8
+
+
+@pytest.mark.parametrize("alias", ALIASES)
+def test_the_alias_class_builds_what_create_block_builds(alias: str) -> None:
+    """``block_info(alias).cls`` is the alias (it built the plain block before), the same class
+    on every lookup, and its instances pickle as the alias."""
+    info = visattn.block_info(alias)
+    made, built = visattn.create_block(alias, 64), info.cls(64)
+    assert type(made) is type(built) is visattn.block_info(alias).cls
+    assert {k: v.shape for k, v in made.state_dict().items()} == {
+        k: v.shape for k, v in built.state_dict().items()
+    }
+    x = torch.randn(2, 64, *SIZE, generator=torch.Generator().manual_seed(0))
+    built.load_state_dict(made.state_dict())
+    torch.testing.assert_close(*run_both(made, built, x, train=False), rtol=0, atol=0)
+    again = pickle.loads(pickle.dumps(made))
+    assert type(again) is type(made)
+    torch.testing.assert_close(*run_both(made, again, x, train=False), rtol=0, atol=0)
 
 
 def test_caller_options_override_the_alias_options() -> None:

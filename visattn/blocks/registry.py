@@ -88,7 +88,8 @@ class BlockInfo:
     family: str
     paper: str
     #: the class to build the block with: the registered class with the registry's behaviours
-    #: (a subclass made at registration; the registered class itself is left as written)
+    #: (a subclass made at registration; the registered class itself is left as written); for
+    #: an alias, a subclass of its block's with the alias's options bound
     cls: type[nn.Module]
     #: the class as registered
     impl: type[nn.Module]
@@ -435,9 +436,31 @@ def subscribe(listener: Listener) -> Callable[[], None]:
     return _SUBSCRIBERS.subscribe(listener, _REGISTRY)
 
 
+#: timm's alias -> the class that builds it (its block's, with the alias's options bound)
+_ALIAS_CLASSES: dict[str, type[nn.Module]] = {}
+
+
+def _alias_class(name: str) -> type[nn.Module]:
+    """The class of timm's alias ``name``: its block's registry class with the alias's options
+    as bound defaults, made once per registration of the block (and pickled as this call)."""
+    alias = TIMM_ALIASES[name]
+    base = _REGISTRY[alias.alias_of]
+    cls = _ALIAS_CLASSES.get(name)
+    if cls is None or cls.bound_to is not base.impl:
+        cls = block_class(
+            base,
+            bound=alias.args,
+            qualname=f"block_info({name!r}).cls",
+            doc=f"{name!r}: {base.impl.__name__} with {dict(alias.args)} bound.",
+            made_by=(_alias_class, (name,)),
+        )
+        _ALIAS_CLASSES[name] = cls
+    return cls
+
+
 def _alias_info(name: str) -> BlockInfo | None:
     """The :class:`BlockInfo` of timm's alias ``name`` (its block's, renamed, with the alias's
-    options as defaults), or ``None``."""
+    options as defaults and bound in ``cls``), or ``None``."""
     alias = TIMM_ALIASES.get(name) if isinstance(name, str) else None
     if alias is None or alias.alias_of not in _REGISTRY:
         return None
@@ -445,6 +468,7 @@ def _alias_info(name: str) -> BlockInfo | None:
     return dataclasses.replace(
         base,
         name=name,
+        cls=_alias_class(name),
         paper=f"{base.paper} (timm's {alias.timm_module})",
         defaults={**base.defaults, **alias.args},
         alias_of=base.name,
@@ -493,7 +517,7 @@ def create_block(name: str, channels: int, *, init: str = "default", **kwargs: A
         raise ValueError(
             f"block '{name}': option 'init' must be one of {list(INITS)}, got {init!r}"
         )
-    block = info.cls(channels, **merge_options(info.alias_args, kwargs, info.reduced))
+    block = info.cls(channels, **kwargs)
     return make_identity(block, info.alias_of or info.name) if init == "identity" else block
 
 
