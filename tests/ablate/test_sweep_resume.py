@@ -342,11 +342,13 @@ def test_a_run_cut_off_mid_training_goes_on_from_its_last_checkpoint(tmp_path: P
         root = Path(arg(args, "trainer.default_root_dir"))
         assert (root / "lightning_logs/version_0/checkpoints/last.ckpt").is_file()  # kept
         shutil.rmtree(root / "lightning_logs")  # the fake trainer writes a fresh run
-        return fake([a for a in args if a != "--ckpt_path=last"])
+        summary = fake([a for a in args if a != "--ckpt_path=last"])
+        return {**summary, "earlier_s": 100.0}  # the checkpoint's training time (RunSummary)
 
     rows = run_sweep(path, out, train_fn=resume, echo=lambda s: None)
     assert [a[-1] for a in resumed] == ["--ckpt_path=last"]
     assert [r["status"] for r in rows] == ["ok", "ok"]
+    assert rows[0]["wall_s"] < 100 <= rows[1]["wall_s"]  # the resumed run counts its pieces
 
     # cut off again, then the settings change: no resume, a clean start
     (out / "runs/none/seed1/result.json").unlink()

@@ -123,7 +123,11 @@ def test_same_seed_gives_identical_metrics_csv(tmp_path: Path) -> None:
 def test_resume_from_last_continues_the_same_run_to_the_planned_epoch(tmp_path: Path) -> None:
     first = tiny_fit(tmp_path, "--trainer.max_epochs=2")  # "interrupted" after 2 of 3 epochs
     before = read_csv(first["metrics_csv"])
+    ckpt = torch.load(first["last_ckpt"], map_location="cpu", weights_only=False)
+    recorded = ckpt["callbacks"]["RunSummary"]["fit_s"]  # the training time up to that save
+    assert first["earlier_s"] == 0 and 0 < recorded <= first["wall_s"]
     resumed = tiny_fit(tmp_path, "--trainer.max_epochs=3", "--ckpt_path=last")
+    assert resumed["earlier_s"] == recorded and resumed["wall_s"] > recorded
     assert resumed["log_dir"] == first["log_dir"]  # same version dir, same metrics.csv
     rows = read_csv(resumed["metrics_csv"])
     assert [r["epoch"] for r in rows] == ["0", "1", "2"]

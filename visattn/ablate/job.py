@@ -402,7 +402,7 @@ def _train_one(
             test_root = str(run.root / "test")
             test = args.but("test", {"trainer.default_root_dir": test_root, "ckpt_path": ckpt})
             summary["test_acc"] = train_fn(test).get("test_acc")
-        wall = time.perf_counter() - t0
+        wall = time.perf_counter() - t0 + (summary.get("earlier_s") or 0.0)
         cols = evaluate_run(summary, sweep, args)
     except Exception as exc:
         row.update(status="failed", error=error_summary(exc), wall_s=time.perf_counter() - t0)

@@ -12,7 +12,8 @@ Columns (``RESULT_COLUMNS``, in this order):
 - ``latency_ms``: median eval-mode forward time at batch 1; ``batch_latency_ms``: the same at batch
   ``throughput_batch``; ``throughput``: images per second at that batch
   (``1000 * throughput_batch / batch_latency_ms``); ``profile_device``: where they were measured;
-- ``wall_s``: wall time of the training call (``fit``, plus ``test`` where run); ``epochs``: epochs
+- ``wall_s``: wall time of the training call (``fit``, plus ``test`` where run; a run resumed
+  from a checkpoint adds its earlier pieces' time up to that checkpoint); ``epochs``: epochs
   completed;
 - ``val/acc``: best validation top-1 accuracy (a fraction in [0, 1]); ``val/acc_last``: that of
   the last epoch; ``test/acc``: test top-1 accuracy where tested (empty otherwise);

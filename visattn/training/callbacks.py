@@ -242,14 +242,29 @@ class RunSummary(Callback):
 
     ``params`` counts ``pl_module.net``; ``macs`` are multiply-accumulates of one forward pass
     per image at the data module's image shape (``visattn.profile.count_macs``).
+
+    ``wall_s`` of a ``fit`` resumed from a checkpoint adds the earlier pieces' time, which the
+    checkpoint carries (``earlier_s`` in the summary; the time after a piece's last checkpoint
+    is not counted); a checkpoint written before it was recorded adds nothing.
     """
 
     def __init__(self) -> None:
         self.summary: dict[str, Any] = {}
         self._t0: float | None = None
+        self._earlier = 0.0
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._t0 = time.perf_counter()
+        self._earlier = 0.0
+
+    def _elapsed(self) -> float:
+        return time.perf_counter() - (self._t0 or time.perf_counter())
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"fit_s": self._earlier + self._elapsed()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._earlier = float(state_dict.get("fit_s", 0.0))
 
     def _profile(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule
@@ -260,7 +275,8 @@ class RunSummary(Callback):
         return count_params(net), int(count_macs(net, (1, *shape))), shape
 
     def _finish(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        wall = time.perf_counter() - (self._t0 or time.perf_counter())
+        earlier = self._earlier if stage == "fit" else 0.0
+        wall = earlier + self._elapsed()
         params, macs, shape = self._profile(trainer, pl_module)
         metrics_cb = next((c for c in trainer.callbacks if isinstance(c, EpochMetricsCSV)), None)
         ckpt = (
@@ -285,6 +301,7 @@ class RunSummary(Callback):
             "params": params,
             "macs": macs,
             "wall_s": wall,
+            "earlier_s": earlier,
             "best_ckpt": (ckpt.best_model_path or None) if ckpt else None,
             "last_ckpt": (ckpt.last_model_path or None) if ckpt else None,
             "epochs": len(rows) if stage == "fit" else 0,

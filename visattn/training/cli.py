@@ -420,8 +420,9 @@ def run(args: Sequence[str]) -> dict[str, Any]:
     Returns:
         ``log_dir``, ``metrics_csv`` (None when no epoch ran, e.g. ``test``), ``best_val_acc``,
         ``best_epoch``, ``last_val_acc``, ``test_acc`` (``test`` only), ``params``, ``macs`` (per
-        image at the data's image size), ``wall_s``, ``best_ckpt``, ``last_ckpt``, ``epochs``
-        (completed, counting those before a resume).
+        image at the data's image size), ``wall_s`` (a resumed ``fit``'s counts the earlier
+        pieces, ``earlier_s``), ``best_ckpt``, ``last_ckpt``, ``epochs`` (completed, counting
+        those before a resume).
 
     Raises:
         Errors propagate: argument errors as ``jsonargparse.ArgumentError`` (no ``SystemExit``),
