@@ -47,6 +47,7 @@ START, END = "<!-- leaderboard:start -->", "<!-- leaderboard:end -->"
 METRIC = "test/acc"
 BASELINE = "resnet20_none"
 CONTROL = ("resnet20_gsop", "resnet20_wide_gsop")  # (the variant, its width-matched control)
+SAME_SIZE = 0.01  # a block within 1% of the plain network's parameters adds no capacity
 README_TOP = 5  # rows of the README's table besides the plain network and the control
 
 
@@ -375,6 +376,28 @@ def _control_sentence(rows: Sequence[Row], control: Row | None) -> str:
     )
 
 
+def _same_size_sentence(rows: Sequence[Row]) -> str:
+    """The resolved blocks that add (almost) no parameters: capacity cannot explain their gain."""
+    base = next((r for r in rows if r.variant == BASELINE), None)
+    if base is None:
+        return ""
+    blocks = [r for r in rows if r.family not in ("none", "control") and r.resolved]
+    same = [r for r in blocks if r.params <= base.params * (1 + SAME_SIZE)]
+    limit = f"at most {SAME_SIZE:.0%} more parameters than the plain network"
+    if not same:
+        return f"No block with {limit} is resolved yet."
+    said = "; ".join(
+        f"`{r.variant}` {_delta(r)} ({_count(r.params)} parameters"
+        + ("" if math.isnan(r.step) else f", {_f(r.step)}x the step time")
+        + ")"
+        for r in same
+    )
+    return (
+        f"Resolved with {limit}: {said}. Added parameters cannot explain "
+        f"{'this gain' if len(same) == 1 else 'these gains'}; its cost is the step time."
+    )
+
+
 def _families_sentence(rows: Sequence[Row]) -> str:
     """How many rows each of the registry's families has, and why a block sits where it does."""
     counts: dict[str, int] = {}
@@ -429,6 +452,8 @@ def page(rows: Sequence[Row], control: Row | None, facts: Mapping[str, Any]) -> 
         "## The capacity control",
         "",
         _control_sentence(rows, control),
+        "",
+        _same_size_sentence(rows),
         "",
         "## What this table can and cannot tell",
         "",

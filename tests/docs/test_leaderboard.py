@@ -81,3 +81,20 @@ def test_holm_runs_over_every_comparison_on_the_page(board) -> None:
     smallest = min(compared, key=lambda r: r.p)
     assert smallest.holm == pytest.approx(min(1.0, smallest.p * facts["comparisons"]))
     assert all(r.holm >= r.p for r in compared)
+
+
+def test_only_resolved_blocks_at_the_plain_networks_size_are_called_free_of_capacity(
+    board,
+) -> None:
+    def row(variant: str, family: str, params: float, holm: float) -> object:
+        return board.Row(variant, variant, family, params, 1.0, 1.2, 84.0, 0.1, 5, holm=holm)
+
+    base = row(board.BASELINE, "none", 100_000, math.nan)
+    same = row("same_size", "hybrid", 100_900, 0.01)  # +0.9%: named
+    bigger = row("bigger", "channel", 105_000, 0.01)  # +5%: capacity may explain it
+    unresolved = row("unresolved", "channel", 100_000, 0.2)
+    wide = row("wide", "control", 105_000, 0.01)
+    said = board._same_size_sentence([base, same, bigger, unresolved, wide])
+    assert "`same_size`" in said and "bigger" not in said and "unresolved" not in said
+    assert "wide" not in said
+    assert board._same_size_sentence([base, bigger, unresolved]).startswith("No block")
