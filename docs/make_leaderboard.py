@@ -376,12 +376,17 @@ def _control_sentence(rows: Sequence[Row], control: Row | None) -> str:
     )
 
 
+def _blocks(rows: Sequence[Row]) -> list[Row]:
+    """The rows that add a block (not the plain network, not the widened control)."""
+    return [r for r in rows if r.family not in ("none", "control")]
+
+
 def _same_size_sentence(rows: Sequence[Row]) -> str:
     """The resolved blocks that add (almost) no parameters: capacity cannot explain their gain."""
     base = next((r for r in rows if r.variant == BASELINE), None)
     if base is None:
         return ""
-    blocks = [r for r in rows if r.family not in ("none", "control") and r.resolved]
+    blocks = [r for r in _blocks(rows) if r.resolved]
     same = [r for r in blocks if r.params <= base.params * (1 + SAME_SIZE)]
     limit = f"at most {SAME_SIZE:.0%} more parameters than the plain network"
     if not same:
@@ -401,9 +406,8 @@ def _same_size_sentence(rows: Sequence[Row]) -> str:
 def _families_sentence(rows: Sequence[Row]) -> str:
     """How many rows each of the registry's families has, and why a block sits where it does."""
     counts: dict[str, int] = {}
-    for r in rows:
-        if r.family not in ("none", "control"):
-            counts[r.family] = counts.get(r.family, 0) + 1
+    for r in _blocks(rows):
+        counts[r.family] = counts.get(r.family, 0) + 1
     listed = ", ".join(f"{f} {n}" for f, n in sorted(counts.items()))
     return (
         f"- **family**: the registry's (`visattn.block_info(name).family`; here {listed}). A "
