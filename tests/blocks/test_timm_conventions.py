@@ -11,6 +11,7 @@ import copy
 import io
 import math
 import pickle
+from types import MappingProxyType
 
 import pytest
 import timm
@@ -367,3 +368,38 @@ def test_timm_attn_unknown_name_or_option():
     assert visattn.timm_attn("eca", rd_ratio=0.25)(64).conv.kernel_size == (3,)  # ignored
     with pytest.raises(TypeError, match=r"block 'eca': unknown option 'rd_ration'"):
         visattn.timm_attn("eca", rd_ration=0.25)
+
+
+class _Doubler(nn.Module):
+    def __init__(self, channels: int, scale: float = 2.0) -> None:
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.scale
+
+
+class _Halver(_Doubler):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x / self.scale
+
+
+def test_bound_classes_follow_a_block_registered_again_under_the_same_name(monkeypatch):
+    """``timm_attn`` and an alias's ``cls`` are cached per name; after another class is
+    registered under the block's name, both build the new class, not the cached old one."""
+    from visattn.blocks import aliases, registry
+    from visattn.blocks.aliases import BlockAlias
+
+    alias = BlockAlias("test_half", "test_scale", MappingProxyType({"scale": 4.0}), "none")
+    monkeypatch.setattr(registry, "TIMM_ALIASES", {**aliases.TIMM_ALIASES, alias.name: alias})
+    x = torch.ones(1, 4, 2, 2)
+    with registered_block("test_scale", _Doubler, family="channel", paper="test"):
+        first, first_alias = visattn.timm_attn("test_scale"), block_info("test_half").cls
+        assert first is visattn.timm_attn("test_scale")  # cached
+        assert first_alias is block_info("test_half").cls
+        assert first(4)(x).max() == 2.0 and first_alias(4)(x).max() == 4.0  # scale 4 bound
+    with registered_block("test_scale", _Halver, family="channel", paper="test"):
+        again, again_alias = visattn.timm_attn("test_scale"), block_info("test_half").cls
+        assert again is not first and again_alias is not first_alias
+        assert isinstance(again(4), _Halver) and isinstance(again_alias(4), _Halver)
+        assert again(4)(x).max() == 0.5 and again_alias(4)(x).max() == 0.25

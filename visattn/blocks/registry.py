@@ -37,7 +37,7 @@ import copyreg
 import dataclasses
 import functools
 import inspect
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -436,26 +436,38 @@ def subscribe(listener: Listener) -> Callable[[], None]:
     return _SUBSCRIBERS.subscribe(listener, _REGISTRY)
 
 
-#: timm's alias -> the class that builds it (its block's, with the alias's options bound)
-_ALIAS_CLASSES: dict[str, type[nn.Module]] = {}
+#: a cache key -> a class made by :func:`block_class` (:func:`cached_block_class`)
+_BOUND_CLASSES: dict[Hashable, type[nn.Module]] = {}
+
+
+def cached_block_class(
+    key: Hashable, base: BlockInfo, make: Callable[[], type[nn.Module]]
+) -> type[nn.Module]:
+    """The class ``make()`` returns (a :func:`block_class` of ``base``), made once per ``key``
+    and per registration of ``base``: made again when another class has been registered under
+    ``base``'s name since, so that a bound class never builds a replaced block."""
+    cls = _BOUND_CLASSES.get(key)
+    if cls is None or cls.bound_to is not base.impl:
+        cls = _BOUND_CLASSES[key] = make()
+    return cls
 
 
 def _alias_class(name: str) -> type[nn.Module]:
     """The class of timm's alias ``name``: its block's registry class with the alias's options
-    as bound defaults, made once per registration of the block (and pickled as this call)."""
+    as bound defaults (pickled as this call)."""
     alias = TIMM_ALIASES[name]
     base = _REGISTRY[alias.alias_of]
-    cls = _ALIAS_CLASSES.get(name)
-    if cls is None or cls.bound_to is not base.impl:
-        cls = block_class(
+    return cached_block_class(
+        ("alias", name),
+        base,
+        lambda: block_class(
             base,
             bound=alias.args,
             qualname=f"block_info({name!r}).cls",
             doc=f"{name!r}: {base.impl.__name__} with {dict(alias.args)} bound.",
             made_by=(_alias_class, (name,)),
-        )
-        _ALIAS_CLASSES[name] = cls
-    return cls
+        ),
+    )
 
 
 def _alias_info(name: str) -> BlockInfo | None:

@@ -17,11 +17,9 @@ from timm.layers import get_attn
 
 from .._registry import unknown_options
 from .conventions import TIMM_HOOK_KEYWORDS, TIMM_WIDTH_KEYWORDS, merge_options
-from .registry import _FACTORY_KWARGS, BlockInfo, block_class, block_info
+from .registry import _FACTORY_KWARGS, BlockInfo, block_class, block_info, cached_block_class
 
 __all__ = ["timm_attn"]
-
-_CLASSES: dict[tuple[str, str], type[nn.Module]] = {}
 
 
 def _timm_rounding(name: str, info: BlockInfo) -> dict[str, Any]:
@@ -77,19 +75,19 @@ def timm_attn(name: str, **options: Any) -> type[nn.Module]:
     if unknown:
         said = unknown_options(unknown, valid)
         raise TypeError(f"block '{name}': unknown option {said}; valid options: {', '.join(valid)}")
-    key = (info.name, repr(sorted(options.items())))
     base = block_info(info.alias_of or info.name)
-    cls = _CLASSES.get(key)
-    if cls is not None and cls.bound_to is base.impl:
-        return cls
-    timm_defaults = merge_options(_timm_rounding(info.name, info), info.alias_args, info.reduced)
-    bound = merge_options(timm_defaults, options, info.reduced)
-    cls = block_class(
-        base,
-        bound=bound,
-        qualname=f"timm_attn({info.name!r})",
-        doc=f"timm_attn({info.name!r}): {base.impl.__name__} with {bound or 'no options'} bound.",
-        made_by=(_timm_attn_class, (info.name, tuple(options.items()))),
-    )
-    _CLASSES[key] = cls
-    return cls
+
+    def make() -> type[nn.Module]:
+        rounding = _timm_rounding(info.name, info)
+        timm_defaults = merge_options(rounding, info.alias_args, info.reduced)
+        bound = merge_options(timm_defaults, options, info.reduced)
+        said = bound or "no options"
+        return block_class(
+            base,
+            bound=bound,
+            qualname=f"timm_attn({info.name!r})",
+            doc=f"timm_attn({info.name!r}): {base.impl.__name__} with {said} bound.",
+            made_by=(_timm_attn_class, (info.name, tuple(options.items()))),
+        )
+
+    return cached_block_class(("timm_attn", info.name, repr(sorted(options.items()))), base, make)
