@@ -519,27 +519,64 @@ def plots(rows: Sequence[Row], control: Row | None = None) -> dict[str, bytes]:
     ax.set_yticks(range(len(shown)), names)
     ax.set_xlabel("Δ test acc vs plain ResNet-20 (pp), paired, 95% CI (red: resolved, Holm)")
     out["paired_diff.png"] = _png(fig, plt)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.6), sharey=True)
+    families = sorted({r.family for r in rows})
+    colour = {f: f"C{i}" for i, f in enumerate(families)}
     for ax, key, label in (
         (axes[0], "step", "training step time / plain"),
         (axes[1], "macs", "MACs per image (M)"),
     ):
-        for r in rows:
-            x = getattr(r, key) / (1e6 if key == "macs" else 1)
-            if math.isnan(x):
-                continue
-            ax.errorbar(x, r.mean, yerr=r.std, fmt="s" if r.variant == BASELINE else "o")
+        drawn = [r for r in rows if not math.isnan(getattr(r, key))]
+        xs = [getattr(r, key) / (1e6 if key == "macs" else 1) for r in drawn]
+        for r, x in zip(drawn, xs, strict=True):
+            ax.errorbar(
+                x,
+                r.mean,
+                yerr=r.std,
+                fmt="s" if r.variant == BASELINE else "o",
+                color=colour[r.family],
+                capsize=2,
+            )
+        low, high = min(r.mean - r.std for r in drawn), max(r.mean + r.std for r in drawn)
+        ax.set_ylim(low - 0.05 * (high - low), high + 0.12 * (high - low))
+        x_span = (max(xs) - min(xs)) or 1.0
+        label_ys = spread_labels(
+            xs, [r.mean for r in drawn], x_near=0.06 * x_span, gap=0.045 * (high - low)
+        )
+        for r, x, y in zip(drawn, xs, label_ys, strict=True):
             ax.annotate(
                 r.variant.removeprefix("resnet20_"),
                 (x, r.mean),
+                xytext=(x + 0.012 * x_span, y),
+                textcoords="data",
                 fontsize=7,
-                xytext=(3, 3),
-                textcoords="offset points",
+                va="center",
+                arrowprops=dict(arrowstyle="-", lw=0.4, color="0.6") if y != r.mean else None,
             )
+        ax.set_xlim(min(xs) - 0.04 * x_span, max(xs) + 0.16 * x_span)
         ax.set_xlabel(label)
     axes[0].set_ylabel("test acc (%), mean ± std over seeds")
+    handles = [plt.Line2D([], [], marker="o", ls="", color=colour[f], label=f) for f in families]
+    axes[1].legend(handles=handles, title="family", fontsize=7, title_fontsize=7, loc="lower right")
     out["acc_vs_cost.png"] = _png(fig, plt)
     return out
+
+
+def spread_labels(
+    xs: Sequence[float], ys: Sequence[float], *, x_near: float, gap: float
+) -> list[float]:
+    """Heights for the points' labels, each as close to its point's ``y`` as can be while the
+    labels of points less than ``x_near`` apart in ``x`` stay at least ``gap`` apart in ``y``
+    (bottom to top: a label that would sit too close above a neighbour's moves up)."""
+    order = sorted(range(len(ys)), key=lambda i: (ys[i], xs[i]))
+    placed: dict[int, float] = {}
+    for i in order:
+        y = ys[i]
+        for j in sorted(placed, key=placed.get):
+            if abs(xs[i] - xs[j]) < x_near and abs(placed[j] - y) < gap:
+                y = placed[j] + gap
+        placed[i] = y
+    return [placed[i] for i in range(len(ys))]
 
 
 def _png(fig: Any, plt: Any) -> bytes:

@@ -98,3 +98,14 @@ def test_only_resolved_blocks_at_the_plain_networks_size_are_called_free_of_capa
     assert "`same_size`" in said and "bigger" not in said and "unresolved" not in said
     assert "wide" not in said
     assert board._same_size_sentence([base, bigger, unresolved]).startswith("No block")
+
+
+def test_labels_of_points_close_in_x_are_spread_and_others_stay_at_their_points(board) -> None:
+    xs = [40.5, 40.6, 40.55, 63.0, 40.5]
+    ys = [83.30, 83.31, 83.25, 83.30, 84.10]
+    got = board.spread_labels(xs, ys, x_near=1.0, gap=0.05)
+    assert got[2] == 83.25 and got[3] == 83.30 and got[4] == 84.10  # lowest, far, alone in y
+    assert got[0] == pytest.approx(83.30) and got[1] == pytest.approx(83.35)
+    near = [i for i in range(5) if xs[i] < 41]
+    assert all(abs(got[i] - got[j]) >= 0.05 - 1e-12 for i in near for j in near if i < j), got
+    assert all(g >= y for g, y in zip(got, ys, strict=True))  # labels only move up
