@@ -370,6 +370,14 @@ def _control_sentence(rows: Sequence[Row], control: Row | None) -> str:
         )
     if control.resolved:
         return said + "The widened network is resolved above GSoP: its gain is a capacity effect."
+    if control.high < 0:
+        return said + (
+            "GSoP scores below the widened network, and the pairs' own 95% interval lies below "
+            "0, but Holm's correction over every comparison on this page leaves the difference "
+            "unresolved. What these seeds do show: GSoP's gain over the plain network is no "
+            "larger than what its parameters give a plain, wider network, so it may be "
+            "capacity, not second-order pooling."
+        )
     return said + (
         "These seeds cannot tell GSoP from a plain network of its size: its resolved gain over "
         "the plain network may be capacity, not second-order pooling."

@@ -109,3 +109,28 @@ def test_labels_of_points_close_in_x_are_spread_and_others_stay_at_their_points(
     near = [i for i in range(5) if xs[i] < 41]
     assert all(abs(got[i] - got[j]) >= 0.05 - 1e-12 for i in near for j in near if i < j), got
     assert all(g >= y for g, y in zip(got, ys, strict=True))  # labels only move up
+
+
+@pytest.mark.parametrize(
+    ("diff", "low", "high", "holm", "says"),
+    [
+        (0.5, 0.3, 0.7, 0.01, "resolved above a network of its own size"),
+        (-0.5, -0.7, -0.3, 0.01, "resolved above GSoP"),
+        (-0.47, -0.75, -0.19, 0.099, "own 95% interval lies below 0, but Holm"),
+        (-0.2, -0.6, 0.2, 0.6, "cannot tell GSoP from a plain network of its size"),
+    ],
+)
+def test_the_control_sentence_says_what_the_interval_and_holm_say(
+    board, diff: float, low: float, high: float, holm: float, says: str
+) -> None:
+    gsop, wide = board.CONTROL
+    rows = [
+        board.Row(gsop, gsop, "channel", 418e3, 45e6, 1.5, 83.8, 0.1, 5, diff=0.47, holm=0.02),
+        board.Row(wide, wide, "control", 421e3, 63e6, 1.8, 84.3, 0.2, 5, diff=0.94, holm=0.01),
+    ]
+    control = board.Row(
+        "control", "GSoP - control", "control", 0, 0, 1, 0, 0, 5, diff, low, high, 5
+    )
+    control.holm = holm
+    said = board._control_sentence(rows, control)
+    assert says in said and f"Holm p {holm:.3f}" in said
