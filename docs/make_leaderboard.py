@@ -425,6 +425,55 @@ def _families_sentence(rows: Sequence[Row]) -> str:
     )
 
 
+def _across_families(rows: Sequence[Row]) -> list[str]:
+    """A line a family: its blocks, its best one, which are resolved (with the parameters
+    they add); then what one to a few blocks a family can say."""
+    base = next((r for r in rows if r.variant == BASELINE), None)
+    by_family: dict[str, list[Row]] = {}
+    for r in _blocks(rows):
+        if not math.isnan(r.diff):
+            by_family.setdefault(r.family, []).append(r)
+    if not by_family:
+        return ["No block has a finished pair yet."]
+
+    def name(r: Row) -> str:
+        return f"`{r.variant.removeprefix('resnet20_')}`"
+
+    def added(r: Row) -> str:
+        if base is None:
+            return ""
+        if r.params == base.params:
+            return " (no added parameters)"
+        return f" ({(r.params / base.params - 1) * 100:+.0f}% parameters)"
+
+    lines = []
+    for family, members in sorted(by_family.items()):
+        members = sorted(members, key=lambda r: -r.diff)
+        best, resolved = members[0], [r for r in members if r.resolved]
+        said = ", ".join(name(r) + added(r) for r in resolved) or "none"
+        if len(members) == 1:
+            head = f"- **{family}** (1 block): {name(best)} {_delta(best)}"
+        else:
+            head = (
+                f"- **{family}** ({len(members)} blocks: {', '.join(name(r) for r in members)}): "
+                f"best {name(best)} {_delta(best)}"
+            )
+        lines.append(f"{head}; resolved: {said}.")
+    bests = [m[0].diff for m in (sorted(v, key=lambda r: -r.diff) for v in by_family.values())]
+    spread = {f: max(r.diff for r in m) - min(r.diff for r in m) for f, m in by_family.items()}
+    widest = max(spread, key=spread.get)
+    inside = [r.diff for r in by_family[widest]]
+    sizes = sorted({len(m) for m in by_family.values()})
+    lines += [
+        "",
+        f"With {sizes[0]} to {sizes[-1]} blocks a family, this compares blocks, not families: "
+        f"the {widest} blocks alone range from {min(inside):+.2f} to {max(inside):+.2f} points, "
+        f"the families' best blocks from {min(bests):+.2f} to {max(bests):+.2f}, so a family's "
+        "row says what its best block did on this recipe, not what the family does.",
+    ]
+    return lines
+
+
 def page(rows: Sequence[Row], control: Row | None, facts: Mapping[str, Any]) -> str:
     seeds = facts["seeds"]
     cpu = facts["step_cpu"] or "the machine named in benchmarks/results/steps_cpu.md"
@@ -466,6 +515,10 @@ def page(rows: Sequence[Row], control: Row | None, facts: Mapping[str, Any]) -> 
         _control_sentence(rows, control),
         "",
         _same_size_sentence(rows),
+        "",
+        "## Across the families",
+        "",
+        *_across_families(rows),
         "",
         "## What this table can and cannot tell",
         "",

@@ -134,3 +134,41 @@ def test_the_control_sentence_says_what_the_interval_and_holm_say(
     control.holm = holm
     said = board._control_sentence(rows, control)
     assert says in said and f"Holm p {holm:.3f}" in said
+
+
+def test_the_family_lines_name_each_familys_blocks_best_and_resolved(board) -> None:
+    def row(variant: str, family: str, params: float, diff: float, holm: float) -> object:
+        return board.Row(
+            variant,
+            variant,
+            family,
+            params,
+            1.0,
+            1.2,
+            84.0,
+            0.1,
+            5,
+            diff,
+            diff - 0.1,
+            diff + 0.1,
+            5,
+            holm=holm,
+        )
+
+    rows = [
+        row(board.BASELINE, "none", 100_000, math.nan, math.nan),
+        row("resnet20_a", "channel", 150_000, 0.5, 0.01),
+        row("resnet20_b", "channel", 101_000, -0.3, 0.5),
+        row("resnet20_c", "hybrid", 100_000, 0.8, 0.01),
+        row("resnet20_d", "spatial", 110_000, 0.1, 0.9),
+        row("resnet20_w", "control", 150_000, 0.9, 0.01),  # not a block: no family line
+    ]
+    lines = board._across_families(rows)
+    assert lines[0].startswith("- **channel** (2 blocks: `a`, `b`): best `a` **+0.50")
+    assert lines[0].endswith("resolved: `a` (+50% parameters).")
+    assert lines[1] == (
+        "- **hybrid** (1 block): `c` **+0.80 [+0.70, +0.90]**; resolved: `c` (no added parameters)."
+    )
+    assert lines[2].endswith("resolved: none.") and "control" not in "".join(lines)
+    assert "channel blocks alone range from -0.30 to +0.50" in lines[-1]
+    assert "best blocks from +0.10 to +0.80" in lines[-1]
