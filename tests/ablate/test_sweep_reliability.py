@@ -310,6 +310,48 @@ def test_an_image_size_too_small_for_the_data_fails_before_the_first_run(
     assert fake.calls == []
 
 
+def test_a_download_that_fails_is_tried_once_and_reported_once_for_every_variant(
+    tmp_path: Path, fake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three variants share one CIFAR-10 folder to download into and no network: the check
+    tries the download once and says so in one line, not three."""
+    pytest.importorskip("visattn.training.cli")
+    import urllib.error
+    import urllib.request
+
+    tries = []
+
+    def offline(*args: object, **kwargs: object) -> None:
+        tries.append(args)
+        raise urllib.error.URLError("Name or service not known")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    data = {
+        "name": "offline",
+        "base": [str(REPO / "configs" / "quickstart.yaml")],
+        "seeds": [0, 1],
+        "set": {
+            **TINY_SET,
+            "data.dataset": "cifar10",
+            "data.root": str(tmp_path / "data"),
+            "data.download": True,
+        },
+        "variants": [
+            {"name": "plain", "set": {"model.attention": None}},
+            {"name": "se", "set": {"model.attention": {"name": "se"}}},
+            {"name": "eca", "set": {"model.attention": {"name": "eca"}}},
+        ],
+    }
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(ValueError) as info:
+        run_sweep(path, tmp_path / "out", train_fn=fake, echo=lambda s: None, validate=True)
+    lines = str(info.value).splitlines()
+    assert "3 variant(s) would fail before training" in lines[0] and len(lines) == 2
+    assert lines[1].startswith("  every variant (3): ConnectionError: cifar10: could not")
+    assert len(tries) == 1 and fake.calls == []
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_processes_started_under_the_reaper_die_with_a_sigkilled_parent(tmp_path: Path) -> None:
     pytest.importorskip("ray")  # the reaper serves the Ray executor

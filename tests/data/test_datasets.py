@@ -220,6 +220,25 @@ def test_download_fetches_the_official_archive_when_files_are_missing(
     assert len(dm.train_dataset) == 40 and len(calls) == 1  # present now: no second download
 
 
+def test_a_failed_download_names_the_url_and_the_folder_to_fill_by_hand(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import urllib.error
+    import urllib.request
+
+    def offline(*args: object, **kwargs: object) -> None:
+        raise urllib.error.URLError("Name or service not known")
+
+    # torchvision's own download code runs; only the network is gone
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    dm = VisattnDataModule("cifar10", root=str(tmp_path), download=True, verify=False)
+    with pytest.raises(ConnectionError) as err:
+        dm.prepare_data()
+    msg = str(err.value)
+    assert "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz" in msg
+    assert "Name or service not known" in msg and str(tmp_path / "cifar-10-batches-py") in msg
+
+
 @pytest.mark.data
 def test_shared_repacked_cifar10_is_refused_then_accepted_with_verify_off() -> None:
     with pytest.raises(DatasetIntegrityError, match="test_batch"):

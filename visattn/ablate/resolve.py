@@ -58,10 +58,12 @@ class ResolvedRun:
     warnings: tuple[str, ...] = ()  # what would make the run learn nothing, said before it trains
 
 
-def _check_fit(built: run_config.Built, checked_data: set[str]) -> None:
+def _check_fit(built: run_config.Built, checked_data: dict[str, BaseException | None]) -> None:
     """Run the network once on a batch of 2 at the data's image size (train mode, as the first
     step will) and load the validation split, unless a run with the same data options has
-    already loaded it: an image size the model or the data source cannot take fails here."""
+    already tried: an image size the model or the data source cannot take fails here. A load
+    that failed fails again for the same options without a second try (a download that cannot
+    reach the network is tried once per sweep, not once per variant)."""
     module, datamodule, config = built
     shape = getattr(datamodule, "image_shape", None) or module.net.default_input_size
     net = module.net.train()
@@ -69,9 +71,17 @@ def _check_fit(built: run_config.Built, checked_data: set[str]) -> None:
         net(torch.zeros(2, *(int(s) for s in shape)))
     data = config.get("data")
     key = json.dumps(data.as_dict() if hasattr(data, "as_dict") else data, default=str)
-    if key not in checked_data:
+    if key in checked_data:
+        failed = checked_data[key]
+        if failed is not None:
+            raise failed
+        return
+    try:
         datamodule.setup("validate")
-        checked_data.add(key)
+    except Exception as exc:
+        checked_data[key] = exc
+        raise
+    checked_data[key] = None
 
 
 def build_run(args: Sequence[str]) -> tuple[Any, Any]:
@@ -82,11 +92,14 @@ def build_run(args: Sequence[str]) -> tuple[Any, Any]:
     return module, datamodule
 
 
-def resolve_run(args: Sequence[str], checked_data: set[str] | None = None) -> ResolvedRun:
+def resolve_run(
+    args: Sequence[str], checked_data: dict[str, BaseException | None] | None = None
+) -> ResolvedRun:
     """Resolve ``args`` (a ``train_cls.py fit ...`` argument list; nothing is parsed when they
     come resolved) and build its data module and network without training or writing anything.
 
-    With ``checked_data`` (the data options already checked, updated here), also run the
+    With ``checked_data`` (the data options already checked, with the error each raised or
+    ``None``; updated here), also run the
     network once on a batch of 2 at the data's image size and load the validation split once
     per distinct data options, so that an image size too small for the model or the data
     source fails here rather than at the first step.
@@ -142,27 +155,35 @@ def check_variants(runs: Sequence[Any], what: str = "sweep") -> None:
     ``checked_data``).
 
     Raises:
-        ValueError: one line per variant that does not parse or build, naming it and the error.
+        ValueError: one line per error, naming the variants that raise it (``every variant``
+            where all do, such as a data folder they share).
     """
-    seen: set[str] = set()
-    checked_data: set[str] = set()
-    errors = []
+    seen: list[str] = []
+    checked_data: dict[str, BaseException | None] = {}
+    failed: dict[str, list[str]] = {}
     for run in runs:
         if run.variant in seen:
             continue
-        seen.add(run.variant)
+        seen.append(run.variant)
         try:
             resolved = resolve_run(run.resolved, checked_data)
         except Exception as exc:  # every kind of bad input: report them all at once
-            errors.append(f"  variant {run.variant!r}: {error_summary(exc)}")
+            failed.setdefault(error_summary(exc), []).append(run.variant)
             continue
         for said in resolved.warnings:  # on the console, before anything trains
             warnings.warn(f"{what}: variant {run.variant!r}: {said}", UserWarning, stacklevel=2)
-    if errors:
+    if failed:
+        count = sum(len(names) for names in failed.values())
         raise ValueError(
-            f"{what}: {len(errors)} variant(s) would fail before training, nothing was run:\n"
-            + "\n".join(errors)
+            f"{what}: {count} variant(s) would fail before training, nothing was run:\n"
+            + "\n".join(f"  {_which(names, seen)}: {said}" for said, names in failed.items())
         )
+
+
+def _which(names: Sequence[str], every: Sequence[str]) -> str:
+    if len(names) > 1 and len(names) == len(every):
+        return f"every variant ({len(names)})"
+    return f"variant{'s' if len(names) > 1 else ''} {', '.join(repr(n) for n in names)}"
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import logging
 import pickle
 from pathlib import Path
 from typing import Any
+from urllib.error import URLError
 
 import numpy as np
 from torchvision.datasets import CIFAR10, CIFAR100
@@ -131,6 +132,8 @@ def locate_cifar(name: str, root: str | Path, *, download: bool = False) -> Path
 
     Raises:
         FileNotFoundError: files missing and ``download`` off; names the path and both fixes.
+        ConnectionError: the download failed (no network, HTTP error); names the URL and the
+            folder to fill by hand.
     """
     if name not in CIFAR_SPECS:
         raise ValueError(f"unknown CIFAR dataset {name!r}; choose from {sorted(CIFAR_SPECS)}")
@@ -142,7 +145,15 @@ def locate_cifar(name: str, root: str | Path, *, download: bool = False) -> Path
     if missing and download:
         cls = spec["torchvision"]
         root.mkdir(parents=True, exist_ok=True)
-        download_and_extract_archive(cls.url, str(root), filename=cls.filename, md5=cls.tgz_md5)
+        try:
+            download_and_extract_archive(cls.url, str(root), filename=cls.filename, md5=cls.tgz_md5)
+        except URLError as e:  # no network, DNS, proxy, HTTP error
+            raise ConnectionError(
+                f"{name}: could not download {cls.url} into {root} ({getattr(e, 'reason', e)}). "
+                f"Check the network, or fetch the archive on another machine and unpack it so "
+                f"that {root / spec['folder']}/ holds its files, then run without "
+                "--data.download."
+            ) from e
         folder = root / spec["folder"]
         missing = [f for f in wanted if not (folder / f).is_file()]
     if missing:
