@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         return yolo.main(argv[1:])
     parser = argparse.ArgumentParser(
         prog="python -m visattn",
-        description=__doc__,
+        description=__doc__.replace("``", ""),  # the docstring's markup, not the terminal's
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True)
