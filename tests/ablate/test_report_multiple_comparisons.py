@@ -120,3 +120,31 @@ def test_a_test_acc_report_leaves_the_validation_choice_out_and_stars_only_a_res
     rows = [r for r in rows if r["variant"] != "gain"]  # nothing resolved now: no star at all
     text = render_report(rows, name="t", baseline="base", metric="test/acc")
     assert not [ln for ln in text.splitlines() if ln.startswith("| ") and "★" in ln]
+
+
+def test_the_equal_budget_comparison_is_in_the_same_holm_family_as_the_table() -> None:
+    """Every comparison the report can call resolved counts in one family: with the
+    equal-budget row, m is the table's comparisons plus one, in both tables."""
+    rows = _rows()
+    base = [0.80, 0.82, 0.79, 0.81, 0.83]  # _rows()'s baseline
+    wide = [x + 0.045 + e for x, e in zip(base, (0.001, 0.0, 0.002, -0.001, 0.001))]
+    rows += [
+        {"run": f"wide/s{s}", "variant": "wide", "seed": s, "status": "ok", "val/acc": acc}
+        for s, acc in enumerate(wide)
+    ]
+    text = render_report(rows, name="t", baseline="none", budget={"wide": "big"})
+    by = {
+        v: {r["seed"]: r["val/acc"] for r in rows if r["variant"] == v}
+        for v in {r["variant"] for r in rows}
+    }
+    family = {v: paired_ci(by[v], by["none"]).t_p for v in by if v != "none"}
+    family["big - wide"] = paired_ci(by["big"], by["wide"]).t_p
+    adjusted = holm(family)  # 12 comparisons: 11 against the baseline, 1 equal-budget
+    assert len(family) == 12
+    table = {ln.split(" | ")[0].strip("| ★"): ln for ln in text.splitlines() if ln.startswith("| ")}
+    assert f"| {adjusted['small']:.3f} |" in table["small"]
+    budget = next(ln for ln in text.split("## Against an equal budget", 1)[1].splitlines()
+                  if ln.startswith("| big | wide |"))  # fmt: skip
+    assert f"| {adjusted['big - wide']:.3f} |" in budget
+    # alone in its table (m = 1) Holm would leave the raw p-value: the two differ here
+    assert f"{family['big - wide']:.3f}" != f"{adjusted['big - wide']:.3f}"

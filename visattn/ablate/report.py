@@ -422,8 +422,9 @@ def _notes(ctx: _Context, rows: Sequence[dict[str, Any]], planned: int | None) -
         "- detectable Δ: the smallest true difference these pairs detect with 80% power at the "
         "5% level, (t_0.975 + t_0.8)·sd(d)/√n.",
         "- Wilcoxon p: two-sided signed-rank test, where there are at least 5 pairs.",
-        "- Holm p: the paired-t p-value adjusted by Holm's step-down method over all of this "
-        "table's comparisons of the metric.",
+        "- Holm p: the paired-t p-value adjusted by Holm's step-down method over every "
+        "comparison of the metric in this report (this table's, and the equal-budget table's "
+        "where there is one).",
         f"- resolved: **yes** only where Holm p < {ALPHA} (told from seed noise with the "
         "family-wise error held at 5%), otherwise no, whatever the raw interval says.",
         "- Δ Welch: the difference of means with a 95% Welch interval, ignoring the pairing.",
@@ -460,19 +461,30 @@ def _notes(ctx: _Context, rows: Sequence[dict[str, Any]], planned: int | None) -
     return out
 
 
+def _budget_pairs(
+    summaries: Sequence[VariantSummary], budget: Mapping[str, str], metric: str
+) -> dict[str, tuple[str, Comparison | None]]:
+    """``{matched variant: (its widened baseline, the comparison)}`` of the equal-budget
+    table, for the pairs whose both sides have finished runs."""
+    names = {s.name for s in summaries}
+    return {
+        target: (matched, compare(summaries, {target: matched}, metric).get(target))
+        for matched, target in budget.items()
+        if matched in names and target in names
+    }
+
+
+def _budget_key(target: str) -> str:
+    """The equal-budget comparison's key in the report's Holm family (no variant's name)."""
+    return f"\0budget:{target}"
+
+
 def _budget_section(ctx: _Context, budget: Mapping[str, str]) -> list[str]:
-    by_name = {s.name: s for s in ctx.summaries}
-    pairs = {}
-    for matched, target in budget.items():
-        if matched in by_name and target in by_name:
-            pairs[target] = (
-                matched,
-                compare(ctx.summaries, {target: matched}, ctx.metric).get(target),
-            )
+    pairs = _budget_pairs(ctx.summaries, budget, ctx.metric)
     if not pairs:
         return []
     m = ctx.metric
-    adjusted = holm({t: c.paired.t_p if c else math.nan for t, (_, c) in pairs.items()})
+    adjusted = {t: ctx.holm_p[m].get(_budget_key(t), math.nan) for t in pairs}
     rows = [
         f"| {target} | {matched} | " + " | ".join(_paired_cells(c, False, adjusted[target])) + " |"
         for target, (matched, c) in pairs.items()
@@ -548,7 +560,12 @@ def render_report(
         return f"# Sweep `{name}`\n\nNo finished runs yet.\n"
     batches = {s.throughput_batch for s in summaries} - {None}
     comparisons = {m: compare(summaries, baseline, m) for m in METRICS}
-    holm_p = {m: holm({v: c.paired.t_p for v, c in comparisons[m].items()}) for m in comparisons}
+    # one Holm family a metric: the table's comparisons, and for the headline metric the
+    # equal-budget table's too (each comparison the report calls resolved counts in it)
+    family = {m: {v: c.paired.t_p for v, c in comparisons[m].items()} for m in comparisons}
+    for target, (_, c) in _budget_pairs(summaries, budget or {}, metric).items():
+        family[metric][_budget_key(target)] = c.paired.t_p if c else math.nan
+    holm_p = {m: holm(family[m]) for m in family}
     ctx = _Context(
         summaries=summaries,
         base_of=baselines_of(summaries, baseline),
