@@ -47,6 +47,8 @@ START, END = "<!-- leaderboard:start -->", "<!-- leaderboard:end -->"
 METRIC = "test/acc"
 BASELINE = "resnet20_none"
 CONTROL = ("resnet20_gsop", "resnet20_wide_gsop")  # (the variant, its width-matched control)
+#: SimAM at a position chosen by mistake for the authors', and at the authors' position
+SIMAM = ("resnet20_simam", "resnet20_simam_prenorm")
 SAME_SIZE = 0.01  # a block within 1% of the plain network's parameters adds no capacity
 README_TOP = 5  # rows of the README's table besides the plain network and the control
 
@@ -87,17 +89,64 @@ def _attention_names(spec: Any) -> list[str]:
     return [n for item in spec for n in _attention_names(item)]
 
 
+#: what each placement position means in ResNet-20's BasicBlock (the page's placement bullet)
+POSITION_WORDS = {
+    "standard": "on the residual branch after its last BN, before the sum (SE's place)",
+    "inner": "after the block's first conv, its BN and ReLU",
+    "prenorm": "between the block's last 3x3 conv and its BN",
+    "post": "after the sum",
+    "output": "after the block's final ReLU",
+    "pre": "on the residual branch's input",
+    "identity": "on the shortcut",
+    "stage": "once after a whole stage",
+}
+
+
+def _placements(spec: Any) -> list[tuple[str, str]]:
+    """``(position, where)`` of each placement in an attention spec, the stages of entries
+    with the same position and blocks merged (``("stage", "after stages 1, 2")``)."""
+    items = [
+        {"name": i} if isinstance(i, str) else i
+        for i in (spec if isinstance(spec, list) else [spec])
+    ]
+    merged: dict[tuple[str, Any], list[int]] = {}
+    for item in items:
+        key = (item.get("position") or "standard", item.get("blocks"))
+        merged.setdefault(key, []).extend(item.get("stages") or [])
+    out = []
+    for (position, blocks), stages in merged.items():
+        listed = ", ".join(str(s) for s in stages)
+        plural = "s" if len(stages) > 1 else ""
+        if position == "stage":
+            out.append(
+                (position, f"after stage{plural} {listed}" if stages else "after every stage")
+            )
+            continue
+        which = (
+            "every block"
+            if blocks is None
+            else "the last block"
+            if blocks == "last"
+            else f"blocks {blocks}"
+        )
+        out.append((position, f"{which} of stage{plural} {listed}" if stages else which))
+    return out
+
+
 def _describe(variant: Any) -> tuple[str, str]:
-    """``(label, family)`` of a sweep variant, from its attention spec and the registry."""
+    """``(label, family)`` of a sweep variant, from its attention spec and the registry: the
+    blocks and where they sit (``+ `simam` at `inner`, every block``)."""
     import visattn
 
     if variant.match is not None:
         return f"ResNet-20, wider, at `{variant.match[1]}`'s {variant.match[0]}", "control"
-    names = sorted(set(_attention_names(variant.overrides.get("model.attention"))))
+    spec = variant.overrides.get("model.attention")
+    names = sorted(set(_attention_names(spec)))
     if not names:
         return "ResNet-20", "none"
     families = sorted({visattn.block_info(n).family for n in names})
-    return "+ " + ", ".join(f"`{n}`" for n in names), "/".join(families)
+    where = "; ".join(f"`{p}`, {w}" for p, w in _placements(spec))
+    return "+ " + ", ".join(f"`{n}`" for n in names) + f" at {where}", "/".join(families)
 
 
 def read_steps(path: Path = STEPS) -> dict[str, float]:
@@ -178,6 +227,9 @@ def build_rows(results: Path = RESULTS, steps: Path = STEPS) -> tuple[list[Row],
         "train_acc": _final_train_acc(results, rows_in, BASELINE),
         "step_cpu": _steps_cpu(steps),
         "unverified": _unverified(results, rows_in),
+        "finished": {
+            v: sum(r["variant"] == v and r["status"] == "ok" for r in rows_in) for v in variants
+        },
     }
     return rows, control, facts
 
@@ -426,6 +478,27 @@ def _same_size_sentence(rows: Sequence[Row]) -> str:
     )
 
 
+def _placement_bullet(rows: Sequence[Row], facts: Mapping[str, Any]) -> str:
+    """What the positions in the variant column mean, and the one variant not at its paper's
+    position (SimAM at ``inner``) with how far its twin at the authors' position has come."""
+    used = [p for p in POSITION_WORDS if any(f"`{p}`," in r.label for r in rows)]
+    said = "; ".join(f"`{p}`: {POSITION_WORDS[p]}" for p in used)
+    text = (
+        f"- **placement** (in ResNet-20's BasicBlocks): {said}. Each block sits where its "
+        "paper or the authors' code puts it"
+    )
+    wrong, right = SIMAM
+    if any(r.variant == wrong for r in rows):
+        done = facts["finished"].get(right, 0)
+        text += (
+            f", except `{wrong}`: `inner` was taken by mistake for the authors' position, which "
+            f"is `prenorm` (their CIFAR and ImageNet code); `{right}` runs it there ("
+            + (f"{done} of {facts['seeds']} seeds finished" if done else "not run yet")
+            + ")"
+        )
+    return text + "."
+
+
 def _families_sentence(rows: Sequence[Row]) -> str:
     """How many rows each of the registry's families has, and why a block sits where it does."""
     counts: dict[str, int] = {}
@@ -518,6 +591,7 @@ def page(rows: Sequence[Row], control: Row | None, facts: Mapping[str, Any]) -> 
         "channels-last, one thread) against the plain network's, measured interleaved in one "
         f"idle run of `benchmarks/bench_steps.py` on {cpu}; MACs: per image, attention "
         "products included.",
+        _placement_bullet(rows, facts),
         _families_sentence(rows),
         "- **Δ paired**: the mean of the per-seed differences to the plain network with its 95% "
         "paired-t interval; **detectable Δ**: the smallest true difference these pairs find with "

@@ -172,3 +172,32 @@ def test_the_family_lines_name_each_familys_blocks_best_and_resolved(board) -> N
     assert lines[2].endswith("resolved: none.") and "control" not in "".join(lines)
     assert "channel blocks alone range from -0.30 to +0.50" in lines[-1]
     assert "best blocks from +0.10 to +0.80" in lines[-1]
+
+
+def test_placements_name_positions_stages_and_blocks(board) -> None:
+    assert board._placements("se") == [("standard", "every block")]
+    assert board._placements(
+        {"name": "nonlocal", "position": "post", "stages": [2, 3], "blocks": "last"}
+    ) == [("post", "the last block of stages 2, 3")]
+    two = [
+        {"name": "residual_attention", "position": "stage", "stages": [1], "args": {"depth": 2}},
+        {"name": "residual_attention", "position": "stage", "stages": [2], "args": {"depth": 1}},
+    ]
+    assert board._placements(two) == [("stage", "after stages 1, 2")]  # merged
+    assert board._placements({"name": "bam", "position": "stage"}) == [
+        ("stage", "after every stage")
+    ]
+
+
+def test_the_placement_bullet_says_how_far_simam_at_the_authors_position_has_come(board) -> None:
+    wrong, right = board.SIMAM
+    rows = [
+        board.Row(wrong, "+ `simam` at `inner`, every block", "hybrid", 1, 1, 1, 84, 0.1, 5),
+        board.Row("x", "+ `se` at `standard`, every block", "channel", 1, 1, 1, 83, 0.1, 5),
+    ]
+    said = board._placement_bullet(rows, {"finished": {right: 2}, "seeds": 5})
+    assert "`inner`: after" in said and "`standard`: on the residual branch" in said
+    assert "`prenorm`:" not in said  # only the positions in the table are explained
+    assert f"`{right}` runs it there (2 of 5 seeds finished)" in said
+    assert "not run yet" in board._placement_bullet(rows, {"finished": {}, "seeds": 5})
+    assert "except" not in board._placement_bullet(rows[1:], {"finished": {}, "seeds": 5})
