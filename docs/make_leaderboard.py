@@ -562,12 +562,80 @@ def _across_families(rows: Sequence[Row]) -> list[str]:
     return lines
 
 
-def page(rows: Sequence[Row], control: Row | None, facts: Mapping[str, Any]) -> str:
-    seeds = facts["seeds"]
-    cpu = facts["step_cpu"] or "the machine named in benchmarks/results/steps_cpu.md"
+def _limits(rows: Sequence[Row], facts: Mapping[str, Any]) -> list[str]:
+    """The section "What this table can and cannot tell"."""
     train = facts["train_acc"]
     base = next((r for r in rows if r.variant == BASELINE), None)
     resolved = [r for r in rows if r.resolved]
+    return [
+        "## What this table can and cannot tell",
+        "",
+        "- It ranks blocks at one short recipe. Ten epochs underfit ResNet-20: the plain "
+        f"network's final training accuracy is {_f(train)}% against "
+        f"{_f(base.mean if base else math.nan)}%"
+        " on the test set (with augmentation and label smoothing on the training side), so "
+        "the networks are far from converged, and a block that speeds up early learning is "
+        "favoured over one that helps a converged network. Gains could differ, in size and "
+        "order, in full training.",
+        f"- {len(resolved)} of {facts['comparisons']} comparisons "
+        f"{'is' if len(resolved) == 1 else 'are'} resolved. An unresolved "
+        "row is not evidence that a block does nothing: its detectable Δ says the size these "
+        "seeds could have found.",
+        *(
+            [
+                f"- The data: {facts['unverified']} of {facts['ok']} runs read a re-packed copy "
+                "of CIFAR-10 with the integrity check off (`data.verify=false`): its pixels were "
+                "re-encoded from a JPEG (quality 75) copy, about 5.8/255 mean absolute error "
+                "against the official files, so absolute accuracies sit below what those files "
+                "give. Every run read the same copy, so the paired differences compare like "
+                "with like."
+            ]
+            if facts["unverified"]
+            else []
+        ),
+        "- One network, one data set, one resolution (feature maps of 32 to 8 px): blocks "
+        "designed for large maps (non-local, BAM's dilated branch) are tested far from their "
+        "design point, and none of this says how a block behaves at 224 px.",
+        "- Anchors, with their regimes: He et al. (2016) ResNet-20 91.25% (164 epochs, 64k "
+        "steps); the SENet paper, SE-ResNet-110 on CIFAR-10, error 6.37% -> 5.21%; timm's "
+        "same-recipe ImageNet runs of ResNet-33ts: SE +1.16, ECA +0.87, GC +0.86 points top-1. "
+        "None of them is this recipe; they bound what a longer schedule might show.",
+        "",
+    ]
+
+
+def _reproduce() -> list[str]:
+    """The section "Reproduce": the official files into a new folder, or this table continued."""
+    return [
+        "## Reproduce",
+        "",
+        "From the repository's root. On the official CIFAR-10 files (`DATA` holds "
+        "`cifar-10-batches-py/`; add `--set data.download=true` to fetch them there), every "
+        "run trains anew, into a folder of your own:",
+        "",
+        "```bash",
+        "python -m visattn.ablate configs/ablations/cifar10_cpu.yaml --out runs/cifar10_cpu \\",
+        "    --jobs 2 --threads 1 --set data.root=DATA",
+        "```",
+        "",
+        "To continue or extend this table, give its folder and its settings, the integrity "
+        "switch included: runs whose completion marker is committed stay finished, a cut-off "
+        "run resumes from its checkpoint where that is on the machine, and "
+        "`python docs/make_leaderboard.py` writes this page, its plots and the README's table "
+        "again:",
+        "",
+        "```bash",
+        "python -m visattn.ablate configs/ablations/cifar10_cpu.yaml \\",
+        "    --out benchmarks/results/cifar10_cpu --jobs 2 --threads 1 \\",
+        "    --set data.root=DATA --set data.verify=false",
+        "```",
+        "",
+    ]
+
+
+def page(rows: Sequence[Row], control: Row | None, facts: Mapping[str, Any]) -> str:
+    seeds = facts["seeds"]
+    cpu = facts["step_cpu"] or "the machine named in benchmarks/results/steps_cpu.md"
     lines = [
         "# Leaderboard: the zoo on CIFAR-10",
         "",
@@ -609,62 +677,8 @@ def page(rows: Sequence[Row], control: Row | None, facts: Mapping[str, Any]) -> 
         "",
         *_across_families(rows),
         "",
-        "## What this table can and cannot tell",
-        "",
-        "- It ranks blocks at one short recipe. Ten epochs underfit ResNet-20: the plain "
-        f"network's final training accuracy is {_f(train)}% against "
-        f"{_f(base.mean if base else math.nan)}%"
-        " on the test set (with augmentation and label smoothing on the training side), so "
-        "the networks are far from converged, and a block that speeds up early learning is "
-        "favoured over one that helps a converged network. Gains could differ, in size and "
-        "order, in full training.",
-        f"- {len(resolved)} of {facts['comparisons']} comparisons "
-        f"{'is' if len(resolved) == 1 else 'are'} resolved. An unresolved "
-        "row is not evidence that a block does nothing: its detectable Δ says the size these "
-        "seeds could have found.",
-        *(
-            [
-                f"- The data: {facts['unverified']} of {facts['ok']} runs read a re-packed copy "
-                "of CIFAR-10 with the integrity check off (`data.verify=false`): its pixels were "
-                "re-encoded from a JPEG (quality 75) copy, about 5.8/255 mean absolute error "
-                "against the official files, so absolute accuracies sit below what those files "
-                "give. Every run read the same copy, so the paired differences compare like "
-                "with like."
-            ]
-            if facts["unverified"]
-            else []
-        ),
-        "- One network, one data set, one resolution (feature maps of 32 to 8 px): blocks "
-        "designed for large maps (non-local, BAM's dilated branch) are tested far from their "
-        "design point, and none of this says how a block behaves at 224 px.",
-        "- Anchors, with their regimes: He et al. (2016) ResNet-20 91.25% (164 epochs, 64k "
-        "steps); the SENet paper, SE-ResNet-110 on CIFAR-10, error 6.37% -> 5.21%; timm's "
-        "same-recipe ImageNet runs of ResNet-33ts: SE +1.16, ECA +0.87, GC +0.86 points top-1. "
-        "None of them is this recipe; they bound what a longer schedule might show.",
-        "",
-        "## Reproduce",
-        "",
-        "From the repository's root. On the official CIFAR-10 files (`DATA` holds "
-        "`cifar-10-batches-py/`; add `--set data.download=true` to fetch them there), every "
-        "run trains anew, into a folder of your own:",
-        "",
-        "```bash",
-        "python -m visattn.ablate configs/ablations/cifar10_cpu.yaml --out runs/cifar10_cpu \\",
-        "    --jobs 2 --threads 1 --set data.root=DATA",
-        "```",
-        "",
-        "To continue or extend this table, give its folder and its settings, the integrity "
-        "switch included: runs whose completion marker is committed stay finished, a cut-off "
-        "run resumes from its checkpoint where that is on the machine, and "
-        "`python docs/make_leaderboard.py` writes this page, its plots and the README's table "
-        "again:",
-        "",
-        "```bash",
-        "python -m visattn.ablate configs/ablations/cifar10_cpu.yaml \\",
-        "    --out benchmarks/results/cifar10_cpu --jobs 2 --threads 1 \\",
-        "    --set data.root=DATA --set data.verify=false",
-        "```",
-        "",
+        *_limits(rows, facts),
+        *_reproduce(),
         "## Plots",
         "",
         "![paired differences](assets/leaderboard/paired_diff.png)",

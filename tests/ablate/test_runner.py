@@ -251,7 +251,15 @@ def test_seven_studies_the_cpu_sweeps_and_the_gpu_reproduction_are_shipped(
         "resnet20_residual_attention",
         "resnet20_scse",
         "resnet20_wide_gsop",
+        "resnet20_simam_prenorm",
     }
+    # SimAM at the authors' position as well as at the one chosen earlier by mistake
+    simam = {
+        v.name: v.overrides["model.attention"]["position"]
+        for v in c10.variants
+        if "simam" in v.name
+    }
+    assert simam == {"resnet20_simam": "inner", "resnet20_simam_prenorm": "prenorm"}
     wide = next(v for v in c10.variants if v.name == "resnet20_wide_gsop")
     assert wide.match == ("params", "resnet20_gsop") and wide.baseline is None
     recipe = load_sweep(REPO / "configs" / "ablations" / "cifar10_recipe.yaml")
