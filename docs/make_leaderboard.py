@@ -80,13 +80,9 @@ class Row:
 
 
 def _attention_names(spec: Any) -> list[str]:
-    if spec is None:
-        return []
-    if isinstance(spec, str):
-        return [spec]
-    if isinstance(spec, Mapping):
-        return [str(spec["name"])]
-    return [n for item in spec for n in _attention_names(item)]
+    from visattn.models.placement import normalize_placements
+
+    return [p.name for p in normalize_placements(spec)]
 
 
 #: what each placement position means in ResNet-20's BasicBlock (the page's placement bullet)
@@ -103,18 +99,17 @@ POSITION_WORDS = {
 
 
 def _placements(spec: Any) -> list[tuple[str, str]]:
-    """``(position, where)`` of each placement in an attention spec, the stages of entries
-    with the same position and blocks merged (``("stage", "after stages 1, 2")``)."""
-    items = [
-        {"name": i} if isinstance(i, str) else i
-        for i in (spec if isinstance(spec, list) else [spec])
-    ]
-    merged: dict[tuple[str, Any], list[int]] = {}
-    for item in items:
-        key = (item.get("position") or "standard", item.get("blocks"))
-        merged.setdefault(key, []).extend(item.get("stages") or [])
+    """``(position, where)`` of each placement in an attention spec (read by visattn's own
+    :func:`~visattn.models.placement.normalize_placements`), the stages of entries with the same
+    position and blocks merged (``("stage", "after stages 1, 2")``)."""
+    from visattn.models.placement import normalize_placements
+
+    merged: dict[tuple[str, Any, bool], list[int]] = {}
+    for p in normalize_placements(spec):
+        every = p.stages == "all"
+        merged.setdefault((p.position, p.blocks, every), []).extend([] if every else p.stages)
     out = []
-    for (position, blocks), stages in merged.items():
+    for (position, blocks, _), stages in merged.items():
         listed = ", ".join(str(s) for s in stages)
         plural = "s" if len(stages) > 1 else ""
         if position == "stage":
@@ -122,13 +117,12 @@ def _placements(spec: Any) -> list[tuple[str, str]]:
                 (position, f"after stage{plural} {listed}" if stages else "after every stage")
             )
             continue
-        which = (
-            "every block"
-            if blocks is None
-            else "the last block"
-            if blocks == "last"
-            else f"blocks {blocks}"
-        )
+        if blocks in ("first", "last"):
+            which = f"the {blocks} block"
+        elif blocks == "all":
+            which = "every block"
+        else:
+            which = f"blocks {', '.join(str(b) for b in blocks)}"
         out.append((position, f"{which} of stage{plural} {listed}" if stages else which))
     return out
 
@@ -451,6 +445,11 @@ def _control_sentence(rows: Sequence[Row], control: Row | None) -> str:
     )
 
 
+def _baseline(rows: Sequence[Row]) -> Row | None:
+    """The plain network's row (``None`` before its first finished run)."""
+    return next((r for r in rows if r.variant == BASELINE), None)
+
+
 def _blocks(rows: Sequence[Row]) -> list[Row]:
     """The rows that add a block (not the plain network, not the widened control)."""
     return [r for r in rows if r.family not in ("none", "control")]
@@ -458,7 +457,7 @@ def _blocks(rows: Sequence[Row]) -> list[Row]:
 
 def _same_size_sentence(rows: Sequence[Row]) -> str:
     """The resolved blocks that add (almost) no parameters: capacity cannot explain their gain."""
-    base = next((r for r in rows if r.variant == BASELINE), None)
+    base = _baseline(rows)
     if base is None:
         return ""
     blocks = [r for r in _blocks(rows) if r.resolved]
@@ -516,7 +515,7 @@ def _families_sentence(rows: Sequence[Row]) -> str:
 def _across_families(rows: Sequence[Row]) -> list[str]:
     """A line a family: its blocks, its best one, which are resolved (with the parameters
     they add); then what one to a few blocks a family can say."""
-    base = next((r for r in rows if r.variant == BASELINE), None)
+    base = _baseline(rows)
     by_family: dict[str, list[Row]] = {}
     for r in _blocks(rows):
         if not math.isnan(r.diff):
@@ -547,7 +546,7 @@ def _across_families(rows: Sequence[Row]) -> list[str]:
                 f"best {name(best)} {_delta(best)}"
             )
         lines.append(f"{head}; resolved: {said}.")
-    bests = [m[0].diff for m in (sorted(v, key=lambda r: -r.diff) for v in by_family.values())]
+    bests = [max(r.diff for r in m) for m in by_family.values()]
     spread = {f: max(r.diff for r in m) - min(r.diff for r in m) for f, m in by_family.items()}
     widest = max(spread, key=spread.get)
     inside = [r.diff for r in by_family[widest]]
@@ -565,7 +564,7 @@ def _across_families(rows: Sequence[Row]) -> list[str]:
 def _limits(rows: Sequence[Row], facts: Mapping[str, Any]) -> list[str]:
     """The section "What this table can and cannot tell"."""
     train = facts["train_acc"]
-    base = next((r for r in rows if r.variant == BASELINE), None)
+    base = _baseline(rows)
     resolved = [r for r in rows if r.resolved]
     return [
         "## What this table can and cannot tell",
