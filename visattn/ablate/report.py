@@ -479,8 +479,8 @@ def _budget_key(target: str) -> str:
     return f"\0budget:{target}"
 
 
-def _budget_section(ctx: _Context, budget: Mapping[str, str]) -> list[str]:
-    pairs = _budget_pairs(ctx.summaries, budget, ctx.metric)
+def _budget_section(ctx: _Context, pairs: Mapping[str, tuple[str, Comparison | None]]) -> list[str]:
+    """The "Against an equal budget" table of :func:`_budget_pairs`' comparisons."""
     if not pairs:
         return []
     m = ctx.metric
@@ -563,7 +563,8 @@ def render_report(
     # one Holm family a metric: the table's comparisons, and for the headline metric the
     # equal-budget table's too (each comparison the report calls resolved counts in it)
     family = {m: {v: c.paired.t_p for v, c in comparisons[m].items()} for m in comparisons}
-    for target, (_, c) in _budget_pairs(summaries, budget or {}, metric).items():
+    budget_pairs = _budget_pairs(summaries, budget or {}, metric)
+    for target, (_, c) in budget_pairs.items():
         family[metric][_budget_key(target)] = c.paired.t_p if c else math.nan
     holm_p = {m: holm(family[m]) for m in family}
     ctx = _Context(
@@ -584,7 +585,7 @@ def render_report(
     if metric == "val/acc" and ctx.has("test/acc"):
         out += ["", _how_to_read(summaries, ctx.base_of, "test/acc")]
     out.append("")
-    out += _budget_section(ctx, budget or {})
+    out += _budget_section(ctx, budget_pairs)
     failures = [r for r in rows if r["status"] != "ok"]
     if failures:
         out += ["## Failed runs", "", "| run | error |", "|---|---|"]
