@@ -158,13 +158,13 @@ def check_variants(runs: Sequence[Any], what: str = "sweep") -> None:
         ValueError: one line per error, naming the variants that raise it (``every variant``
             where all do, such as a data folder they share).
     """
-    seen: list[str] = []
+    seen: set[str] = set()
     checked_data: dict[str, BaseException | None] = {}
     failed: dict[str, list[str]] = {}
     for run in runs:
         if run.variant in seen:
             continue
-        seen.append(run.variant)
+        seen.add(run.variant)
         try:
             resolved = resolve_run(run.resolved, checked_data)
         except Exception as exc:  # every kind of bad input: report them all at once
@@ -176,12 +176,13 @@ def check_variants(runs: Sequence[Any], what: str = "sweep") -> None:
         count = sum(len(names) for names in failed.values())
         raise ValueError(
             f"{what}: {count} variant(s) would fail before training, nothing was run:\n"
-            + "\n".join(f"  {_which(names, seen)}: {said}" for said, names in failed.items())
+            + "\n".join(f"  {_which(names, len(seen))}: {said}" for said, names in failed.items())
         )
 
 
-def _which(names: Sequence[str], every: Sequence[str]) -> str:
-    if len(names) > 1 and len(names) == len(every):
+def _which(names: Sequence[str], variants: int) -> str:
+    """``every variant (N)`` where all ``variants`` share an error, else their names."""
+    if len(names) > 1 and len(names) == variants:
         return f"every variant ({len(names)})"
     return f"variant{'s' if len(names) > 1 else ''} {', '.join(repr(n) for n in names)}"
 
