@@ -61,6 +61,14 @@ def test_holm_step_down_by_hand() -> None:
     assert holm({}) == {}
 
 
+def test_holm_takes_any_hashable_names_and_ties_in_any_order() -> None:
+    """A report's family names its tests by variant and by kind of comparison; tied p-values
+    must not make Holm compare the names (a str with a tuple raises)."""
+    out = holm({"se": 0.01, ("budget", "gsop"): 0.01, ("table", "eca"): 0.5})
+    assert out == {"se": pytest.approx(0.03), ("budget", "gsop"): pytest.approx(0.03),
+                   ("table", "eca"): pytest.approx(0.5)}  # fmt: skip
+
+
 def _rows() -> list[dict]:
     base = [0.80, 0.82, 0.79, 0.81, 0.83]
     big = [x + 0.05 + e for x, e in zip(base, (0.002, -0.001, 0.001, 0.0, -0.002))]

@@ -234,6 +234,7 @@ class _Context:
     base_of: dict[str, str]
     comparisons: dict[str, dict[str, Comparison]]  # {metric: {variant: Comparison}}
     holm_p: dict[str, dict[str, float]]  # {metric: {variant: Holm-adjusted paired-t p}}
+    budget_holm_p: dict[str, float]  # {matched variant: its equal-budget comparison's, ditto}
     best: str | None
     batch_label: str
     metric: str = "val/acc"  # the report's headline metric
@@ -474,9 +475,13 @@ def _budget_pairs(
     }
 
 
-def _budget_key(target: str) -> str:
-    """The equal-budget comparison's key in the report's Holm family (no variant's name)."""
-    return f"\0budget:{target}"
+def _adjust(table_p: Mapping[str, float], budget_p: Mapping[str, float]) -> tuple[dict, dict]:
+    """Holm-adjusted p-values of the table's comparisons (``{variant: p}``) and the equal-budget
+    ones (``{matched variant: p}``) as one family: every comparison the report may call resolved
+    counts in it. Returns the two adjusted mappings."""
+    joint = holm({**{("table", v): p for v, p in table_p.items()},
+                  **{("budget", v): p for v, p in budget_p.items()}})  # fmt: skip
+    return {v: joint["table", v] for v in table_p}, {v: joint["budget", v] for v in budget_p}
 
 
 def _budget_section(ctx: _Context, pairs: Mapping[str, tuple[str, Comparison | None]]) -> list[str]:
@@ -484,9 +489,10 @@ def _budget_section(ctx: _Context, pairs: Mapping[str, tuple[str, Comparison | N
     if not pairs:
         return []
     m = ctx.metric
-    adjusted = {t: ctx.holm_p[m].get(_budget_key(t), math.nan) for t in pairs}
     rows = [
-        f"| {target} | {matched} | " + " | ".join(_paired_cells(c, False, adjusted[target])) + " |"
+        f"| {target} | {matched} | "
+        + " | ".join(_paired_cells(c, False, ctx.budget_holm_p[target]))
+        + " |"
         for target, (matched, c) in pairs.items()
     ]
     return [
@@ -561,17 +567,18 @@ def render_report(
     batches = {s.throughput_batch for s in summaries} - {None}
     comparisons = {m: compare(summaries, baseline, m) for m in METRICS}
     # one Holm family a metric: the table's comparisons, and for the headline metric the
-    # equal-budget table's too (each comparison the report calls resolved counts in it)
-    family = {m: {v: c.paired.t_p for v, c in comparisons[m].items()} for m in comparisons}
+    # equal-budget table's too
     budget_pairs = _budget_pairs(summaries, budget or {}, metric)
-    for target, (_, c) in budget_pairs.items():
-        family[metric][_budget_key(target)] = c.paired.t_p if c else math.nan
-    holm_p = {m: holm(family[m]) for m in family}
+    budget_p = {t: c.paired.t_p if c else math.nan for t, (_, c) in budget_pairs.items()}
+    p_values = {m: {v: c.paired.t_p for v, c in comparisons[m].items()} for m in METRICS}
+    holm_p = {m: holm(p) for m, p in p_values.items() if m != metric}
+    holm_p[metric], budget_holm_p = _adjust(p_values[metric], budget_p)
     ctx = _Context(
         summaries=summaries,
         base_of=baselines_of(summaries, baseline),
         comparisons=comparisons,
         holm_p=holm_p,
+        budget_holm_p=budget_holm_p,
         best=_best(summaries, comparisons[metric], holm_p[metric], metric),
         batch_label=f"b{batches.pop()}" if len(batches) == 1 else "batch",
         metric=metric,

@@ -39,14 +39,16 @@ import csv
 import io
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from scipy import stats as _stats
 
 from ..files import atomic_write_bytes, atomic_write_text
+
+_K = TypeVar("_K", bound=Hashable)  # the name of a test in a Holm family
 
 __all__ = [
     "NUMERIC_COLUMNS",
@@ -318,15 +320,16 @@ def detectable_difference(sd: float, n: int, confidence: float = 0.95, power: fl
     return float(t) * sd / math.sqrt(n)
 
 
-def holm(pvalues: Mapping[str, float]) -> dict[str, float]:
+def holm(pvalues: Mapping[_K, float]) -> dict[_K, float]:
     """Holm's step-down adjustment of a family of p-values (Holm, Scand. J. Statist. 1979).
 
     Sorted ascending, the ``k``-th (from 0) of ``m`` finite p-values becomes
     ``max_{j <= k} min(1, (m - j) * p_(j))``; rejecting where the adjusted value is below
     ``alpha`` keeps the family-wise error rate at ``alpha`` under any dependence between the
-    tests. ``nan`` entries stay ``nan`` and do not count in ``m``.
+    tests. ``nan`` entries stay ``nan`` and do not count in ``m``. The keys name the tests and
+    can be any hashable values (tied p-values get the same adjusted value in any order).
     """
-    finite = sorted((p, k) for k, p in pvalues.items() if math.isfinite(p))
+    finite = sorted(((p, k) for k, p in pvalues.items() if math.isfinite(p)), key=lambda pk: pk[0])
     m = len(finite)
     out = {k: math.nan for k in pvalues}
     running = 0.0
