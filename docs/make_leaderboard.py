@@ -714,6 +714,9 @@ def plots(rows: Sequence[Row], control: Row | None = None) -> dict[str, bytes]:
             ax.plot(r.diff, i, "x", color="C7")
     ax.axvline(0, color="k", lw=0.8)
     names = [r.variant.replace("resnet20_", "") for r in shown]
+    if shown and shown[0] is control:  # not a difference to the plain network: set apart
+        names[0] = f"{names[0]}\n(against the control)"
+        ax.axhline(0.5, color="C7", lw=0.8, ls="--")
     ax.set_yticks(range(len(shown)), names)
     ax.set_xlabel("Δ test acc vs plain ResNet-20 (pp), paired, 95% CI (red: resolved, Holm)")
     out["paired_diff.png"] = _png(fig, plt)
