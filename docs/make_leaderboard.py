@@ -19,7 +19,8 @@ family from the registry, and writes:
   -->``: the top rows, the plain network and the control.
 
 Holm's correction runs over every comparison on the page: each variant against the plain
-network, and GSoP against the control. Nothing here is typed in by hand: a figure that changes
+network, and the pairs of :data:`PAIRS` (GSoP against the control; SimAM at the authors' position
+against the position taken by mistake). Nothing here is typed in by hand: a figure that changes
 in ``results.csv`` changes the page, and ``tests/docs/test_leaderboard.py`` fails until it is
 written again.
 """
@@ -49,6 +50,12 @@ BASELINE = "resnet20_none"
 CONTROL = ("resnet20_gsop", "resnet20_wide_gsop")  # (the variant, its width-matched control)
 #: SimAM at a position chosen by mistake for the authors', and at the authors' position
 SIMAM = ("resnet20_simam", "resnet20_simam_prenorm")
+#: the comparisons of two variants on the page, besides each variant against the plain network:
+#: {(variant, the variant it is measured against): what its row says}
+PAIRS = {
+    CONTROL: "GSoP minus the control",
+    SIMAM[::-1]: "SimAM at `prenorm` minus at `inner`",
+}
 SAME_SIZE = 0.01  # a block within 1% of the plain network's parameters adds no capacity
 README_TOP = 5  # rows of the README's table besides the plain network and the control
 
@@ -77,6 +84,10 @@ class Row:
     @property
     def resolved(self) -> bool:
         return self.holm < 0.05
+
+
+#: the comparisons of :data:`PAIRS` that have rows, by pair
+Pairs = Mapping[tuple[str, str], Row]
 
 
 def _attention_names(spec: Any) -> list[str]:
@@ -151,11 +162,14 @@ def read_steps(path: Path = STEPS) -> dict[str, float]:
         return {r["variant"]: float(r["ratio"]) for r in csv.DictReader(f)}
 
 
-def build_rows(results: Path = RESULTS, steps: Path = STEPS) -> tuple[list[Row], Row | None, dict]:
-    """The leaderboard's rows (sorted by mean, best first), the control comparison (GSoP minus
-    the control, as a :class:`Row` of differences) and facts for the text."""
+def build_rows(
+    results: Path = RESULTS, steps: Path = STEPS
+) -> tuple[list[Row], dict[tuple[str, str], Row], dict]:
+    """The leaderboard's rows (sorted by mean, best first), the comparisons of :data:`PAIRS`
+    whose both sides have finished runs (each a :class:`Row` of differences) and facts for the
+    text."""
     from visattn.ablate.report import compare, summarize
-    from visattn.ablate.results import holm, paired_ci, read_results
+    from visattn.ablate.results import holm, read_results
     from visattn.ablate.sweep import load_sweep
 
     sweep = load_sweep(SWEEP)
@@ -185,32 +199,10 @@ def build_rows(results: Path = RESULTS, steps: Path = STEPS) -> tuple[list[Row],
             row.diff, row.low, row.high = 100 * p.diff, 100 * p.low, 100 * p.high
             row.pairs, row.detectable, row.p = p.n, 100 * p.detectable, p.t_p
         rows.append(row)
-    control = None
-    gsop, wide = CONTROL
-    if gsop in summaries and wide in summaries:
-        p = paired_ci(summaries[gsop].by_seed[METRIC], summaries[wide].by_seed[METRIC])
-        control = Row(
-            f"{gsop} - {wide}",
-            "GSoP minus the control",
-            "",
-            math.nan,
-            math.nan,
-            math.nan,
-            math.nan,
-            math.nan,
-            0,
-            100 * p.diff,
-            100 * p.low,
-            100 * p.high,
-            p.n,
-            100 * p.detectable,
-            p.t_p,
-        )
-    family = {r.variant: r.p for r in rows if not math.isnan(r.p)}
-    if control is not None and not math.isnan(control.p):
-        family[control.variant] = control.p
+    pairs = {k: row for k in PAIRS if (row := _pair_row(summaries, k)) is not None}
+    family = {r.variant: r.p for r in [*rows, *pairs.values()] if not math.isnan(r.p)}
     adjusted = holm(family)
-    for r in [*rows, *([control] if control else [])]:
+    for r in [*rows, *pairs.values()]:
         r.holm = adjusted.get(r.variant, math.nan)
     rows.sort(key=lambda r: -r.mean)
     facts = {
@@ -225,7 +217,22 @@ def build_rows(results: Path = RESULTS, steps: Path = STEPS) -> tuple[list[Row],
             v: sum(r["variant"] == v and r["status"] == "ok" for r in rows_in) for v in variants
         },
     }
-    return rows, control, facts
+    return rows, pairs, facts
+
+
+def _pair_row(summaries: Mapping[str, Any], pair: tuple[str, str]) -> Row | None:
+    """The paired comparison of one of :data:`PAIRS` (``None`` until both have runs)."""
+    from visattn.ablate.results import paired_ci
+
+    a, b = pair
+    if a not in summaries or b not in summaries:
+        return None
+    p = paired_ci(summaries[a].by_seed[METRIC], summaries[b].by_seed[METRIC])
+    nan = math.nan
+    row = Row(f"{a} - {b}", PAIRS[pair], "", nan, nan, nan, nan, nan, 0)
+    row.diff, row.low, row.high = 100 * p.diff, 100 * p.low, 100 * p.high
+    row.pairs, row.detectable, row.p = p.n, 100 * p.detectable, p.t_p
+    return row
 
 
 def _unverified(results: Path, rows: Sequence[dict]) -> int:
@@ -302,6 +309,10 @@ def _delta(r: Row) -> str:
     return f"**{text}**" if r.resolved else text
 
 
+def _step(r: Row) -> str:
+    return "-" if math.isnan(r.step) else f"{_f(r.step)}x"
+
+
 def _acc(r: Row) -> str:
     return f"{_f(r.mean)} ± {_f(r.std)}" if r.n > 1 else _f(r.mean)
 
@@ -347,7 +358,7 @@ def full_table(rows: Sequence[Row], seeds: int) -> list[str]:
                     r.family,
                     _count(r.params),
                     _count(r.macs),
-                    f"{_f(r.step)}x",
+                    _step(r),
                     _acc(r),
                     _seeds(r, seeds),
                     _delta(r),
@@ -383,7 +394,7 @@ def readme_table(rows: Sequence[Row], control: Row | None, seeds: int) -> list[s
                         r.label,
                         r.family,
                         _count(r.params),
-                        f"{_f(r.step)}x",
+                        _step(r),
                         _acc(r),
                         _seeds(r, seeds),
                         _delta(r),
@@ -396,7 +407,7 @@ def readme_table(rows: Sequence[Row], control: Row | None, seeds: int) -> list[s
         out.append(
             _line(
                 [
-                    "GSoP minus the control",
+                    control.label,
                     "",
                     "",
                     "",
@@ -455,6 +466,15 @@ def _blocks(rows: Sequence[Row]) -> list[Row]:
     return [r for r in rows if r.family not in ("none", "control")]
 
 
+def _at_paper_positions(rows: Sequence[Row]) -> list[Row]:
+    """The blocks at their papers' positions: :func:`_blocks` less SimAM at ``inner`` once its
+    twin at the authors' position has a finished pair."""
+    wrong, right = SIMAM
+    if any(r.variant == right and not math.isnan(r.diff) for r in rows):
+        return [r for r in _blocks(rows) if r.variant != wrong]
+    return _blocks(rows)
+
+
 def _same_size_sentence(rows: Sequence[Row]) -> str:
     """The resolved blocks that add (almost) no parameters: capacity cannot explain their gain."""
     base = _baseline(rows)
@@ -473,13 +493,17 @@ def _same_size_sentence(rows: Sequence[Row]) -> str:
     )
     return (
         f"Resolved with {limit}: {said}. Added parameters cannot explain "
-        f"{'this gain' if len(same) == 1 else 'these gains'}; its cost is the step time."
+        + ("this gain; its cost" if len(same) == 1 else "these gains; their cost")
+        + " is the step time."
     )
 
 
-def _placement_bullet(rows: Sequence[Row], facts: Mapping[str, Any]) -> str:
+def _placement_bullet(
+    rows: Sequence[Row], facts: Mapping[str, Any], moved: Row | None = None
+) -> str:
     """What the positions in the variant column mean, and the one variant not at its paper's
-    position (SimAM at ``inner``) with how far its twin at the authors' position has come."""
+    position (SimAM at ``inner``) with how far its twin at the authors' position has come and,
+    given ``moved`` (the twin minus it), what the move does."""
     used = [p for p in POSITION_WORDS if any(f"`{p}`," in r.label for r in rows)]
     said = "; ".join(f"`{p}`: {POSITION_WORDS[p]}" for p in used)
     text = (
@@ -495,6 +519,11 @@ def _placement_bullet(rows: Sequence[Row], facts: Mapping[str, Any]) -> str:
             + (f"{done} of {facts['seeds']} seeds finished" if done else "not run yet")
             + ")"
         )
+        if moved is not None and moved.pairs >= 2:
+            text += (
+                f"; `{right}` minus `{wrong}`: {_delta(moved)} over {moved.pairs} pairs "
+                f"(Holm p {_p(moved.holm)}, {'resolved' if moved.resolved else 'unresolved'})"
+            )
     return text + "."
 
 
@@ -513,11 +542,11 @@ def _families_sentence(rows: Sequence[Row]) -> str:
 
 
 def _across_families(rows: Sequence[Row]) -> list[str]:
-    """A line a family: its blocks, its best one, which are resolved (with the parameters
-    they add); then what one to a few blocks a family can say."""
+    """A line a family: its blocks at their papers' positions, its best one, which are resolved
+    (with the parameters they add); then what one to a few blocks a family can say."""
     base = _baseline(rows)
     by_family: dict[str, list[Row]] = {}
-    for r in _blocks(rows):
+    for r in _at_paper_positions(rows):
         if not math.isnan(r.diff):
             by_family.setdefault(r.family, []).append(r)
     if not by_family:
@@ -558,6 +587,8 @@ def _across_families(rows: Sequence[Row]) -> list[str]:
         f"the families' best blocks from {min(bests):+.2f} to {max(bests):+.2f}, so a family's "
         "row says what its best block did on this recipe, not what the family does.",
     ]
+    if len(_at_paper_positions(rows)) < len(_blocks(rows)):
+        lines[-1] += f" (`{SIMAM[0]}`, off its paper's position, is left out of this section.)"
     return lines
 
 
@@ -632,8 +663,9 @@ def _reproduce() -> list[str]:
     ]
 
 
-def page(rows: Sequence[Row], control: Row | None, facts: Mapping[str, Any]) -> str:
+def page(rows: Sequence[Row], pairs: Pairs, facts: Mapping[str, Any]) -> str:
     seeds = facts["seeds"]
+    between = "; ".join(r.label for r in pairs.values() if not math.isnan(r.p))
     cpu = facts["step_cpu"] or "the machine named in benchmarks/results/steps_cpu.md"
     lines = [
         "# Leaderboard: the zoo on CIFAR-10",
@@ -658,17 +690,17 @@ def page(rows: Sequence[Row], control: Row | None, facts: Mapping[str, Any]) -> 
         "channels-last, one thread) against the plain network's, measured interleaved in one "
         f"idle run of `benchmarks/bench_steps.py` on {cpu}; MACs: per image, attention "
         "products included.",
-        _placement_bullet(rows, facts),
+        _placement_bullet(rows, facts, pairs.get(SIMAM[::-1])),
         _families_sentence(rows),
         "- **Δ paired**: the mean of the per-seed differences to the plain network with its 95% "
         "paired-t interval; **detectable Δ**: the smallest true difference these pairs find with "
         "80% power; **Holm p**: the paired-t p-value adjusted by Holm's step-down method over "
         f"all {facts['comparisons']} comparisons on this page (each variant against the plain "
-        "network, and GSoP against the control); **resolved**: Holm p below 0.05.",
+        f"network{'; ' + between if between else ''}); **resolved**: Holm p below 0.05.",
         "",
         "## The capacity control",
         "",
-        _control_sentence(rows, control),
+        _control_sentence(rows, pairs.get(CONTROL)),
         "",
         _same_size_sentence(rows),
         "",
@@ -688,7 +720,7 @@ def page(rows: Sequence[Row], control: Row | None, facts: Mapping[str, Any]) -> 
     return "\n".join(lines)
 
 
-def plots(rows: Sequence[Row], control: Row | None = None) -> dict[str, bytes]:
+def plots(rows: Sequence[Row], pairs: Pairs | None = None) -> dict[str, bytes]:
     """The forest plot and accuracy against cost, as PNG bytes."""
     import matplotlib
 
@@ -697,8 +729,8 @@ def plots(rows: Sequence[Row], control: Row | None = None) -> dict[str, bytes]:
 
     out = {}
     shown = [r for r in rows if r.variant != BASELINE and not math.isnan(r.diff)][::-1]
-    if control is not None and not math.isnan(control.diff):
-        shown.insert(0, control)
+    between = [r for r in (pairs or {}).values() if not math.isnan(r.diff)][::-1]
+    shown = between + shown
     fig, ax = plt.subplots(figsize=(7, 0.4 * len(shown) + 1.4))
     for i, r in enumerate(shown):
         if r.pairs >= 2:
@@ -714,11 +746,13 @@ def plots(rows: Sequence[Row], control: Row | None = None) -> dict[str, bytes]:
             ax.plot(r.diff, i, "x", color="C7")
     ax.axvline(0, color="k", lw=0.8)
     names = [r.variant.replace("resnet20_", "") for r in shown]
-    if shown and shown[0] is control:  # not a difference to the plain network: set apart
-        names[0] = f"{names[0]}\n(against the control)"
-        ax.axhline(0.5, color="C7", lw=0.8, ls="--")
+    if between:  # differences between two variants, not to the plain network: set apart
+        ax.axhline(len(between) - 0.5, color="C7", lw=0.8, ls="--")
     ax.set_yticks(range(len(shown)), names)
-    ax.set_xlabel("Δ test acc vs plain ResNet-20 (pp), paired, 95% CI (red: resolved, Holm)")
+    ax.set_xlabel(
+        "Δ test acc (pp), paired, 95% CI, red: resolved (Holm)\n"
+        "against plain ResNet-20; below the dashed line: between the two named"
+    )
     out["paired_diff.png"] = _png(fig, plt)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.6), sharey=True)
     families = sorted({r.family for r in rows})
@@ -788,11 +822,11 @@ def _png(fig: Any, plt: Any) -> bytes:
     return buf.getvalue()
 
 
-def readme_block(rows: Sequence[Row], control: Row | None, facts: Mapping[str, Any]) -> str:
+def readme_block(rows: Sequence[Row], pairs: Pairs, facts: Mapping[str, Any]) -> str:
     return "\n".join(
         [
             START,
-            *readme_table(rows, control, facts["seeds"]),
+            *readme_table(rows, pairs.get(CONTROL), facts["seeds"]),
             "",
             f"{facts['ok']} of {facts['planned']} runs finished; the full table (every variant, "
             "its MACs and detectable Δ), the capacity control and what the table can and cannot "
@@ -811,10 +845,10 @@ def with_readme_block(text: str, block: str) -> str:
 
 def outputs() -> dict[Path, str]:
     """Every text file this script writes, as it would write it now."""
-    rows, control, facts = build_rows()
+    rows, pairs, facts = build_rows()
     return {
-        PAGE: page(rows, control, facts),
-        README: with_readme_block(README.read_text(), readme_block(rows, control, facts)),
+        PAGE: page(rows, pairs, facts),
+        README: with_readme_block(README.read_text(), readme_block(rows, pairs, facts)),
     }
 
 
@@ -837,9 +871,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     for path, text in texts.items():
         atomic_write_text(path, text)
-    rows, control, _ = build_rows()
+    rows, pairs, _ = build_rows()
     ASSETS.mkdir(parents=True, exist_ok=True)
-    for name, data in plots(rows, control).items():
+    for name, data in plots(rows, pairs).items():
         atomic_write_bytes(ASSETS / name, data)
     print(f"wrote {PAGE.relative_to(ROOT)}, {ASSETS.relative_to(ROOT)}/, README.md's table")
     return 0

@@ -74,9 +74,10 @@ def test_the_readme_figures_are_the_results_files(board) -> None:
 
 
 def test_holm_runs_over_every_comparison_on_the_page(board) -> None:
-    rows, control, facts = board.build_rows()
-    compared = [r for r in rows if not math.isnan(r.p)]
-    assert facts["comparisons"] == len(compared) + (control is not None and control.pairs >= 2)
+    rows, pairs, facts = board.build_rows()
+    compared = [r for r in [*rows, *pairs.values()] if not math.isnan(r.p)]
+    assert facts["comparisons"] == len(compared)
+    assert board.CONTROL in pairs and set(pairs) <= set(board.PAIRS)
     # Holm never lowers a p-value, and the smallest one is multiplied by the family's size
     smallest = min(compared, key=lambda r: r.p)
     assert smallest.holm == pytest.approx(min(1.0, smallest.p * facts["comparisons"]))
@@ -201,3 +202,27 @@ def test_the_placement_bullet_says_how_far_simam_at_the_authors_position_has_com
     assert f"`{right}` runs it there (2 of 5 seeds finished)" in said
     assert "not run yet" in board._placement_bullet(rows, {"finished": {}, "seeds": 5})
     assert "except" not in board._placement_bullet(rows[1:], {"finished": {}, "seeds": 5})
+
+
+def test_simams_two_positions_are_one_comparison_and_the_families_keep_the_papers(board) -> None:
+    """Once SimAM at the authors' position has pairs, the placement bullet gives its difference
+    from SimAM at ``inner`` (a comparison in the Holm family), and the families section leaves
+    the off-position variant out, saying so; a step time not measured reads "-"."""
+    wrong, right = board.SIMAM
+
+    def row(variant: str, diff: float, label: str = "") -> object:
+        return board.Row(variant, label, "hybrid", 1e5, 1, math.nan, 84, 0.1, 5, diff,
+                         diff - 0.1, diff + 0.1, 5, holm=0.01)  # fmt: skip
+
+    rows = [row(wrong, 0.8, "+ `simam` at `inner`, every block"), row("resnet20_bam", 0.1)]
+    moved = board.Row(f"{right} - {wrong}", "", "", *[math.nan] * 5, 0, 0.4, 0.2, 0.6, 5)
+    moved.holm = 0.03
+    said = board._placement_bullet(rows, {"finished": {right: 5}, "seeds": 5}, moved)
+    assert f"`{right}` minus `{wrong}`: **+0.40 [+0.20, +0.60]** over 5 pairs" in said
+    assert "(Holm p 0.030, resolved)" in said
+    before = board._across_families(rows)
+    assert "`simam`" in before[0] and "left out" not in before[-1]
+    after = board._across_families([*rows, row(right, 1.2)])
+    assert "`simam_prenorm`" in after[0] and "`simam`," not in after[0]
+    assert f"`{wrong}`, off its paper's position, is left out" in after[-1]
+    assert board._step(rows[0]) == "-" and board.full_table(rows, 5)[2].count("| - |") >= 1
