@@ -42,8 +42,9 @@ class UnknownNameError(KeyError):
 
 
 def close_matches(word: Any, choices: Iterable[str], n: int = 3, cutoff: float = 0.6) -> list[str]:
-    """Up to ``n`` of ``choices`` close to ``word`` (``difflib``'s ratio at least ``cutoff``)."""
-    return difflib.get_close_matches(str(word), list(choices), n=n, cutoff=cutoff)
+    """Up to ``n`` distinct ``choices`` close to ``word`` (``difflib``'s ratio at least
+    ``cutoff``); a choice given twice (a name also passed as an extra choice) counts once."""
+    return difflib.get_close_matches(str(word), list(dict.fromkeys(choices)), n=n, cutoff=cutoff)
 
 
 def did_you_mean(word: Any, choices: Iterable[str], n: int = 3, cutoff: float = 0.6) -> str:

@@ -85,6 +85,17 @@ def test_the_shared_wording_of_options_and_names() -> None:
     assert did_you_mean("xyz", ["se"]) == ""
 
 
+def test_a_suggestion_is_named_once() -> None:
+    """A model's registry offers its names and the listed names again: each close one once."""
+    import visattn
+
+    assert did_you_mean("se", ["sse", "sse", "scse"]) == "; did you mean 'sse', 'scse'?"
+    with pytest.raises(KeyError) as err:
+        visattn.models.get_model_spec("resnet20_cifarr")
+    said = str(err.value).split("did you mean ")[1].split("?")[0].split(", ")
+    assert "'resnet20_cifar'" in said and len(said) == len(set(said))
+
+
 def test_every_registry_error_reads_the_same() -> None:
     import visattn
 
