@@ -210,6 +210,30 @@ def markdown_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> st
     return "\n".join(lines)
 
 
+def write_markdown(
+    path: str | Path,
+    title: str,
+    rows: Sequence[dict[str, Any]],
+    columns: Sequence[str],
+    *,
+    script: str,
+    argv: Sequence[str] | None = None,
+    notes: Sequence[str] = (),
+    device: torch.device | str = "cpu",
+) -> None:
+    """The markdown beside a benchmark's CSV: ``title``, the command (``script``, the file's
+    name, with ``argv``, default the process's arguments), the machine, ``notes`` (a paragraph
+    each) and the table of ``rows``; written atomically."""
+    from visattn.files import atomic_write_text
+
+    command = " ".join([Path(script).name, *(sys.argv[1:] if argv is None else argv)])
+    lines = [f"# {title}", "", f"command: `python benchmarks/{command}`", ""]
+    lines += [f"- {k}: {v}" for k, v in machine_description(device).items()] + [""]
+    for note in notes:
+        lines += [note, ""]
+    atomic_write_text(path, "\n".join([*lines, markdown_table(rows, columns), ""]))
+
+
 def write_csv(rows: Sequence[dict[str, Any]], path: str | Path, columns: Sequence[str]) -> None:
     """One line per row; missing values are empty cells; floats keep full precision."""
     path = Path(path)

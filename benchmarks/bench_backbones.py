@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import interleaved_median_ms, machine_description, markdown_table, write_csv
+from _common import interleaved_median_ms, markdown_table, write_csv, write_markdown
 
 import visattn
 from visattn.profile import count_macs, count_params
@@ -145,18 +145,14 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown_table([r for r in rows if r["family"] == family], COLUMNS), flush=True)
     if args.out is not None:
         write_csv(rows, args.out, COLUMNS)
-        info = machine_description("cpu")
-        head = [
-            "# Attention in other CNN families: overhead against the bare backbone (CPU)",
-            "",
-            "command: `python benchmarks/" + " ".join([Path(__file__).name, *sys.argv[1:]]) + "`",
-            "",
-            *[f"- {k}: {v}" for k, v in info.items()],
-            f"- batch {args.batch}, clock {args.clock}, eval mode, untrained weights",
-            "",
-        ]
-        args.out.with_suffix(".md").write_text(
-            "\n".join(head) + markdown_table(rows, COLUMNS) + "\n"
+        write_markdown(
+            args.out.with_suffix(".md"),
+            "Attention in other CNN families: overhead against the bare backbone (CPU)",
+            rows,
+            COLUMNS,
+            script=__file__,
+            argv=argv,
+            notes=[f"Batch {args.batch}, clock {args.clock}, eval mode, untrained weights."],
         )
     return 0
 

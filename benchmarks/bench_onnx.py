@@ -32,9 +32,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
     interleaved_median_ms,
-    machine_description,
     markdown_table,
     write_csv,
+    write_markdown,
 )
 
 import visattn
@@ -153,13 +153,17 @@ def main(argv: list[str] | None = None) -> int:
 
 def _write(rows: list[dict], args: argparse.Namespace, argv: list[str] | None) -> None:
     write_csv(rows, args.out, COLUMNS)
-    info = machine_description("cpu")
-    Path(args.out).with_suffix(".md").write_text(
-        "# ONNX Runtime vs eager PyTorch, batch 1, CPU\n\n"
-        f"command: `python benchmarks/bench_onnx.py {' '.join(argv or sys.argv[1:])}`\n\n"
-        + "".join(f"- {k}: {v}\n" for k, v in info.items())
-        + f"\nthreads {args.threads}, warmup {args.warmup}, repeats {args.repeats}, "
-        f"clock {args.clock}, median of interleaved samples\n\n{markdown_table(rows, COLUMNS)}\n"
+    write_markdown(
+        Path(args.out).with_suffix(".md"),
+        "ONNX Runtime vs eager PyTorch, batch 1, CPU",
+        rows,
+        COLUMNS,
+        script=__file__,
+        argv=argv,
+        notes=[
+            f"threads {args.threads}, warmup {args.warmup}, repeats {args.repeats}, "
+            f"clock {args.clock}, median of interleaved samples"
+        ],
     )
     return 0
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import collections
 import math
+import os
 import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -42,7 +43,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from _common import interleaved_median_ms, markdown_table, print_header, write_csv
+from _common import interleaved_median_ms, markdown_table, print_header, write_csv, write_markdown
 
 from visattn.ablate.resolve import build_run
 from visattn.ablate.sweep import load_sweep
@@ -161,10 +162,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         fp32[name] = Step(net, xin, y, bf16=False)
     macs = {k: count_macs(n.eval(), (1, *shape)) for k, n in nets.items()}
     ext = vector_extensions()
-    print_header(f"Training-step time against the plain network ({Path(args.sweep).name})", "cpu")
-    print(
-        f"Batch {args.batch} x {shape}, {args.rounds} rounds of {args.steps} steps, interleaved.\n"
+    title = f"Training-step time against the plain network ({Path(args.sweep).name})"
+    print_header(title, "cpu")
+    setting = (
+        f"Batch {args.batch} x {shape}, {args.rounds} rounds of {args.steps} steps, interleaved."
     )
+    load = os.getloadavg()[0]
+    print(f"{setting}\n")
     step_ms = time_steps(fp32, args)
     bf16_ms: dict[str, float] = {}
     if args.precision == "bf16":
@@ -195,7 +199,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\nmedian ratio over {len(ratios)} variants: {statistics.median(ratios):.3f}")
     if args.out:
         write_csv(rows, args.out, COLUMNS)
-        print(f"wrote {args.out}")
+        busy = f"1-minute load average as timing began: {load:.2f} on {os.cpu_count()} cores"
+        notes = [setting, f"{busy} (near 0: idle; other work skews even ratios)."]
+        write_markdown(
+            Path(args.out).with_suffix(".md"), title, rows, COLUMNS, script=__file__,
+            argv=argv, notes=notes,
+        )  # fmt: skip
+        print(f"wrote {args.out} and its .md")
     return 0
 
 

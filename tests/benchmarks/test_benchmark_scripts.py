@@ -254,6 +254,9 @@ def test_bench_steps_times_the_sweeps_own_networks_against_the_plain_one(
     assert rows["resnet20_eca"]["where"]  # the profiler's attribution
     text = capsys.readouterr().out
     assert "vector extensions" in text and "- cpu:" in text
+    md = out.with_suffix(".md").read_text()  # beside the CSV: the machine, the load, the table
+    assert "- cpu:" in md and "1-minute load average as timing began" in md
+    assert md.count("| resnet20_") == 3 and "--profile-steps 1" in md
 
 
 def test_bench_steps_refuses_an_unknown_variant_naming_the_sweeps(bench_steps):
