@@ -45,6 +45,44 @@ def calibrate(fn: Callable[[], Any], device: torch.device | str, min_sample_s: f
     return max(1, math.ceil(min_sample_s / once))
 
 
+def _machine_busy_s() -> float | None:
+    """CPU seconds all processes have spent busy since boot (Linux ``/proc/stat``: user, nice,
+    system, irq, softirq and steal over every core), or ``None`` where it cannot be read."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        ticks = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[1:9])
+    return (user + nice + system + irq + softirq + steal) / ticks
+
+
+class OtherWork:
+    """How many cores other processes kept busy, on average, while the ``with`` block ran: the
+    machine's busy CPU time less this process's own, over the block's wall time.
+
+    ``cores`` is near 0 on an idle machine and about 1 per other busy job (a second job skews
+    even interleaved ratios); ``None`` where ``/proc/stat`` cannot be read. Unlike the load
+    average, which lags by minutes, it covers exactly the timed span.
+    """
+
+    cores: float | None = None
+
+    def __enter__(self) -> OtherWork:
+        self._start = (_machine_busy_s(), time.process_time(), time.perf_counter())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        busy, own, wall = _machine_busy_s(), time.process_time(), time.perf_counter()
+        if busy is None or self._start[0] is None:
+            return
+        other = (busy - self._start[0]) - (own - self._start[1])
+        self.cores = max(0.0, other / max(wall - self._start[2], 1e-9))
+
+
 def interleaved_median_ms(
     fns: dict[str, Callable[[], Any]],
     *,

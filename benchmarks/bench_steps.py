@@ -18,7 +18,9 @@ Timing: every network is warmed up, then ``--rounds`` samples of ``--steps`` ste
 alternating from one round to the next), and the median per network is kept; ``ratio`` = the
 variant's median step / the plain network's median step, both from this run. One thread by
 default (``--threads``), as the sweep runs on this kind of machine. Run it on an idle machine: a
-second job skews even ratios.
+second job skews even ratios; the run says how many cores other processes kept busy while it
+timed (``_common.OtherWork``), and ``--out``'s CSV gets a ``.md`` beside it with that figure,
+the command and the machine.
 
 Columns: ``params``; ``macs_added`` = the variant's forward multiply-accumulates minus the plain
 network's, in percent of the plain network's (``visattn.profile.count_macs``); ``step_ms`` and
@@ -43,7 +45,14 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from _common import interleaved_median_ms, markdown_table, print_header, write_csv, write_markdown
+from _common import (
+    OtherWork,
+    interleaved_median_ms,
+    markdown_table,
+    print_header,
+    write_csv,
+    write_markdown,
+)
 
 from visattn.ablate.resolve import build_run
 from visattn.ablate.sweep import load_sweep
@@ -167,18 +176,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     setting = (
         f"Batch {args.batch} x {shape}, {args.rounds} rounds of {args.steps} steps, interleaved."
     )
-    load = os.getloadavg()[0]
     print(f"{setting}\n")
-    step_ms = time_steps(fp32, args)
-    bf16_ms: dict[str, float] = {}
-    if args.precision == "bf16":
-        if "amx_bf16" not in ext:
-            print("(this CPU has no AMX: bf16 matrix products have no fast path here)\n")
-        bf16 = {k: Step(s.net, s.x, s.y, bf16=True) for k, s in fp32.items()}
-        bf16_ms = time_steps(bf16, args)
-    where = {}
-    if args.profile:
-        where = profile_growth(fp32, base, args.profile_steps, rounds=1 if args.quick else 3)
+    with OtherWork() as other:
+        step_ms = time_steps(fp32, args)
+        bf16_ms: dict[str, float] = {}
+        if args.precision == "bf16":
+            if "amx_bf16" not in ext:
+                print("(this CPU has no AMX: bf16 matrix products have no fast path here)\n")
+            bf16 = {k: Step(s.net, s.x, s.y, bf16=True) for k, s in fp32.items()}
+            bf16_ms = time_steps(bf16, args)
+        where = {}
+        if args.profile:
+            where = profile_growth(fp32, base, args.profile_steps, rounds=1 if args.quick else 3)
+    busy = (
+        "could not be measured here (no /proc/stat)"
+        if other.cores is None
+        else f"{other.cores:.2f} of {os.cpu_count()} cores"
+    )
+    others = f"Other processes kept busy while timing: {busy} (near 0: idle)."
+    print(others)
     rows: list[dict[str, Any]] = []
     for name, net in nets.items():
         rows.append(
@@ -199,11 +215,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\nmedian ratio over {len(ratios)} variants: {statistics.median(ratios):.3f}")
     if args.out:
         write_csv(rows, args.out, COLUMNS)
-        busy = f"1-minute load average as timing began: {load:.2f} on {os.cpu_count()} cores"
-        notes = [setting, f"{busy} (near 0: idle; other work skews even ratios)."]
         write_markdown(
             Path(args.out).with_suffix(".md"), title, rows, COLUMNS, script=__file__,
-            argv=argv, notes=notes,
+            argv=argv, notes=[setting, others],
         )  # fmt: skip
         print(f"wrote {args.out} and its .md")
     return 0

@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -169,6 +171,29 @@ def test_cpu_peak_memory_sees_a_known_allocation(bench_blocks):
     assert peak_memory_mb(alloc, "cpu") == pytest.approx(6.0, abs=0.1)
 
 
+@pytest.mark.skipif(not Path("/proc/stat").is_file(), reason="reads Linux's /proc/stat")
+def test_other_work_counts_a_busy_child_and_not_this_process(bench_blocks, monkeypatch):
+    """A child spinning for the whole block is other work (about one core, whatever else runs:
+    more only adds); the block's own spinning is not; without /proc/stat there is no figure."""
+    import _common
+
+    spin = "import time\nt = time.process_time()\nwhile time.process_time() - t < 1.2: pass"
+    with _common.OtherWork() as other:
+        subprocess.run([sys.executable, "-c", spin], check=True)
+    assert other.cores is not None and other.cores > 0.5
+    # a machine where only this process works: its own spinning is not other work
+    monkeypatch.setattr(_common, "_machine_busy_s", time.process_time)
+    with _common.OtherWork() as alone:
+        t = time.process_time()
+        while time.process_time() - t < 0.2:
+            pass
+    assert alone.cores == pytest.approx(0.0, abs=0.01)
+    monkeypatch.setattr(_common, "_machine_busy_s", lambda: None)
+    with _common.OtherWork() as none:
+        pass
+    assert none.cores is None
+
+
 def test_bench_train_smallest_run_writes_the_documented_csv(tmp_path):
     out = tmp_path / "train.csv"
     proc = _run(
@@ -255,7 +280,7 @@ def test_bench_steps_times_the_sweeps_own_networks_against_the_plain_one(
     text = capsys.readouterr().out
     assert "vector extensions" in text and "- cpu:" in text
     md = out.with_suffix(".md").read_text()  # beside the CSV: the machine, the load, the table
-    assert "- cpu:" in md and "1-minute load average as timing began" in md
+    assert "- cpu:" in md and "Other processes kept busy while timing: " in md
     assert md.count("| resnet20_") == 3 and "--profile-steps 1" in md
 
 
