@@ -17,7 +17,7 @@ from helpers.weights import randomize
 
 import visattn
 from visattn.blocks.registry import registered_block
-from visattn.models.placement import Placement
+from visattn.models.placement import Placement, PlacementError
 from visattn.models.sites import run_after, run_before
 
 SIZE = (3, 64, 64)
@@ -200,13 +200,37 @@ def test_a_block_too_large_for_the_map_is_refused_before_the_model_changes(train
             {"name": "_test_reflect", "after": "features.9"},
         ]
         with pytest.raises(
-            ValueError,
-            match=r"#1 at features\.9\.attn_after \(96 channels\): block '_test_reflect' cannot "
+            PlacementError,
+            match=r"#1 \('_test_reflect'\): at features\.9\.attn_after \(96 channels\): cannot "
             r"take the \(96, 2, 2\) tensor there \(RuntimeError: .*[Pp]adding",
         ):
             visattn.inject(model, placement, input_size=SIZE)
         assert _tree(model) == tree and _hooks(model) == 0
         assert visattn.inject(model, placement[:1], input_size=SIZE) == ["features.1.attn_after"]
+
+
+class _HalfChannels(nn.Module):
+    """Keeps the first half of the channels: not a shape-keeping block."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[:, : x.shape[1] // 2]
+
+
+def test_a_block_that_changes_the_shape_is_refused_before_the_model_changes(trained):
+    model = copy.deepcopy(trained)
+    tree = _tree(model)
+    refused = pytest.raises(
+        PlacementError,
+        match=r"#0 \('_test_half'\): at features\.1\.attn_after \(16 channels\): maps "
+        r"\(2, 16, 16, 16\) to \(2, 8, 16, 16\); a block placed by pattern must keep",
+    )
+    half = registered_block("_test_half", _HalfChannels, family="channel", paper="test only")
+    with half, refused:
+        visattn.inject(model, {"name": "_test_half", "after": "features.1"}, input_size=SIZE)
+    assert _tree(model) == tree and _hooks(model) == 0
 
 
 def test_placement_keys_are_validated():

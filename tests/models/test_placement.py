@@ -15,7 +15,7 @@ from helpers.weights import randomize
 import visattn
 from visattn.blocks import is_block
 from visattn.models import normalize_placements
-from visattn.models.placement import Placement
+from visattn.models.placement import Placement, PlacementError
 
 BLOCK_POSITIONS = ["pre", "prenorm", "inner", "standard", "identity", "post", "output"]
 
@@ -417,25 +417,25 @@ def test_capture_attention_reports_every_placed_block_by_path():
         (
             "resnet20_cifar",
             {"name": "se", "blocks": [5]},
-            ValueError,
+            PlacementError,
             r"block index 5 matches no block of stage layer1 \(3 blocks: indices 0..2 or -3..-1\)",
         ),
         (
             "resnet50",
             {"name": "se", "blocks": [5]},
-            ValueError,  # fits stage 3 only: still an error
+            PlacementError,  # fits stage 3 only: still an error
             "block index 5 matches no block of stage layer1",
         ),
         (
             "resnet56_cifar",
             {"name": "se", "stages": [4]},
-            ValueError,
+            PlacementError,
             r"stage 4 does not exist; resnet56_cifar has stages 1..3",
         ),
         (
             "resnet18",
             {"name": "bam", "position": "stage", "stages": [5]},
-            ValueError,
+            PlacementError,
             "stage 5 does not exist; resnet18 has stages 1..4",
         ),
         (
@@ -459,7 +459,7 @@ def test_capture_attention_reports_every_placed_block_by_path():
         (
             "resnet20_cifar",
             {"name": "se", "position": "sideways"},
-            ValueError,
+            PlacementError,
             "unknown position 'sideways'",
         ),
     ],
@@ -467,6 +467,18 @@ def test_capture_attention_reports_every_placed_block_by_path():
 def test_placement_errors_name_the_problem(model, attention, error, message):
     with pytest.raises(error, match=message):
         visattn.create_model(model, num_classes=10, attention=attention)
+
+
+def test_a_placement_that_cannot_apply_is_a_placement_error_naming_it():
+    """Raised deep in the pattern or slot code, the error still names the placement's index and
+    block (one wording, one type to catch)."""
+    net = visattn.create_model("resnet20_cifar", num_classes=10)
+    with pytest.raises(PlacementError) as err:
+        visattn.inject(net, [{"name": "eca"}, {"name": "se", "after": "BottleNeck"}])
+    assert (err.value.index, err.value.name) == (1, "se")
+    assert str(err.value).startswith("attention placement #1 ('se'): after pattern 'BottleNeck'")
+    assert err.value.naming("cbam", 7) is not err.value  # filled only where missing
+    assert (err.value.naming("cbam", 7).name, err.value.naming("cbam", 7).index) == ("se", 1)
 
 
 def test_failed_placement_leaves_the_model_untouched():

@@ -36,7 +36,17 @@ from .._nets import eval_mode, factory_of
 from .._registry import close_matches
 from ..blocks import is_block
 from .families import BACKBONE_FAMILIES, SE_MODULES, family_of, is_se, qualname
-from .sites import AFTER, BEFORE, Adapter, InjectionPlan, PlannedBlock, Site, slot_site, slotted
+from .sites import (
+    AFTER,
+    BEFORE,
+    Adapter,
+    InjectionPlan,
+    PlacementError,
+    PlannedBlock,
+    Site,
+    slot_site,
+    slotted,
+)
 
 __all__ = ["DEFAULT_INPUT_SIZE", "match_pattern", "plan_pattern_sites", "probe_input_size"]
 
@@ -83,7 +93,7 @@ def _candidates(model: nn.Module) -> list[tuple[str, nn.Module]]:
     return out
 
 
-def _no_match(pattern: str, key: str, modules: list[tuple[str, nn.Module]], where: str) -> str:
+def _no_match(pattern: str, key: str, modules: list[tuple[str, nn.Module]]) -> str:
     classes = sorted({type(m).__name__ for _, m in modules})
     paths = [p for p, _ in modules]
     near_c = close_matches(pattern, classes, cutoff=0.5)
@@ -96,7 +106,7 @@ def _no_match(pattern: str, key: str, modules: list[tuple[str, nn.Module]], wher
     said = f"; closest: {'; '.join(hint)}" if hint else ""
     top = sorted({p.split(".")[0] for p in paths})[:8]
     return (
-        f"{where}: {key} pattern {pattern!r} matches no module{said} (the model has "
+        f"{key} pattern {pattern!r} matches no module{said} (the model has "
         f"{len(classes)} module classes; top-level children: {', '.join(top)}). A pattern is a "
         "class name, a module path or a path glob ('*' within a segment, '**' across segments)"
     )
@@ -288,14 +298,14 @@ def _into_sequential(t: _Target) -> _Target:
     return _Target(path, m, t.kind, t.matched, t.explicit)
 
 
-def _family_targets(path: str, module: nn.Module, position: str, where: str) -> _Target | None:
+def _family_targets(path: str, module: nn.Module, position: str) -> _Target | None:
     fam = family_of(module)
     if fam is None or fam.slots:
         return None
     choices = fam.positions.get(position)
     if not choices:
-        raise ValueError(
-            f"{where}: position {position!r} is not defined for {type(module).__name__} "
+        raise PlacementError(
+            f"position {position!r} is not defined for {type(module).__name__} "
             f"({fam.label}) at {path}; it has: {list(fam.positions)}"
         )
     for choice in choices:
@@ -303,7 +313,7 @@ def _family_targets(path: str, module: nn.Module, position: str, where: str) -> 
         found = _child(module, rel)
         if found is not None:
             return _Target(f"{path}.{found[0]}", found[1], side, path, False)
-    raise ValueError(f"{where}: {path} ({type(module).__name__}) lacks {' / '.join(choices)}")
+    raise PlacementError(f"{path} ({type(module).__name__}) lacks {' / '.join(choices)}")
 
 
 def _known_families() -> str:
@@ -329,22 +339,24 @@ def plan_pattern_sites(
     targets: list[tuple[int, Any, _Target]] = []
     slot_sites: list[Site] = []
     for k, p in placements:
-        where = f"attention placement #{k} ({p.name!r})"
-        for q, m, kind, explicit in _matches(p, modules, where):
-            if p.position is None:
-                targets.append((k, p, _Target(q, m, kind, q, explicit)))
-                continue
-            fam = family_of(m)
-            if fam is None:
-                raise ValueError(
-                    f"{where}: position {p.position!r} needs a known block family, but "
-                    f"{q} is a {type(m).__name__}; drop 'position' to place the block "
-                    f"after the module itself. Known families: {_known_families()}"
-                )
-            if fam.slots:
-                slot_sites.append(_slot_site(k, p, q, m, adapters, adapted))
-            else:
-                targets.append((k, p, _family_targets(q, m, p.position, where)))
+        try:
+            for q, m, kind, explicit in _matches(p, modules):
+                if p.position is None:
+                    targets.append((k, p, _Target(q, m, kind, q, explicit)))
+                    continue
+                fam = family_of(m)
+                if fam is None:
+                    raise PlacementError(
+                        f"position {p.position!r} needs a known block family, but {q} is a "
+                        f"{type(m).__name__}; drop 'position' to place the block after the "
+                        f"module itself. Known families: {_known_families()}"
+                    )
+                if fam.slots:
+                    slot_sites.append(_slot_site(k, p, q, m, adapters, adapted))
+                else:
+                    targets.append((k, p, _family_targets(q, m, p.position)))
+        except PlacementError as e:
+            raise e.naming(p.name, k) from None
     moved, taken = [], set()
     for k, p, t in targets:  # a container and its last child are one site: keep it once
         t = _into_sequential(t)
@@ -358,35 +370,33 @@ def plan_pattern_sites(
     for k, p, _ in targets:
         if k not in placed:
             reasons = "; ".join(f"{q}: {r}" for q, r in skipped)
-            raise ValueError(
-                f"attention placement #{k} ({p.name!r}) matched modules but none can take a "
-                f"block: {reasons}"
-            )
+            raise PlacementError(f"matched modules but none can take a block: {reasons}", p.name, k)
     sites.sort(key=lambda s: s.index)  # placement order; module order within a placement
     return sites, skipped, size
 
 
 def _matches(
-    p: Any, modules: list[tuple[str, nn.Module]], where: str
+    p: Any, modules: list[tuple[str, nn.Module]]
 ) -> list[tuple[str, nn.Module, str, bool]]:
     """``(path, module, kind, explicit)`` of every module a placement's ``after`` / ``before`` /
     ``replace`` patterns select (``explicit``: named by its exact path, not a glob or class);
-    a pattern that selects nothing raises ``ValueError`` with close matches."""
+    a pattern that selects nothing raises :class:`~.sites.PlacementError` with close
+    matches."""
     kind = "after" if p.after else "before" if p.before else "replace"
     found = []
     for pattern in p.after or p.before or p.replace:
         if kind == "replace" and pattern == "se":
             hits = [(q, m) for q, m in modules if is_se(m)]
             if not hits:
-                raise ValueError(
-                    f"{where}: replace 'se' found no squeeze-and-excitation module (known: "
+                raise PlacementError(
+                    "replace 'se' found no squeeze-and-excitation module (known: "
                     f"{', '.join(c.rsplit('.', 1)[1] for c in SE_MODULES)}); name the "
                     "module class or path to replace instead"
                 )
         else:
             hits = [(q, m) for q, m in modules if match_pattern(pattern, q, m)]
             if not hits:
-                raise ValueError(_no_match(pattern, kind, modules, where))
+                raise PlacementError(_no_match(pattern, kind, modules))
         explicit = not _GLOB.search(pattern) and any(q == pattern for q, _ in hits)
         found += [(q, m, kind, explicit) for q, m in hits]
     return found
@@ -405,9 +415,8 @@ def _probed_sites(
         why = t.refused or _reason(seen.get(t.path), t.kind, size)
         if why is not None:
             if t.explicit:
-                raise ValueError(
-                    f"attention placement #{k} ({p.name!r}): {t.matched} cannot take a block "
-                    f"{t.kind} it: {why}"
+                raise PlacementError(
+                    f"{t.matched} cannot take a block {t.kind} it: {why}", p.name, k
                 )
             skipped.append((t.matched, why))
             continue

@@ -67,7 +67,7 @@ from ..blocks.identity import INITS
 from ..constants import POSITIONS
 from .patterns import plan_of, plan_pattern_sites
 from .resnet import ResNetStage
-from .sites import Adapter, InjectionPlan, Site, install, slot_site, slotted
+from .sites import Adapter, InjectionPlan, PlacementError, Site, install, slot_site, slotted
 
 __all__ = [
     "PATTERN_KEYS",
@@ -87,16 +87,6 @@ PATTERN_KEYS = ("after", "before", "replace")
 PLACEMENT_KEYS = ("name", "args", "stages", "blocks", "position", "init", *PATTERN_KEYS)
 _BLOCK_WORDS = ("all", "first", "last")
 _CONV_ARGS = ("out_channels", "stride")  # set by position 'conv' from the conv it replaces
-
-
-class PlacementError(ValueError):
-    """A malformed placement; the message names the placement (index and block) and the key."""
-
-    def __init__(self, detail: str, name: str | None = None, index: int | None = None) -> None:
-        self.detail, self.name, self.index = detail, name, index
-        where = "attention placement" + ("" if index is None else f" #{index}")
-        where += "" if name is None else f" ({name!r})"
-        super().__init__(f"{where}: {detail}")
 
 
 def _stages(value: Any) -> str | tuple[int, ...]:
@@ -207,7 +197,7 @@ class Placement:
         try:
             self._normalise()
         except PlacementError as e:
-            raise PlacementError(e.detail, name) from None
+            raise e.naming(name) from None
 
     def _normalise(self) -> None:
         info = block_info(self.name)  # unknown names raise the registry's KeyError
@@ -321,7 +311,7 @@ class Placement:
         try:
             return cls(**config)
         except PlacementError as e:
-            raise PlacementError(e.detail, e.name, index) from None
+            raise e.naming(index=index) from None
 
     def to_dict(self) -> dict[str, Any]:
         """The placement as a plain mapping (lists, not tuples), as in YAML: every ResNet key
@@ -397,7 +387,7 @@ def find_stages(model: nn.Module) -> list[tuple[str, nn.Module]]:
     return stages
 
 
-def _select_blocks(spec: Any, n: int, where: str, stage_name: str) -> list[int]:
+def _select_blocks(spec: Any, n: int, k: int, p: Placement, stage_name: str) -> list[int]:
     if spec == "all":
         return list(range(n))
     if spec == "first":
@@ -407,9 +397,11 @@ def _select_blocks(spec: Any, n: int, where: str, stage_name: str) -> list[int]:
     out = []
     for b in spec:
         if not -n <= b < n:
-            raise ValueError(
-                f"{where}: block index {b} matches no block of stage {stage_name} "
-                f"({n} blocks: indices 0..{n - 1} or {-n}..-1)"
+            raise PlacementError(
+                f"block index {b} matches no block of stage {stage_name} "
+                f"({n} blocks: indices 0..{n - 1} or {-n}..-1)",
+                p.name,
+                k,
             )
         if b % n not in out:
             out.append(b % n)
@@ -432,12 +424,11 @@ def _resnet_sites(
     stages = find_stages(model)
     sites: list[Site] = []
     for k, p in placements:
-        where = f"attention placement #{k} ({p.name!r})"
         wanted = range(1, len(stages) + 1) if p.stages == "all" else p.stages
         for s in wanted:
             if s > len(stages):
-                raise ValueError(
-                    f"{where}: stage {s} does not exist; {label} has stages 1..{len(stages)}"
+                raise PlacementError(
+                    f"stage {s} does not exist; {label} has stages 1..{len(stages)}", p.name, k
                 )
             stage_name, stage = stages[s - 1]
             blocks = _stage_blocks(stage)
@@ -449,7 +440,7 @@ def _resnet_sites(
                     Site(k, p, "stage", path, stage_name, stage, "attn_stage", last.out_channels)
                 )
                 continue
-            for j in _select_blocks(p.blocks, len(blocks), where, stage_name):
+            for j in _select_blocks(p.blocks, len(blocks), k, p, stage_name):
                 path = f"{stage_name}.{j}"
                 if path not in adapted:
                     host = slotted(blocks[j], path, adapters)
@@ -482,9 +473,10 @@ def _check_free(sites: list[Site]) -> None:
             else (current is None or isinstance(current, (nn.Identity, nn.Conv2d)))
         )
         if not free:
-            raise ValueError(
-                f"attention placement #{t.index} ({t.placement.name!r}): slot {t.path} already "
-                f"holds a {type(current).__name__}; a slot holds one block"
+            raise PlacementError(
+                f"slot {t.path} already holds a {type(current).__name__}; a slot holds one block",
+                t.placement.name,
+                t.index,
             )
 
 
@@ -527,26 +519,30 @@ def _build(site: Site, model: nn.Module) -> nn.Module:
     near = site.host if site.kind != "replace" else model.get_submodule(site.target)
     factory = factory_of(near) or factory_of(model)
     p = site.placement
-    at = f"attention placement #{site.index} at {site.path} ({site.channels} channels)"
+    at = f"at {site.path} ({site.channels} channels)"
     try:
         blk = create_block(p.name, site.channels, init=p.init, **site.options, **p.args, **factory)
-    except (ValueError, TypeError) as e:
-        raise type(e)(f"{at}: {e}") from e
+    except (ValueError, TypeError) as e:  # the block's own error, its type kept
+        raise type(e)(f"attention placement #{site.index} {at}: {e}") from e
     if site.spatial is not None:
         x = torch.randn(2, site.channels, *site.spatial, **factory)
         try:
             with eval_mode(blk), torch.no_grad():
                 y = blk(x)
         except Exception as e:
-            raise ValueError(
-                f"{at}: block {p.name!r} cannot take the {tuple(x.shape[1:])} tensor there "
-                f"({type(e).__name__}: {e})"
+            raise PlacementError(
+                f"{at}: cannot take the {tuple(x.shape[1:])} tensor there "
+                f"({type(e).__name__}: {e})",
+                p.name,
+                site.index,
             ) from e
         if not isinstance(y, torch.Tensor) or y.shape != x.shape:
             got = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
-            raise ValueError(
-                f"{at}: block {p.name!r} maps {tuple(x.shape)} to {got}; a block placed by "
-                "pattern must keep its input's shape"
+            raise PlacementError(
+                f"{at}: maps {tuple(x.shape)} to {got}; a block placed by pattern must keep its "
+                "input's shape",
+                p.name,
+                site.index,
             )
     blk.train(near.training)
     return blk

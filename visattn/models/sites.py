@@ -198,21 +198,40 @@ def install(
             setattr(site.host, site.attr, blk)
 
 
-def _conv_slot(host: SlottedBlock, where: str, path: str) -> tuple[str, int, dict[str, Any]]:
+class PlacementError(ValueError):
+    """A placement that is malformed or cannot apply to the model; the message names the
+    placement (index and block) and what is wrong with it."""
+
+    def __init__(self, detail: str, name: str | None = None, index: int | None = None) -> None:
+        self.detail, self.name, self.index = detail, name, index
+        where = "attention placement" + ("" if index is None else f" #{index}")
+        where += "" if name is None else f" ({name!r})"
+        super().__init__(f"{where}: {detail}")
+
+    def naming(self, name: str | None = None, index: int | None = None) -> PlacementError:
+        """This error with the placement's block name and index filled in where it had none
+        (raised deep down, it is named by the caller that knows which placement it was)."""
+        return PlacementError(
+            self.detail,
+            self.name if self.name is not None else name,
+            self.index if self.index is not None else index,
+        )
+
+
+def _conv_slot(host: SlottedBlock, path: str) -> tuple[str, int, dict[str, Any]]:
     """The attribute, input channels and ``out_channels``/``stride`` of the conv that position
     ``conv`` replaces in ``host``."""
     attr = host.conv_slot
     conv = getattr(host, attr)
     if not isinstance(conv, nn.Conv2d):
-        raise ValueError(
-            f"{where}: slot {path}.{attr} already holds a {type(conv).__name__}; a slot holds one "
-            "block"
+        raise PlacementError(
+            f"slot {path}.{attr} already holds a {type(conv).__name__}; a slot holds one block"
         )
     if conv.stride[0] != conv.stride[1]:
-        raise ValueError(f"{where}: {path}.{attr} has a non-square stride {conv.stride}")
+        raise PlacementError(f"{path}.{attr} has a non-square stride {conv.stride}")
     if conv.dilation != (1, 1):  # a dilated stage (output_stride < 32)
-        raise ValueError(
-            f"{where}: {path}.{attr} is dilated {conv.dilation} (output_stride below 32); a block "
+        raise PlacementError(
+            f"{path}.{attr} is dilated {conv.dilation} (output_stride below 32); a block "
             "at position 'conv' would replace it undilated, changing what the network sees; "
             "build with output_stride=32 or place the block at another position"
         )
@@ -225,9 +244,11 @@ def slot_site(index: int, placement: Any, path: str, host: SlottedBlock) -> Site
     ``path``): an ``attn_<position>`` slot, or the middle conv for position ``conv``. The one
     definition of a ResNet block's positions, whether ``stages``/``blocks`` or a pattern
     selected the block."""
-    where = f"attention placement #{index} ({placement.name!r})"
     if placement.position == "conv":
-        attr, channels, options = _conv_slot(host, where, path)
+        try:
+            attr, channels, options = _conv_slot(host, path)
+        except PlacementError as e:
+            raise e.naming(placement.name, index) from None
     else:
         attr, options = f"attn_{placement.position}", {}
         channels = host.slot_channels(placement.position)
