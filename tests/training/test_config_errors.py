@@ -49,6 +49,29 @@ def test_yaml_syntax_error_names_the_config_file(tmp_path: Path) -> None:
     assert "line" in str(err.value)
 
 
+def test_a_misspelt_option_names_the_one_meant(capsys) -> None:
+    """The command line exits as argparse does (usage, code 2) and a sweep's resolver raises,
+    both naming the known option closest to the unrecognized one."""
+    from jsonargparse import ArgumentError
+
+    from visattn.training.cli import cli_main
+    from visattn.training.config import RunConfig
+
+    with pytest.raises(SystemExit) as done:
+        cli_main(["fit", "--config", QUICKSTART, "--model.atention", "se"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and "fit --help" in err  # the subcommand's usage and tip
+    assert err.rstrip().endswith(
+        "unrecognized arguments: --model.atention se; --model.atention: did you mean "
+        "--model.attention?"
+    )
+    with pytest.raises(ArgumentError, match=r"--trainer\.max_epoks: did you mean --trainer\.max"):
+        RunConfig.parse(["fit", "--config", QUICKSTART, "--trainer.max_epoks=2"])
+    with pytest.raises(ArgumentError) as far:  # nothing close: argparse's message alone
+        RunConfig.parse(["fit", "--zzz=2"])
+    assert str(far.value) == "unrecognized arguments: --zzz=2"
+
+
 # ------------------------------------------------------------------------------------- extras
 
 _WITHOUT_TRAIN = """

@@ -38,8 +38,8 @@ from .options import (
     FREE_ON_RESUME,
     NETWORK_OPTIONS,
     expand_config_args,
+    leaves,
     parse,
-    plain,
     restore_recorded,
     to_flag,
     to_json,
@@ -103,9 +103,9 @@ def _parser() -> ArgumentParser:
 
 @functools.cache
 def _default_leaves(subcommand: str) -> dict[str, Any]:
-    """The subcommand's defaults as :func:`_leaves` (computed once per process): what the
+    """The subcommand's defaults as :func:`~.options.leaves` (computed once per process): what the
     command line resolves the subcommand alone to."""
-    return _leaves(_parser().parse_args([subcommand])[subcommand])
+    return leaves(_parser().parse_args([subcommand])[subcommand])
 
 
 class Built(NamedTuple):
@@ -221,17 +221,6 @@ class RunConfig(tuple):
 # --------------------------------------------------------------------------- canonical form
 
 
-def _leaves(value: Any, prefix: str = "") -> dict[str, Any]:
-    """``{dotted key: plain value}`` of every leaf (a non-empty mapping is spread)."""
-    value = plain(value)
-    if isinstance(value, dict) and value:
-        out: dict[str, Any] = {}
-        for k, v in value.items():
-            out.update(_leaves(v, f"{prefix}.{k}" if prefix else k))
-        return out
-    return {prefix: value}
-
-
 def settings(config: Namespace, subcommand: str = "fit") -> dict[str, str]:
     """What decides a run's result: every resolved option of ``config`` (a subcommand's
     options) that differs from the parser's default (that subcommand's), as
@@ -242,10 +231,10 @@ def settings(config: Namespace, subcommand: str = "fit") -> dict[str, str]:
     default) keeps finished sweeps finished; a changed default is therefore not seen.
     """
     defaults = _default_leaves(subcommand)
-    leaves = _leaves(config)
+    given = leaves(config)
     return {
         k: to_json(v)
-        for k, v in sorted(leaves.items())
+        for k, v in sorted(given.items())
         if k not in LOCATION_KEYS
         and k.split(".")[0] not in _NOT_OPTIONS
         and (k not in defaults or defaults[k] != v)

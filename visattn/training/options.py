@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from jsonargparse import ArgumentParser, Namespace
+from jsonargparse import ArgumentError, ArgumentParser, Namespace
 
+from .._registry import close_matches
 from ..files import load_yaml
 from ..models.placement import placements_to_config
 
@@ -148,8 +149,61 @@ def expand_config_args(args: Sequence[str]) -> list[str]:
 
 def parse(parser: ArgumentParser, args: Sequence[str]) -> Namespace:
     """``args`` (``train_cls.py``'s, subcommand first where the parser has subcommands) parsed
-    by ``parser`` after :func:`expand_config_args`: the CLI's one parse."""
-    return parser.parse_args(expand_config_args(list(args)))
+    by ``parser`` after :func:`expand_config_args`: the CLI's one parse. An unrecognized option
+    gets the closest known one named (``--model.atention``: did you mean ``--model.attention``?),
+    then the parser fails as it would (exits with its usage, or raises ``ArgumentError``)."""
+    items = expand_config_args(list(args))
+    # every parser raises instead of exiting meanwhile (a subcommand's parser has its own flag;
+    # jsonargparse keeps them in the subcommands action's choices)
+    subcommands = getattr(getattr(parser, "_subcommands_action", None), "choices", {})
+    parsers = [parser, *subcommands.values()]
+    exits = [p.exit_on_error for p in parsers]
+    for p in parsers:
+        p.exit_on_error = False
+    try:
+        return parser.parse_args(items)
+    except ArgumentError as e:
+        message = str(e) + _close_options(parser, items, str(e))
+        if not exits[0]:
+            raise ArgumentError(None, message) from e
+        failed = subcommands.get(items[0], parser) if items else parser  # its usage and tip
+        failed.exit_on_error = True
+        failed.error(message, e)
+    finally:
+        for p, exit_on_error in zip(parsers, exits, strict=True):
+            p.exit_on_error = exit_on_error
+
+
+def _close_options(parser: ArgumentParser, items: Sequence[str], message: str) -> str:
+    """``"; --model.atention: did you mean --model.attention?"`` for each option of an
+    "unrecognized arguments" message that is close to one the parser (its subcommand's, where
+    ``items`` names one) knows; ``""`` otherwise."""
+    if not message.startswith("unrecognized arguments:"):
+        return ""
+    flags = [t.split("=")[0] for t in message.partition(":")[2].split() if t.startswith("--")]
+    sub = items[0] if items and not items[0].startswith("-") else None
+    try:
+        defaults = parser.parse_args([sub] if sub else [])
+    except ArgumentError:  # a required option: no defaults to compare with
+        return ""
+    known = [f"--{k}" for k in leaves(defaults[sub] if sub else defaults)]
+    hints = [
+        f"{flag}: did you mean {close[0]}?"
+        for flag in flags
+        if (close := close_matches(flag, known, n=1))
+    ]
+    return "".join(f"; {h}" for h in hints)
+
+
+def leaves(value: Any, prefix: str = "") -> dict[str, Any]:
+    """``{dotted key: plain value}`` of every leaf (a non-empty mapping is spread)."""
+    value = plain(value)
+    if isinstance(value, dict) and value:
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            out.update(leaves(v, f"{prefix}.{k}" if prefix else k))
+        return out
+    return {prefix: value}
 
 
 def plain(value: Any) -> Any:
