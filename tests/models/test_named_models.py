@@ -421,6 +421,12 @@ def test_residual_attention_options_pass_through():
             r"unknown option 'shortcutt' \(did you mean 'shortcut'\?\)",
         ),
         (
+            lambda: visattn.create_model("resnet20_cifar", atention={"name": "se"}),
+            TypeError,  # one of create_model's own, suggested and listed apart from the model's
+            r"unknown option 'atention' \(did you mean 'attention'\?\); the model's options: "
+            r"shortcut, .*; create_model's own: num_classes, in_chans, global_pool, attention",
+        ),
+        (
             lambda: visattn.create_model("resnet20_cifar", shortcut="C"),
             ValueError,
             "shortcut must be 'A'",

@@ -21,6 +21,7 @@ constructor, except ``input_size=(C, H, W)``, the probe size of pattern placemen
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from os import PathLike
 from typing import Any
@@ -96,10 +97,12 @@ def _check_options(spec: ModelSpec, kwargs: dict[str, Any]) -> None:
     options = spec.options()
     unknown = [k for k in kwargs if k not in options and k not in spec.fixed]
     if unknown:
-        said = unknown_options(unknown, options)
+        own = [p for p in inspect.signature(create_model).parameters if p not in ("name", "kwargs")]
+        said = unknown_options(unknown, dict.fromkeys([*own, *options]))
+        builder = [o for o in options if o not in own]
         raise TypeError(
-            f"create_model({spec.name!r}): unknown option {said}; valid options: "
-            f"{', '.join(o for o in options if o not in ('num_classes', 'in_chans'))}"
+            f"create_model({spec.name!r}): unknown option {said}; the model's options: "
+            f"{', '.join(builder) or 'none'}; create_model's own: {', '.join(own)}"
         )
     for k, v in kwargs.items():
         if k in spec.fixed and v != spec.fixed[k]:
