@@ -5,7 +5,8 @@
 
 Reads ``benchmarks/results/cifar10_cpu/results.csv`` (one row per finished run of
 ``configs/ablations/cifar10_cpu.yaml``), the training-step times that
-``benchmarks/bench_steps.py`` measured (``benchmarks/results/steps_cpu.csv``) and each block's
+``benchmarks/bench_steps.py`` measured (``benchmarks/results/steps_cifar10_cpu.csv``, every
+variant in one run, and the ``.md`` beside it for the machine) and each block's
 family from the registry, and writes:
 
 * ``docs/leaderboard.md``: every variant, sorted by mean test accuracy, with its family,
@@ -40,7 +41,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = ROOT / "configs" / "ablations" / "cifar10_cpu.yaml"
 RESULTS = ROOT / "benchmarks" / "results" / "cifar10_cpu"
-STEPS = ROOT / "benchmarks" / "results" / "steps_cpu.csv"
+#: the step times of every variant, one interleaved run of benchmarks/bench_steps.py with --out
+STEPS = ROOT / "benchmarks" / "results" / "steps_cifar10_cpu.csv"
+#: bench_steps.py's line for the cores other processes kept busy while it timed
+OTHERS = "Other processes kept busy while timing"
+IDLE_CORES = 0.25  # more cores than this busy with other work: not an idle run
 PAGE = ROOT / "docs" / "leaderboard.md"
 ASSETS = ROOT / "docs" / "assets" / "leaderboard"
 README = ROOT / "README.md"
@@ -211,7 +216,7 @@ def build_rows(
         "seeds": len(sweep.seeds),
         "comparisons": len(family),
         "train_acc": _final_train_acc(results, rows_in, BASELINE),
-        "step_cpu": _steps_cpu(steps),
+        "step_run": _step_run(steps),
         "unverified": _unverified(results, rows_in),
         "finished": {
             v: sum(r["variant"] == v and r["status"] == "ok" for r in rows_in) for v in variants
@@ -265,20 +270,28 @@ def _final_train_acc(results: Path, rows: Sequence[dict], variant: str) -> float
     return sum(values) / len(values) if values else math.nan
 
 
-def _steps_cpu(path: Path) -> str:
-    """The CPU line of bench_steps.py's markdown beside its CSV ("" when absent)."""
+def _step_run(path: Path) -> str:
+    """Where and how the step times were measured, from the ``.md`` bench_steps.py writes
+    beside its CSV: "one idle run ... on CPU (extensions) ...", or what is known."""
     md = path.with_suffix(".md")
-    if not md.is_file():
-        return ""
     found = {}
-    for line in md.read_text().splitlines():
+    for line in md.read_text().splitlines() if md.is_file() else []:
         key, _, value = line.removeprefix("- ").partition(":")
         if line.startswith("- ") and key in ("cpu", "vector extensions"):
             found[key] = value.strip()
+        elif key == OTHERS:
+            found["others"] = value.split()[0]
+    script = "run of `benchmarks/bench_steps.py`"
     if "cpu" not in found:
-        return ""
+        return f"one {script} (its machine not recorded)"
     ext = found.get("vector extensions")
-    return f"{found['cpu']} ({ext})" if ext else found["cpu"]
+    cpu = f"{found['cpu']} ({ext})" if ext else found["cpu"]
+    try:
+        others = float(found.get("others", ""))
+    except ValueError:  # not measured (no /proc/stat), or a file from before it was
+        return f"one {script} on {cpu}"
+    idle = "idle" if others <= IDLE_CORES else "busy"
+    return f"one {idle} {script} on {cpu} (other processes: {others:.2f} cores)"
 
 
 # --------------------------------------------------------------------------- formatting
@@ -666,7 +679,6 @@ def _reproduce() -> list[str]:
 def page(rows: Sequence[Row], pairs: Pairs, facts: Mapping[str, Any]) -> str:
     seeds = facts["seeds"]
     between = "; ".join(r.label for r in pairs.values() if not math.isnan(r.p))
-    cpu = facts["step_cpu"] or "the machine named in benchmarks/results/steps_cpu.md"
     lines = [
         "# Leaderboard: the zoo on CIFAR-10",
         "",
@@ -687,8 +699,8 @@ def page(rows: Sequence[Row], pairs: Pairs, facts: Mapping[str, Any]) -> str:
         *full_table(rows, seeds),
         "",
         "- **step time**: one training step (forward, loss, backward, SGD step; batch 128, "
-        "channels-last, one thread) against the plain network's, measured interleaved in one "
-        f"idle run of `benchmarks/bench_steps.py` on {cpu}; MACs: per image, attention "
+        "channels-last, one thread) against the plain network's, every variant measured "
+        f"interleaved in {facts['step_run']}; - where not measured; MACs: per image, attention "
         "products included.",
         _placement_bullet(rows, facts, pairs.get(SIMAM[::-1])),
         _families_sentence(rows),
