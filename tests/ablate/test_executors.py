@@ -135,6 +135,8 @@ def test_jobs_2_gives_the_same_figures_as_jobs_1(tmp_path: Path, sequential) -> 
     assert all(r["val/loss"] not in ("", None) for r in parallel)
     assert any("started on cpu, 1 thread(s)" in ln for ln in lines)
     assert len(list((tmp_path / "out" / "logs").glob("*.log"))) == 4  # one worker log per run
+    etas = [ln.rsplit("ETA ", 1)[1] for ln in lines if " done | elapsed " in ln]
+    assert len(etas) == 4 and "?" not in etas and etas[-1] == "0s"  # nothing left at the end
 
 
 @MULTIPROCESS

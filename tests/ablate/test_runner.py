@@ -509,6 +509,18 @@ def test_progress_lines_count_runs_and_estimate_time_left(
     assert "ETA ?" in starts[0] and "ETA ?" not in starts[1]
 
 
+def test_the_eta_shares_the_runs_left_among_the_sweeps_slots() -> None:
+    """Two runs at a time, 33 minutes each: when the first ends and the second is about to, the
+    5 left take three more rounds (99 minutes), not 6 x 33 (the finished runs' rate alone)."""
+    from visattn.ablate.job import estimate_eta
+
+    assert estimate_eta(33.0, [33.0], 5, 2) == 99.0
+    assert estimate_eta(10.0, [4.0], 0, 2) == 6.0  # only the running one's rest
+    assert estimate_eta(10.0, [], 3, 1) == 30.0  # one at a time: runs left x duration
+    assert estimate_eta(10.0, [12.0, 2.0], 1, 2) == 10.0  # an overrunning run counts as done
+    assert math.isnan(estimate_eta(math.nan, [], 3, 2))
+
+
 def test_named_baseline_is_used_for_differences(tmp_path: Path, fake: FakeTrainer) -> None:
     path = write_sweep(
         tmp_path,

@@ -159,6 +159,21 @@ def fmt_time(seconds: float) -> str:
     return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
 
 
+def estimate_eta(run_s: float, running_for: Sequence[float], waiting: int, slots: int) -> float:
+    """Seconds until the last run ends if every run takes ``run_s``: the running ones finish
+    what they have left (``running_for``: how long each has run), then each waiting run starts
+    on the first of ``slots`` free (as many runs at once as the sweep runs); ``nan`` without a
+    duration to go by."""
+    if math.isnan(run_s):
+        return math.nan
+    free = sorted(max(0.0, run_s - age) for age in running_for)
+    free += [0.0] * max(0, slots - len(free))
+    for _ in range(waiting):
+        free[0] += run_s
+        free.sort()
+    return max(free, default=0.0)
+
+
 # --------------------------------------------------------------------------- the marker
 
 

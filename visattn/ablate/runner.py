@@ -52,6 +52,7 @@ from .job import (
     TrainFn,
     completed,
     default_train_fn,
+    estimate_eta,
     evaluate_run,
     fmt_time,
     read_marker,
@@ -505,7 +506,7 @@ def _train_here(session: _Session, plan: ExecutionPlan, train_fn: TrainFn) -> No
     todo = session.todo
     for done, task in enumerate(session.tasks(threads)):
         elapsed = time.perf_counter() - session.start
-        eta = elapsed / done * (len(todo) - done) if done else math.nan
+        eta = estimate_eta(elapsed / done if done else math.nan, [], len(todo) - done, 1)
         session.echo(
             f"{session.tag} run {task.i}/{task.n} {task.key} ({todo[done][2]}) | {done}/"
             f"{len(todo)} trained this session | elapsed {fmt_time(elapsed)} | ETA {fmt_time(eta)}"
@@ -519,8 +520,19 @@ def _train_elsewhere(session: _Session, plan: ExecutionPlan) -> None:
     tasks = session.tasks(threads)
     why = {run.key: w for _, run, w in session.todo}
     finished = 0
+    running: dict[str, float] = {}  # key: when it started
+    took: list[float] = []  # the finished runs' durations
+    at_once = 1  # the most runs seen running together: the sweep's slots
+
+    def eta(now: float) -> float:
+        mean = sum(took) / len(took) if took else math.nan
+        ages = [now - t for t in running.values()]
+        return estimate_eta(mean, ages, len(tasks) - finished - len(running), at_once)
 
     def on_start(task: RunTask, where: Any) -> None:
+        nonlocal at_once
+        running[task.key] = time.perf_counter()
+        at_once = max(at_once, len(running))
         place = "cpu" if where is None else (f"cuda:{where}" if isinstance(where, int) else where)
         session.echo(
             f"{session.tag} run {task.i}/{task.n} {task.key} ({why[task.key]}) started on "
@@ -531,12 +543,13 @@ def _train_elsewhere(session: _Session, plan: ExecutionPlan) -> None:
         nonlocal finished
         finished += 1
         session.record(row)
-        elapsed = time.perf_counter() - session.start
-        eta = elapsed / finished * (len(tasks) - finished)
+        now = time.perf_counter()
+        took.append(now - running.pop(task.key, session.start))
+        elapsed = now - session.start
         state = "ok" if row["status"] == "ok" else f"FAILED ({row.get('error')})"
         session.echo(
             f"{session.tag} run {task.i}/{task.n} {row['run']}: {state} | {finished}/"
-            f"{len(tasks)} done | elapsed {fmt_time(elapsed)} | ETA {fmt_time(eta)}"
+            f"{len(tasks)} done | elapsed {fmt_time(elapsed)} | ETA {fmt_time(eta(now))}"
         )
 
     def on_retry(task: RunTask, reason: str) -> None:
