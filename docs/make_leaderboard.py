@@ -210,13 +210,15 @@ def build_rows(
     for r in [*rows, *pairs.values()]:
         r.holm = adjusted.get(r.variant, math.nan)
     rows.sort(key=lambda r: -r.mean)
+    step_md = read_step_md(steps)
     facts = {
         "planned": len(sweep.seeds) * len(sweep.variants),
         "ok": sum(r["status"] == "ok" for r in rows_in),
         "seeds": len(sweep.seeds),
         "comparisons": len(family),
         "train_acc": _final_train_acc(results, rows_in, BASELINE),
-        "step_run": _step_run(steps),
+        "step_run": _step_run(step_md),
+        "step_cpu": step_md.get("cpu", "a machine not recorded"),
         "unverified": _unverified(results, rows_in),
         "finished": {
             v: sum(r["variant"] == v and r["status"] == "ok" for r in rows_in) for v in variants
@@ -270,9 +272,10 @@ def _final_train_acc(results: Path, rows: Sequence[dict], variant: str) -> float
     return sum(values) / len(values) if values else math.nan
 
 
-def _step_run(path: Path) -> str:
-    """Where and how the step times were measured, from the ``.md`` bench_steps.py writes
-    beside its CSV: "one idle run ... on CPU (extensions) ...", or what is known."""
+def read_step_md(path: Path) -> dict[str, str]:
+    """What the ``.md`` bench_steps.py writes beside its CSV at ``path`` says about the run:
+    ``cpu``, ``vector extensions``, ``others`` (cores other processes kept busy); those it
+    does not say are absent."""
     md = path.with_suffix(".md")
     found = {}
     for line in md.read_text().splitlines() if md.is_file() else []:
@@ -281,6 +284,12 @@ def _step_run(path: Path) -> str:
             found[key] = value.strip()
         elif key == OTHERS:
             found["others"] = value.split()[0]
+    return found
+
+
+def _step_run(found: Mapping[str, str]) -> str:
+    """Where and how the step times were measured (:func:`read_step_md`'s ``found``): "one
+    idle run ... on CPU (extensions) ...", or what is known."""
     script = "run of `benchmarks/bench_steps.py`"
     if "cpu" not in found:
         return f"one {script} (its machine not recorded)"
@@ -840,9 +849,10 @@ def readme_block(rows: Sequence[Row], pairs: Pairs, facts: Mapping[str, Any]) ->
             START,
             *readme_table(rows, pairs.get(CONTROL), facts["seeds"]),
             "",
-            f"{facts['ok']} of {facts['planned']} runs finished; the full table (every variant, "
-            "its MACs and detectable Δ), the capacity control and what the table can and cannot "
-            "tell: [leaderboard](docs/leaderboard.md).",
+            f"{facts['ok']} of {facts['planned']} runs finished; step time on one thread of "
+            f"{facts['step_cpu']}; the full table (every variant, its MACs and detectable Δ), the "
+            "capacity control and what the table can and cannot tell: "
+            "[leaderboard](docs/leaderboard.md).",
             END,
         ]
     )

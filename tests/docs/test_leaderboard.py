@@ -232,14 +232,14 @@ def test_the_step_time_bullet_says_where_and_how_idle_the_run_was(board, tmp_pat
     """The machine and the other work come from the .md bench_steps.py writes beside its CSV; a
     run that shared the machine is called busy, not idle."""
     csv_path = tmp_path / "steps.csv"
-    assert board._step_run(csv_path).endswith("(its machine not recorded)")  # no .md
+    assert board._step_run(board.read_step_md(csv_path)).endswith("(its machine not recorded)")
     head = "# t\n\n- cpu: Some CPU\n- vector extensions: avx2\n\n"
     for cores, word in (("0.03", "idle"), ("1.02", "busy")):
         csv_path.with_suffix(".md").write_text(
             head + f"{board.OTHERS}: {cores} of 2 cores (near 0: idle).\n"
         )
-        said = board._step_run(csv_path)
+        said = board._step_run(board.read_step_md(csv_path))
         assert said.startswith(f"one {word} run of `benchmarks/bench_steps.py` on Some CPU (avx2)")
         assert said.endswith(f"(other processes: {cores} cores)")
     csv_path.with_suffix(".md").write_text(head + f"{board.OTHERS}: could not be measured\n")
-    assert board._step_run(csv_path).endswith("on Some CPU (avx2)")
+    assert board._step_run(board.read_step_md(csv_path)).endswith("on Some CPU (avx2)")
