@@ -46,6 +46,11 @@ STEPS = ROOT / "benchmarks" / "results" / "steps_cifar10_cpu.csv"
 #: bench_steps.py's line for the cores other processes kept busy while it timed
 OTHERS = "Other processes kept busy while timing"
 IDLE_CORES = 0.25  # more cores than this busy with other work: not an idle run
+#: the same networks timed on other CPUs (the speed work's files): how far the ratios move
+OTHER_STEPS = (
+    ROOT / "benchmarks" / "results" / "steps_cpu.csv",
+    ROOT / "benchmarks" / "results" / "steps_cpu_intel.csv",
+)
 PAGE = ROOT / "docs" / "leaderboard.md"
 ASSETS = ROOT / "docs" / "assets" / "leaderboard"
 README = ROOT / "README.md"
@@ -219,6 +224,7 @@ def build_rows(
         "train_acc": _final_train_acc(results, rows_in, BASELINE),
         "step_run": _step_run(step_md),
         "step_cpu": step_md.get("cpu", "a machine not recorded"),
+        "step_elsewhere": _elsewhere(ratios, step_md),
         "unverified": _unverified(results, rows_in),
         "finished": {
             v: sum(r["variant"] == v and r["status"] == "ok" for r in rows_in) for v in variants
@@ -285,6 +291,25 @@ def read_step_md(path: Path) -> dict[str, str]:
         elif key == OTHERS:
             found["others"] = value.split()[0]
     return found
+
+
+def _elsewhere(ratios: Mapping[str, float], found: Mapping[str, str]) -> str:
+    """How the step-time ratios moved on the other CPUs of :data:`OTHER_STEPS` (files of
+    another machine than ``found``'s): the largest change, and where it came from; ``""``
+    where no other CPU timed these networks."""
+    said = []
+    for path in OTHER_STEPS:
+        cpu = read_step_md(path).get("cpu")
+        theirs = read_steps(path)
+        shared = [v for v in ratios if v in theirs]
+        if not shared or cpu is None or cpu == found.get("cpu"):
+            continue
+        far = max(shared, key=lambda v: abs(theirs[v] - ratios[v]))
+        said.append(
+            f"on {cpu} (`{path.name}`) within {abs(theirs[far] - ratios[far]):.2f} of these, "
+            f"the most for `{far.removeprefix('resnet20_')}` ({theirs[far]:.2f}x)"
+        )
+    return ("; the same networks timed " + "; ".join(said)) if said else ""
 
 
 def _step_run(found: Mapping[str, str]) -> str:
@@ -709,7 +734,8 @@ def page(rows: Sequence[Row], pairs: Pairs, facts: Mapping[str, Any]) -> str:
         "",
         "- **step time**: one training step (forward, loss, backward, SGD step; batch 128, "
         "channels-last, one thread) against the plain network's, every variant measured "
-        f"interleaved in {facts['step_run']}; - where not measured; MACs: per image, attention "
+        f"interleaved in {facts['step_run']}{facts['step_elsewhere']}; - where not measured; "
+        "MACs: per image, attention "
         "products included.",
         _placement_bullet(rows, facts, pairs.get(SIMAM[::-1])),
         _families_sentence(rows),

@@ -243,3 +243,26 @@ def test_the_step_time_bullet_says_where_and_how_idle_the_run_was(board, tmp_pat
         assert said.endswith(f"(other processes: {cores} cores)")
     csv_path.with_suffix(".md").write_text(head + f"{board.OTHERS}: could not be measured\n")
     assert board._step_run(board.read_step_md(csv_path)).endswith("on Some CPU (avx2)")
+
+
+def test_the_step_bullet_says_how_far_the_ratios_move_on_another_cpu(
+    board, tmp_path, monkeypatch
+) -> None:
+    """Files of the same networks on other CPUs: the largest change and its block; a file of
+    the same CPU as the column's, or none, says nothing."""
+    head = "variant,ratio\n"
+    for name, cpu, body in (
+        ("amd.csv", "AMD CPU", "resnet20_none,1.0\nresnet20_se,1.08\nresnet20_simam,1.34\n"),
+        ("same.csv", "Intel CPU", "resnet20_none,1.0\nresnet20_se,2.0\n"),
+    ):
+        (tmp_path / name).write_text(head + body)
+        (tmp_path / name).with_suffix(".md").write_text(f"- cpu: {cpu}\n")
+    monkeypatch.setattr(board, "OTHER_STEPS", (tmp_path / "amd.csv", tmp_path / "same.csv"))
+    ours = {"resnet20_none": 1.0, "resnet20_se": 1.13, "resnet20_simam": 1.5}
+    said = board._elsewhere(ours, {"cpu": "Intel CPU"})
+    assert said == (
+        "; the same networks timed on AMD CPU (`amd.csv`) within 0.16 of these, the most for "
+        "`simam` (1.34x)"
+    )
+    monkeypatch.setattr(board, "OTHER_STEPS", (tmp_path / "same.csv",))
+    assert board._elsewhere(ours, {"cpu": "Intel CPU"}) == ""
