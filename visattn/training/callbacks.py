@@ -191,6 +191,16 @@ class BestAndLastCheckpoint(ModelCheckpoint):
             state_dict = _moved_state(state_dict, Path(old), Path(self.dirpath))
         super().load_state_dict(state_dict)
 
+    def _save_topk_checkpoint(self, trainer: pl.Trainer, monitor_candidates: dict) -> None:
+        # Before the first scheduled validation (check_val_every_n_epoch > 1) there is no metric
+        # to rank by, so nothing is ranked or saved here (Lightning saves nothing either), and
+        # without its "could not find the monitored key ... Did you call log()?" warning, which
+        # sends users looking for a bug that is not there. Later epochs are Lightning's.
+        every = trainer.check_val_every_n_epoch or 1
+        if self.monitor not in monitor_candidates and trainer.current_epoch + 1 < every:
+            return
+        super()._save_topk_checkpoint(trainer, monitor_candidates)
+
     def _always_last(self, trainer: pl.Trainer) -> None:
         if self.save_last and self._last_global_step_saved != trainer.global_step:
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
