@@ -154,6 +154,11 @@ def test_cifar_verify_false_reads_the_files_and_warns(
         images, labels, classes = load_cifar("cifar10", tmp_path, train=True, verify=False)
     assert "integrity check disabled" in caplog.text
     assert images.shape == (40, 32, 32, 3) and images.dtype == np.uint8
+    caplog.clear()  # the other split, and the same again (a fit's setup, then its test): no repeat
+    with caplog.at_level(logging.WARNING):
+        load_cifar("cifar10", tmp_path, train=False, verify=False)
+        load_cifar("cifar10", tmp_path, train=True, verify=False)
+    assert "integrity check disabled" not in caplog.text
     # independent decoding of the first image: rows of R, G, B planes of 32x32
     with open(tmp_path / "cifar-10-batches-py" / "data_batch_1", "rb") as f:
         raw = pickle.load(f, encoding="bytes")

@@ -35,6 +35,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+_UNVERIFIED: set[tuple[str, Path]] = set()  # (data set, folder) read unverified, said
 
 
 class DatasetIntegrityError(RuntimeError):
@@ -207,7 +208,8 @@ def load_cifar(
                     "--data.root, or, if this is a re-packed copy you trust, pass "
                     "--data.verify false (a warning is then logged)."
                 )
-    else:
+    elif (name, folder) not in _UNVERIFIED:  # said once a process, not once a split and stage
+        _UNVERIFIED.add((name, folder))
         log.warning(
             "%s: integrity check disabled (--data.verify false): reading %s without comparing "
             "md5 sums with the official archive; results may not be comparable to published ones",
