@@ -112,7 +112,9 @@ def test_run_writes_config_checkpoints_metrics_and_summary(tmp_path: Path) -> No
     assert ckpt["state_dict"]["net.fc.weight"].shape[0] == 9
 
 
-def test_an_epoch_before_the_first_validation_saves_last_without_a_false_warning(tmp_path: Path) -> None:
+def test_an_epoch_before_the_first_validation_saves_last_without_a_false_warning(
+    tmp_path: Path,
+) -> None:
     """Validating every second epoch (as the CIFAR-10 sweep does), the first epoch's checkpoint
     has no val/acc to rank by: last.ckpt is written, no best one, and Lightning's "could not
     find the monitored key" warning (a hint at a logging bug that is not there) stays away."""
@@ -126,6 +128,18 @@ def test_an_epoch_before_the_first_validation_saves_last_without_a_false_warning
     rows = read_csv(s["metrics_csv"])
     assert [r["val/acc"] != "" for r in rows] == [False, True]
     assert Path(s["best_ckpt"]).name == "best-epoch001.ckpt" and Path(s["last_ckpt"]).is_file()
+
+
+def test_a_resumed_run_is_not_warned_of_its_own_checkpoints(tmp_path: Path) -> None:
+    """Lightning warns that a checkpoint folder "exists and is not empty"; resuming, the folder
+    is the run's own (a new run gets a new version_N and an empty one)."""
+    import warnings
+
+    tiny_fit(tmp_path, "--trainer.max_epochs=1")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tiny_fit(tmp_path, "--trainer.max_epochs=2", "--ckpt_path=last")
+    assert not [w for w in caught if "is not empty" in str(w.message)]
 
 
 def test_same_seed_gives_identical_metrics_csv(tmp_path: Path) -> None:

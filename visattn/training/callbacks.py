@@ -9,6 +9,7 @@ import io
 import math
 import random
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -177,13 +178,19 @@ class BestAndLastCheckpoint(ModelCheckpoint):
 
     Without a ``dirpath`` the checkpoints go to ``checkpoints/`` in the run's directory
     (:func:`run_directory`), not where the logger keeps its files (Lightning's choice, which for
-    MLflow is the tracking store, shared by every run).
+    MLflow is the tracking store, shared by every run). That folder is new for a new run, so
+    Lightning's "exists and is not empty" warning there only ever meant a resume, and is not
+    shown.
     """
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if self.dirpath is None:
+        own = self.dirpath is None  # the run's own folder: new and empty, or this run's resumed
+        if own:
             self.dirpath = str(run_directory(trainer) / "checkpoints")
-        super().setup(trainer, pl_module, stage)
+        with warnings.catch_warnings():
+            if own:  # Lightning's "exists and is not empty" can only mean a resume here
+                warnings.filterwarnings("ignore", "Checkpoint directory .* is not empty")
+            super().setup(trainer, pl_module, stage)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         old = state_dict.get("dirpath")
