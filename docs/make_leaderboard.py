@@ -581,7 +581,7 @@ def _families_sentence(rows: Sequence[Row]) -> str:
         counts[r.family] = counts.get(r.family, 0) + 1
     listed = ", ".join(f"{f} {n}" for f, n in sorted(counts.items()))
     return (
-        f"- **family**: the registry's (`visattn.block_info(name).family`; here {listed}). A "
+        f"- **family**: the registry's (`visattn.block_info(name).family`; rows here: {listed}). A "
         "block whose weights vary over both channels and positions is hybrid: SimAM (one weight "
         "per element) and coordinate attention (a channel weight per row and per column) are "
         "filed there, not under spatial."
