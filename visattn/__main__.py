@@ -10,6 +10,7 @@ blocks (the ``yolo`` extra)."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import warnings
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import torch
 
 from . import block_info, create_block, create_model, list_blocks, list_models
+from ._registry import close_matches
 from .constants import MAX_IMAGE_SIZE
 from .export import ExportError, export_onnx, export_program
 from .integrations import yolo
@@ -304,7 +306,24 @@ def main(argv: list[str] | None = None) -> int:
         return export_command(args)
     if args.command == "blocks":
         print(blocks_table(args.channels, args.size, args.family))
-    elif args.command == "weights":
+        return 0
+    if args.command == "weights":
+        names = [t.name for t in list_pretrained()]
+        found = list_pretrained(args.pattern) if args.pattern else names
+    else:
+        names = list_models()
+        found = list_models(args.pattern) if args.pattern else names
+    if not found:  # an empty table would look like a zoo without them
+        kind = "tag" if args.command == "weights" else "model"
+        word = args.pattern.strip("*?")
+        close = close_matches(word, names)  # a whole name mistyped, or else a part of one
+        if not close:
+            parts = {w for n in names for w in re.split(r"[_.]", n) if w}  # se, resnet50, in1k
+            close = [f"*{w}*" for w in close_matches(word, parts)]
+        hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+        print(f"error: no {kind} matches {args.pattern!r}{hint}", file=sys.stderr)
+        return 1
+    if args.command == "weights":
         print(weights_proofs(args.pattern) if args.proofs else weights_table(args.pattern))
     else:
         print(models_table(args.pattern))

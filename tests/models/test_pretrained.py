@@ -538,6 +538,21 @@ def test_python_m_visattn_weights_lists_the_tags(capsys: pytest.CaptureFixture[s
     assert "timm's own network with random weights" in capsys.readouterr().out
 
 
+def test_a_listing_pattern_that_matches_nothing_says_so_with_close_names(capsys):
+    """An empty table would look like a zoo without those models: exit 1, close names or
+    parts of names as patterns."""
+    from visattn.__main__ import main
+
+    assert main(["models", "simma*"]) == 1
+    assert capsys.readouterr().err == "error: no model matches 'simma*'; did you mean '*simam*'?\n"
+    assert main(["weights", "cbma_*"]) == 1
+    assert "did you mean '*cbam*'" in capsys.readouterr().err
+    assert main(["models", "resnet20_cifarr"]) == 1
+    assert "did you mean 'resnet20_cifar'" in capsys.readouterr().err
+    assert main(["weights", "zzz"]) == 1
+    assert capsys.readouterr().err == "error: no tag matches 'zzz'\n"
+
+
 def test_the_readme_counts_the_tags_of_list_pretrained():
     readme = (REPO / "README.md").read_text()
     (count,) = re.findall(r"^\| \*\*Released weights\*\* \| (\d+) tags: ", readme, flags=re.M)
