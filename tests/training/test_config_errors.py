@@ -209,6 +209,23 @@ def test_impossible_options_end_in_one_line(args, message, capsys) -> None:
     assert len(err.strip().splitlines()) == 1
 
 
+def test_missing_data_ends_in_one_line_naming_the_folder_and_the_fix(tmp_path, capsys) -> None:
+    """A CIFAR folder or an ImageFolder split that is not there: the message says where it
+    looked and what to pass, as the last line, with exit status 2 and no traceback."""
+    from visattn.data import DatasetNotFoundError
+    from visattn.training.cli import cli_main
+
+    for dataset, said in (("cifar10", "cifar-10-batches-py"), ("imagefolder", "split not found")):
+        with pytest.raises(SystemExit) as done:
+            cli_main(["fit", "--config", QUICKSTART, f"--data.dataset={dataset}",
+                      f"--data.root={tmp_path / 'nowhere'}", "--trainer.max_epochs=1"])  # fmt: skip
+        err = capsys.readouterr().err
+        assert done.value.code == 2 and "Traceback" not in err, err[-2000:]
+        last = err.strip().splitlines()[-1]
+        assert said in last and str(tmp_path / "nowhere") in last and "--data.root" in last
+    assert issubclass(DatasetNotFoundError, FileNotFoundError)  # code catching that still does
+
+
 def test_a_bad_checkpoint_ends_in_one_line(tmp_path: Path, capsys) -> None:
     """P17: the docs promise one line; it was a 31-line double traceback."""
     from visattn.training.cli import cli_main

@@ -12,7 +12,8 @@ from typing import Any
 
 from ..constants import STATS
 from .arrays import ArrayDataset
-from .cifar import CIFAR_SPECS, DatasetIntegrityError, load_cifar, locate_cifar
+from .cifar import CIFAR_SPECS, load_cifar, locate_cifar
+from .errors import DatasetIntegrityError, DatasetNotFoundError
 from .imagefolder import (
     BadImageError,
     ImageFolderDataset,
@@ -40,6 +41,7 @@ __all__ = [
     "BadImageError",
     "DataSource",
     "DatasetIntegrityError",
+    "DatasetNotFoundError",
     "DeviceAugment",
     "ImageFolderDataset",
     "VisattnDataModule",

@@ -24,6 +24,8 @@ import numpy as np
 from torchvision.datasets import CIFAR10, CIFAR100
 from torchvision.datasets.utils import download_and_extract_archive
 
+from .errors import DatasetIntegrityError, DatasetNotFoundError
+
 __all__ = [
     "CIFAR_SPECS",
     "PICKLE_GLOBALS",
@@ -36,11 +38,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 _UNVERIFIED: set[tuple[str, Path]] = set()  # (data set, folder) read unverified, said
-
-
-class DatasetIntegrityError(RuntimeError):
-    """A dataset file differs from the official one: its checksum, or what it holds (a truncated
-    or garbled file, labels outside the classes)."""
 
 
 class UnsafePickleError(DatasetIntegrityError, pickle.UnpicklingError):
@@ -132,7 +129,8 @@ def locate_cifar(name: str, root: str | Path, *, download: bool = False) -> Path
     (torchvision's URL and md5) first when files are missing and ``download`` is set.
 
     Raises:
-        FileNotFoundError: files missing and ``download`` off; names the path and both fixes.
+        DatasetNotFoundError: (a ``FileNotFoundError``) files missing and ``download`` off;
+            names the path and both fixes.
         ConnectionError: the download failed (no network, HTTP error); names the URL and the
             folder to fill by hand.
     """
@@ -158,7 +156,7 @@ def locate_cifar(name: str, root: str | Path, *, download: bool = False) -> Path
         folder = root / spec["folder"]
         missing = [f for f in wanted if not (folder / f).is_file()]
     if missing:
-        raise FileNotFoundError(_missing_message(name, folder, missing))
+        raise DatasetNotFoundError(_missing_message(name, folder, missing))
     return folder
 
 
@@ -183,7 +181,8 @@ def load_cifar(
         ``images`` ``(N, 32, 32, 3)`` uint8 RGB, ``labels`` ``(N,)`` int64, class names.
 
     Raises:
-        FileNotFoundError: files missing and ``download`` is off (the message names the path).
+        DatasetNotFoundError: (a ``FileNotFoundError``) files missing and ``download`` is off
+            (the message names the path).
         DatasetIntegrityError: an md5 differs and ``verify`` is on.
         UnsafePickleError: a file names a callable a CIFAR batch never holds (checked with or
             without ``verify``; nothing in the file runs).

@@ -42,6 +42,7 @@ from torch.utils.data import Dataset
 
 from .._extras import missing_extra
 from .arrays import Transform, to_tensor_uint8
+from .errors import DatasetNotFoundError
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -111,7 +112,7 @@ def find_classes(directory: str | Path) -> list[str]:
     hidden folders (``.ipynb_checkpoints``, any name starting with ``.``) are skipped."""
     directory = Path(directory)
     if not directory.is_dir():
-        raise FileNotFoundError(
+        raise DatasetNotFoundError(
             f"ImageFolder split not found: {directory} (expected ROOT/train/<class>/*.jpg and "
             "ROOT/val/<class>/*.jpg; pass --data.root PATH pointing at ROOT)"
         )
@@ -125,7 +126,7 @@ def find_classes(directory: str | Path) -> list[str]:
             "link(s)"
         )
     if not classes:
-        raise FileNotFoundError(f"no class folders in {directory}")
+        raise DatasetNotFoundError(f"no class folders in {directory}")
     return classes
 
 
@@ -385,7 +386,7 @@ class ImageFolderDataset(Dataset):
         self.classes = list(classes) if classes is not None else find_classes(self.root)
         missing = [str(self.root / c) for c in self.classes if not (self.root / c).is_dir()]
         if missing:
-            raise FileNotFoundError(f"{self.root}: class folders missing: {', '.join(missing)}")
+            raise DatasetNotFoundError(f"{self.root}: class folders missing: {', '.join(missing)}")
         samples, empty = [], []
         for label, name in enumerate(self.classes):
             files = _image_files(self.root / name)

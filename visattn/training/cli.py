@@ -49,8 +49,8 @@ from lightning.pytorch.utilities.imports import _RICH_AVAILABLE
 
 from .._values import OptionError
 from ..blocks.registry import UnknownBlockError
-from ..data.cifar import DatasetIntegrityError
 from ..data.datamodule import VisattnDataModule
+from ..data.errors import DatasetIntegrityError, DatasetNotFoundError
 from ..data.imagefolder import BadImageError
 from ..locks import RunFolderLock
 from ..models.checkpoint import (
@@ -369,7 +369,13 @@ def _check_seed(seed: Any) -> None:
 
 
 #: bad input whose own message says what is wrong: train_cls.py prints it in one line
-_ONE_LINE_ERRORS = (CheckpointError, DatasetIntegrityError, BadImageError, OptionError)
+_ONE_LINE_ERRORS = (
+    CheckpointError,
+    DatasetIntegrityError,
+    DatasetNotFoundError,
+    BadImageError,
+    OptionError,
+)
 
 
 def _configuration_error(exc: BaseException) -> BaseException | None:

@@ -1,0 +1,14 @@
+"""The data errors a user can act on: a data set that is not where the run looks for it, and
+one whose files differ from the official ones. ``train_cls.py`` prints either in one line."""
+
+from __future__ import annotations
+
+
+class DatasetNotFoundError(FileNotFoundError):
+    """A data set's files or folders are not where the options point; the message names the
+    path looked at and how to fix it (``--data.root``, ``--data.download true``)."""
+
+
+class DatasetIntegrityError(RuntimeError):
+    """A dataset file differs from the official one: its checksum, or what it holds (a truncated
+    or garbled file, labels outside the classes)."""
