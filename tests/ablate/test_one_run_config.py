@@ -98,15 +98,13 @@ def test_every_committed_sweeps_finished_runs_stay_finished(name: str) -> None:
 
 
 @pytest.mark.skipif(not CIFAR_RESULTS.is_dir(), reason="no committed CIFAR-10 results")
-def test_the_committed_cifar10_markers_stay_finished() -> None:
-    """The CIFAR-10 runs were marked by the visattn before one run configuration (options as
-    set, unresolved); each is still recognised as finished, none would train again."""
+def test_the_committed_cifar10_cut_off_runs_resume_and_a_changed_option_trains_again() -> None:
+    """Beside the finished runs (each still done: the test above): a committed run that was cut
+    off goes on from its checkpoint where that is on the machine, and the same sweep with an
+    option changed would train a finished run again, naming the option."""
     sweep = load_sweep(CIFAR_SWEEP)
     runs = [r for r in sweep.runs(CIFAR_RESULTS, CIFAR_SET) if (r.root / "result.json").is_file()]
     assert runs, "no finished run committed"
-    for run in runs:
-        row, why = completed(run, CIFAR_RESULTS)
-        assert row is not None and why.startswith("done"), (run.key, why)
     started = [
         r for r in sweep.runs(CIFAR_RESULTS, CIFAR_SET) if (r.root / "started.json").is_file()
     ]
