@@ -220,12 +220,14 @@ def machine_description(device: torch.device | str) -> dict[str, str]:
     return info
 
 
+def _header(title: str, command: str, device: torch.device | str) -> list[str]:
+    """The lines a benchmark's output starts with: title, command, the machine."""
+    lines = [f"# {title}", "", f"command: `python {command}`", ""]
+    return lines + [f"- {k}: {v}" for k, v in machine_description(device).items()] + [""]
+
+
 def print_header(title: str, device: torch.device | str) -> None:
-    print(f"# {title}\n")
-    print("command: `python " + " ".join(sys.argv) + "`\n")
-    for k, v in machine_description(device).items():
-        print(f"- {k}: {v}")
-    print()
+    print("\n".join(_header(title, " ".join(sys.argv), device)))
 
 
 def _fmt(v: Any) -> str:
@@ -265,8 +267,7 @@ def write_markdown(
     from visattn.files import atomic_write_text
 
     command = " ".join([Path(script).name, *(sys.argv[1:] if argv is None else argv)])
-    lines = [f"# {title}", "", f"command: `python benchmarks/{command}`", ""]
-    lines += [f"- {k}: {v}" for k, v in machine_description(device).items()] + [""]
+    lines = _header(title, f"benchmarks/{command}", device)
     for note in notes:
         lines += [note, ""]
     atomic_write_text(path, "\n".join([*lines, markdown_table(rows, columns), ""]))
