@@ -418,8 +418,9 @@ def full_table(rows: Sequence[Row], seeds: int) -> list[str]:
     return out
 
 
-def readme_table(rows: Sequence[Row], control: Row | None, seeds: int) -> list[str]:
-    """The top rows, the plain network and the control, in the leaderboard's order."""
+def readme_table(rows: Sequence[Row], pairs: Pairs, seeds: int) -> list[str]:
+    """The top rows, the plain network and the control, in the leaderboard's order, then the
+    comparisons between two variants (:data:`PAIRS`) that have pairs."""
     keep = {r.variant for r in rows[:README_TOP]} | {BASELINE, CONTROL[1], CONTROL[0]}
     head = [
         "variant",
@@ -450,22 +451,10 @@ def readme_table(rows: Sequence[Row], control: Row | None, seeds: int) -> list[s
                     ]
                 )
             )
-    if control is not None:
-        out.append(
-            _line(
-                [
-                    control.label,
-                    "",
-                    "",
-                    "",
-                    "",
-                    str(control.pairs),
-                    _delta(control),
-                    _p(control.holm),
-                    _resolved(control),
-                ]
-            )
-        )
+    for pair in pairs.values():
+        if pair.pairs:
+            cells = [pair.label, "", "", "", "", str(pair.pairs)]
+            out.append(_line([*cells, _delta(pair), _p(pair.holm), _resolved(pair)]))
     return out
 
 
@@ -571,6 +560,12 @@ def _placement_bullet(
                 f"; `{right}` minus `{wrong}`: {_delta(moved)} over {moved.pairs} pairs "
                 f"(Holm p {_p(moved.holm)}, {'resolved' if moved.resolved else 'unresolved'})"
             )
+            if moved.resolved:
+                better, worse = ("inner", "prenorm") if moved.diff < 0 else ("prenorm", "inner")
+                text += (
+                    f": on this recipe SimAM gains more at `{better}` than at `{worse}`, so a "
+                    "block's row depends on where it sits as well as on what it computes"
+                )
     return text + "."
 
 
@@ -639,11 +634,11 @@ def _across_families(rows: Sequence[Row]) -> list[str]:
     return lines
 
 
-def _limits(rows: Sequence[Row], facts: Mapping[str, Any]) -> list[str]:
+def _limits(rows: Sequence[Row], pairs: Pairs, facts: Mapping[str, Any]) -> list[str]:
     """The section "What this table can and cannot tell"."""
     train = facts["train_acc"]
     base = _baseline(rows)
-    resolved = [r for r in rows if r.resolved]
+    resolved = [r for r in [*rows, *pairs.values()] if r.resolved]
     return [
         "## What this table can and cannot tell",
         "",
@@ -755,7 +750,7 @@ def page(rows: Sequence[Row], pairs: Pairs, facts: Mapping[str, Any]) -> str:
         "",
         *_across_families(rows),
         "",
-        *_limits(rows, facts),
+        *_limits(rows, pairs, facts),
         *_reproduce(),
         "## Plots",
         "",
@@ -798,7 +793,8 @@ def plots(rows: Sequence[Row], pairs: Pairs | None = None) -> dict[str, bytes]:
     ax.set_yticks(range(len(shown)), names)
     ax.set_xlabel(
         "Δ test acc (pp), paired, 95% CI, red: resolved (Holm)\n"
-        "against plain ResNet-20; below the dashed line: between the two named"
+        "above the dashed line: against plain ResNet-20\n"
+        "below it: the first named minus the second"
     )
     out["paired_diff.png"] = _png(fig, plt)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.6), sharey=True)
@@ -873,7 +869,7 @@ def readme_block(rows: Sequence[Row], pairs: Pairs, facts: Mapping[str, Any]) ->
     return "\n".join(
         [
             START,
-            *readme_table(rows, pairs.get(CONTROL), facts["seeds"]),
+            *readme_table(rows, pairs, facts["seeds"]),
             "",
             f"{facts['ok']} of {facts['planned']} runs finished; step time on one thread of "
             f"{facts['step_cpu']}; the full table (every variant, its MACs and detectable Δ), the "

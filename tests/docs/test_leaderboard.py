@@ -71,6 +71,16 @@ def test_the_readme_figures_are_the_results_files(board) -> None:
             assert f"{d:+.2f} [{d - half:+.2f}, {d + half:+.2f}]" in cells[5], label
         checked += 1
     assert checked >= 3 and "ResNet-20" in rows
+    # the comparisons between two variants: the pairs' own differences
+    for (a, b), label in board.PAIRS.items():
+        if label in rows:
+            pairs = [acc[a][s] - acc[b][s] for s in acc[a] if s in acc[b]]
+            d, sd, n = statistics.fmean(pairs), statistics.stdev(pairs), len(pairs)
+            half = stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n)
+            assert rows[label][4] == str(n), label
+            assert f"{d:+.2f} [{d - half:+.2f}, {d + half:+.2f}]" in rows[label][5], label
+            checked += 1
+    assert board.PAIRS[board.CONTROL] in rows
 
 
 def test_holm_runs_over_every_comparison_on_the_page(board) -> None:
@@ -219,7 +229,13 @@ def test_simams_two_positions_are_one_comparison_and_the_families_keep_the_paper
     moved.holm = 0.03
     said = board._placement_bullet(rows, {"finished": {right: 5}, "seeds": 5}, moved)
     assert f"`{right}` minus `{wrong}`: **+0.40 [+0.20, +0.60]** over 5 pairs" in said
-    assert "(Holm p 0.030, resolved)" in said
+    assert "(Holm p 0.030, resolved): on this recipe SimAM gains more at `prenorm` than" in said
+    # a resolved comparison between two variants counts among the page's resolved ones
+    facts = {"train_acc": 84.0, "comparisons": 3, "unverified": 0}
+    assert "- 2 of 3 comparisons are resolved" in "\n".join(board._limits(rows, {}, facts))
+    assert "- 3 of 3 comparisons are resolved" in "\n".join(
+        board._limits(rows, {("a", "b"): moved}, facts)
+    )
     before = board._across_families(rows)
     assert "`simam`" in before[0] and "left out" not in before[-1]
     after = board._across_families([*rows, row(right, 1.2)])
