@@ -126,17 +126,19 @@ def _figures(rows: list[dict[str, str]]) -> list[tuple]:
 
 @MULTIPROCESS
 def test_jobs_2_gives_the_same_figures_as_jobs_1(tmp_path: Path, sequential) -> None:
+    """Seed 0 of both variants, the two runs at once (each run is a fresh process, about 8 s of
+    imports: the sequential fixture's seed 1 is left out here)."""
     lines: list[str] = []
     plan = ExecutionPlan(jobs=2, threads=1)
-    rows = run_sweep(_tiny_sweep(tmp_path), tmp_path / "out", plan, echo=lines.append)
-    assert [r["status"] for r in rows] == ["ok"] * 4
+    rows = run_sweep(_tiny_sweep(tmp_path, seeds=(0,)), tmp_path / "out", plan, echo=lines.append)
+    assert [r["status"] for r in rows] == ["ok"] * 2
     parallel = read_csv(tmp_path / "out" / "results.csv")
-    assert _figures(parallel) == _figures(sequential)
+    assert _figures(parallel) == _figures([r for r in sequential if r["seed"] == "0"])
     assert all(r["val/loss"] not in ("", None) for r in parallel)
-    assert any("started on cpu, 1 thread(s)" in ln for ln in lines)
-    assert len(list((tmp_path / "out" / "logs").glob("*.log"))) == 4  # one worker log per run
+    assert sum("started on cpu, 1 thread(s)" in ln for ln in lines) == 2
+    assert len(list((tmp_path / "out" / "logs").glob("*.log"))) == 2  # one worker log per run
     etas = [ln.rsplit("ETA ", 1)[1] for ln in lines if " done | elapsed " in ln]
-    assert len(etas) == 4 and "?" not in etas and etas[-1] == "0s"  # nothing left at the end
+    assert len(etas) == 2 and "?" not in etas and etas[-1] == "0s"  # nothing left at the end
 
 
 @MULTIPROCESS

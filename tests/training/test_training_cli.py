@@ -190,8 +190,8 @@ def test_train_cls_script_help_runs() -> None:
 
 
 def test_quickstart_shortened_learns_far_above_chance(tmp_path: Path) -> None:
-    """Quickstart recipe on 2/3 of the data for 3 of 6 epochs: val/acc > 0.45 (chance 1/9;
-    the full quickstart reaches 0.979-0.998 over seeds 0-4)."""
+    """Quickstart recipe on half the data for 2 of 6 epochs: val/acc > 0.45 (chance 1/9; 0.61
+    for seeds 0 and 1; the full quickstart reaches 0.979-0.998 over seeds 0-4)."""
     s = run(
         [
             "fit",
@@ -199,9 +199,9 @@ def test_quickstart_shortened_learns_far_above_chance(tmp_path: Path) -> None:
             str(REPO / "configs/quickstart.yaml"),
             *QUIET,
             f"--trainer.default_root_dir={tmp_path}",
-            "--data.num_train=2000",
+            "--data.num_train=1500",
             "--data.num_val=500",
-            "--trainer.max_epochs=3",
+            "--trainer.max_epochs=2",
         ]
     )
     assert s["best_val_acc"] > 0.45, s
@@ -219,17 +219,18 @@ def test_short_real_cifar10_run_loss_falls(tmp_path: Path) -> None:
             f"--data.root={SHARED_DATA}",
             "--data.verify=false",
             "--data.num_train=2048",
-            "--data.num_val=1000",
+            "--data.num_val=500",
             "--data.batch_size=64",
-            "--trainer.max_epochs=3",
+            "--trainer.max_epochs=2",
             "--model.lr=0.05",
             "--model.schedule=constant",
         ]
     )
     rows = read_csv(s["metrics_csv"])
     losses = [float(r["train/loss"]) for r in rows]
-    assert losses[-1] < losses[0] - 0.1, losses
-    assert s["best_val_acc"] > 0.2, s  # chance 0.1
+    assert losses[-1] < losses[0] - 0.1, losses  # 2.35 -> 2.03 here
+    # chance is 0.1 +- 0.013 (one std over 500 images); this run reaches about 0.24
+    assert s["best_val_acc"] > 0.15, s
     print(
         f"real CIFAR-10 short run: train/loss {losses}, best val/acc {s['best_val_acc']:.4f}, "
         f"wall {s['wall_s']:.0f} s",
