@@ -521,8 +521,9 @@ def _same_size_sentence(rows: Sequence[Row]) -> str:
     limit = f"at most {SAME_SIZE:.0%} more parameters than the plain network"
     if not same:
         return f"No block with {limit} is resolved yet."
+    off = {SIMAM[0]: " (at `inner`, not its paper's position)"}
     said = "; ".join(
-        f"`{r.variant}` {_delta(r)} ({_count(r.params)} parameters"
+        f"`{r.variant}`{off.get(r.variant, '')} {_delta(r)} ({_count(r.params)} parameters"
         + ("" if math.isnan(r.step) else f", {_f(r.step)}x the step time")
         + ")"
         for r in same
