@@ -112,7 +112,7 @@ def test_only_resolved_blocks_at_the_plain_networks_size_are_called_free_of_capa
     # SimAM at `inner` is named with its position, which is not its paper's
     moved = row(board.SIMAM[0], "hybrid", 100_000, 0.01)
     said = board._same_size_sentence([base, moved])
-    assert f"`{board.SIMAM[0]}` (at `inner`, not its paper's position) **" in said
+    assert f"`{board.SIMAM[0]}` (at `inner`, not its paper's position) " in said
 
 
 def test_labels_of_points_close_in_x_are_spread_and_others_stay_at_their_points(board) -> None:
