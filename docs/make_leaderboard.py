@@ -458,6 +458,11 @@ def readme_table(rows: Sequence[Row], pairs: Pairs, seeds: int) -> list[str]:
     return out
 
 
+def _many(n: int, noun: str) -> str:
+    """``1 seed``, ``5 seeds``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def _control_sentence(rows: Sequence[Row], control: Row | None) -> str:
     by = {r.variant: r for r in rows}
     gsop, wide = (by.get(v) for v in CONTROL)
@@ -465,9 +470,9 @@ def _control_sentence(rows: Sequence[Row], control: Row | None) -> str:
         return "The capacity control has no finished pair yet."
     said = (
         f"ResNet-20 widened to GSoP's parameters ({_count(wide.params)} against "
-        f"{_count(gsop.params)}) scores {_f(wide.mean)}% over {wide.n} seed(s), "
+        f"{_count(gsop.params)}) scores {_f(wide.mean)}% over {_many(wide.n, 'seed')}, "
         f"{_delta(wide)} points against the plain network; GSoP minus the control is "
-        f"{_delta(control)} over {control.pairs} pair(s) (Holm p {_p(control.holm)}). "
+        f"{_delta(control)} over {_many(control.pairs, 'pair')} (Holm p {_p(control.holm)}). "
     )
     if control.pairs < 2:
         return said + "One pair tells nothing yet; the sweep goes on."

@@ -149,6 +149,9 @@ def test_the_control_sentence_says_what_the_interval_and_holm_say(
     control.holm = holm
     said = board._control_sentence(rows, control)
     assert says in said and f"Holm p {holm:.3f}" in said
+    assert "over 5 seeds," in said and "over 5 pairs (" in said
+    control.pairs = 1
+    assert "over 1 pair (" in board._control_sentence(rows, control)
 
 
 def test_the_family_lines_name_each_familys_blocks_best_and_resolved(board) -> None:
