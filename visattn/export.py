@@ -29,6 +29,7 @@ with symbolic height and width and checks a second size.
 
 from __future__ import annotations
 
+import copy
 import importlib.metadata
 import importlib.util
 import json
@@ -247,8 +248,6 @@ def _float64_output(model: nn.Module, x: torch.Tensor, index: int) -> torch.Tens
     not run in float64), for the message of a failed check: a network at its random
     initialisation can be so sensitive to rounding that PyTorch's own float32 result moves by
     more than any fixed tolerance (mhsa_resnet56_cifar: 45.8 on outputs of 120)."""
-    import copy
-
     try:
         exact = copy.deepcopy(model).double()
         with torch.no_grad():
