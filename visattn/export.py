@@ -229,18 +229,21 @@ def _compare(
                     said = (
                         f"; from a float64 run of the model, the graph is {near:.3g} away and "
                         f"PyTorch's own float32 result {own:.3g}"
-                        + (
-                            " (the network is this sensitive to rounding at this input, as "
-                            "at a random initialisation: check a trained one)"
-                            if near <= 2 * own + bound
-                            else ""
-                        )
+                        + (f" ({ROUNDING_NOTE})" if near <= 2 * own + bound else "")
                     )
                 raise ExportError(
                     f"{what}: output differs from PyTorch for input {shape}: max |diff| = "
                     f"{float(diff.max()):.3g} > atol {atol:g} + rtol {rtol:g} * max|PyTorch|" + said
                 )
     return worst
+
+
+#: said of a failed check where the graph is no farther from a float64 run than twice PyTorch's
+#: own float32 result (two float32 computations with other kernels)
+ROUNDING_NOTE = (
+    "the network is this sensitive to rounding at this input, as at a random initialisation: "
+    "check a trained one"
+)
 
 
 def _float64_output(model: nn.Module, x: torch.Tensor, index: int) -> torch.Tensor | None:
