@@ -129,8 +129,8 @@ def test_an_old_marker_naming_a_foreign_class_stops_the_sweep_without_importing_
     monkeypatch.syspath_prepend(str(tmp_path))
     record = {"settings": {"trainer.logger": '{"class_path": "evilmod.Evil"}'}}  # no format
     with pytest.raises(UntrustedClassError, match=r"trainer\.logger.*evilmod\.Evil"):
-        run_config.same_settings(record, {})
+        run_config.changed_settings(record, {})
     assert not (tmp_path / "imported.marker").exists()
     # a bare class path as the value is caught too
     with pytest.raises(UntrustedClassError):
-        run_config.same_settings({"settings": {"trainer.logger": '"evilmod.Evil"'}}, {})
+        run_config.changed_settings({"settings": {"trainer.logger": '"evilmod.Evil"'}}, {})

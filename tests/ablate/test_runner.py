@@ -432,7 +432,7 @@ def test_cut_off_and_edited_runs_are_retrained(tmp_path: Path, fake: FakeTrainer
     variants[1]["set"]["model.attention"]["args"] = {"reduction": 8}  # the se variant is edited
     path = write_sweep(tmp_path, variants)
     fake.calls.clear()
-    run_sweep(path, out, train_fn=fake, echo=lambda s: None)
+    run_sweep(path, out, train_fn=fake, echo=lambda s: None, retrain_changed=True)
     done = sorted(arg(a, "trainer.default_root_dir").split("runs/")[1] for a in fake.calls)
     assert done == ["none/seed1", "se/seed0", "se/seed1"]
     # the folder was cleaned: one log version per run, not a second one next to the old
@@ -634,8 +634,10 @@ def test_command_line_set_overrides_every_run(
         assert arg(args, "data.root") == "/data/x" and arg(args, "trainer.max_epochs") == "7"
     fake.calls.clear()
     assert ablate_main(argv) == 0 and fake.calls == []  # same overrides: nothing to redo
-    assert ablate_main([str(path), "--out", str(out)]) == 0
-    assert len(fake.calls) == 2  # without them the runs' arguments differ: trained again
+    # without them the runs' settings differ: refused, then trained again when asked
+    assert ablate_main([str(path), "--out", str(out)]) == 2 and fake.calls == []
+    assert ablate_main([str(path), "--out", str(out), "--retrain-changed"]) == 0
+    assert len(fake.calls) == 2
 
 
 def test_gpu_latency_on_a_machine_without_cuda_is_refused_before_training(

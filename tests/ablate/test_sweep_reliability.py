@@ -245,7 +245,7 @@ def test_a_change_in_a_base_configs_base_piece_reruns_and_names_the_key(
     piece.write_text("model:\n  lr: 0.05\ntrainer:\n  gradient_clip_val: 1.0\n")
     lines: list[str] = []
     fake.calls.clear()
-    run_sweep(path, out, train_fn=fake, echo=lines.append)
+    run_sweep(path, out, train_fn=fake, echo=lines.append, retrain_changed=True)
     assert len(fake.calls) == 2
     changed = [ln for ln in lines if "settings changed" in ln]
     assert len(changed) == 2 and all("model.lr: 0.1 -> 0.05" in ln for ln in changed), lines

@@ -16,6 +16,7 @@ from helpers.files import read_csv
 
 from visattn.ablate import run_sweep
 from visattn.ablate.__main__ import main as ablate_main
+from visattn.ablate.runner import ChangedRunsError
 
 VARIANTS = [{"name": "none"}, {"name": "se", "set": {"model.attention": {"name": "se"}}}]
 
@@ -60,12 +61,14 @@ def test_a_base_config_at_another_path_with_the_same_content_resumes(
     (elsewhere / "base.yaml").write_text("trainer:\n  max_epochs: 2\n")
     lines: list[str] = []
     run_sweep(path, out, train_fn=fake, dry_run=True, echo=lines.append)
-    assert all("(done)" in ln for ln in lines), lines
+    runs = [ln for ln in lines if "python train_cls.py" in ln]
+    assert runs and all("(done)" in ln for ln in runs), lines
     (elsewhere / "base.yaml").write_text("trainer:\n  gradient_clip_val: 0.5\n")  # now it does
     lines.clear()
     run_sweep(path, out, train_fn=fake, dry_run=True, echo=lines.append)
-    assert all(
-        "its settings changed: trainer.gradient_clip_val: null -> 0.5" in ln for ln in lines
+    runs = [ln for ln in lines if "python train_cls.py" in ln]
+    assert runs and all(
+        "its settings changed: trainer.gradient_clip_val: null -> 0.5" in ln for ln in runs
     ), lines
 
 
@@ -74,10 +77,13 @@ def test_changed_settings_are_named_and_only_those_runs_rerun(tmp_path: Path, fa
     variants = [VARIANTS[0], {"name": "se", "set": {"model.attention": {"name": "eca"}}}]
     path = write_sweep(tmp_path, variants)
     lines: list[str] = []
-    run_sweep(path, out, train_fn=fake, echo=lines.append)
+    with pytest.raises(ChangedRunsError, match=r"se/seed0: model\.attention"):
+        run_sweep(path, out, train_fn=fake, echo=lines.append)
+    assert fake.calls == []  # refused before anything trained or was deleted
+    run_sweep(path, out, train_fn=fake, echo=lines.append, retrain_changed=True)
     assert _keys(fake.calls) == ["se/seed0", "se/seed1"]
     said = [ln for ln in lines if "se/seed0" in ln and "settings changed" in ln]
-    assert said and 'model.attention.name: "se" -> "eca"' in said[0]
+    assert said and 'model.attention: [{"name": "se"}] -> [{"name": "eca"}]' in said[0]
 
 
 def test_a_damaged_checkpoint_is_not_counted_as_done(tmp_path: Path, fake) -> None:

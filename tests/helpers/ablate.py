@@ -5,7 +5,6 @@ installs it) and the report's table parsed back."""
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +62,11 @@ class FakeTrainer:
 
     def __call__(self, args: list[str]) -> dict[str, Any]:
         self.calls.append(args)
-        attention = json.loads(arg(args, "model.attention") or "null")
+        attention = yaml.safe_load(arg(args, "model.attention") or "null")
+        if isinstance(attention, str):  # a block name alone
+            attention = {"name": attention}
+        if isinstance(attention, list):
+            attention = attention[0] if attention else None
         if attention and attention.get("args", {}).get("bogus"):
             raise TypeError("block 'se': unknown option 'bogus'; valid options: reduction\nmore")
         seed = int(arg(args, "seed_everything"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import yaml
 
@@ -29,7 +30,15 @@ def _parser() -> argparse.ArgumentParser:
         "finished runs whose settings differ would be trained again, its report rewritten)",
     )
     parser.add_argument(
-        "--dry-run", action="store_true", help="print the runs and their arguments, train nothing"
+        "--retrain-changed",
+        action="store_true",
+        help="train again the finished runs whose settings differ from this pass's (refused by "
+        "default: training them again deletes their results)",
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the runs, their state and arguments, and how many are done, train nothing",
     )
     parser.add_argument(
         "--report-only",
@@ -109,9 +118,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.report_only:
         try:
             sweep = load_sweep(args.sweep)
+            if not Path(args.out).is_dir():
+                raise ValueError(
+                    f"--report-only: {args.out} is not a folder; give the --out folder the "
+                    f"sweep {sweep.name!r} ran into"
+                )
             with SweepLock(args.out):
-                claim_folder(args.out, sweep, take_over=args.take_over)
+                claim_folder(args.out, sweep, take_over=args.take_over, write=False)
                 rows_for_report(sweep, args.out, overrides)
+                claim_folder(args.out, sweep, take_over=args.take_over)
                 write_outputs(sweep, args.out, None, overrides=overrides, plots=True)
         except (ValueError, RuntimeError, OSError) as e:
             print(f"error: {e}", file=sys.stderr)
@@ -126,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             overrides=overrides,
             dry_run=args.dry_run,
             take_over=args.take_over,
+            retrain_changed=args.retrain_changed,
         )
     except (ValueError, RuntimeError, OSError) as e:  # a full disk, a folder where a file goes
         print(f"error: {e}", file=sys.stderr)

@@ -50,6 +50,7 @@ from .results import read_results
 from .sweep import Run, Sweep, load_sweep
 
 __all__ = [
+    "CHANGED",
     "MARKER",
     "RunTask",
     "TrainFn",
@@ -62,6 +63,8 @@ __all__ = [
 ]
 
 MARKER = "result.json"
+#: how :func:`completed` begins the reason of a finished run whose settings changed
+CHANGED = "its settings changed: "
 #: written when a run starts: its settings, so a run cut off later can resume if they still hold
 STARTED = "started.json"
 TrainFn = Callable[[list[str]], dict[str, Any]]
@@ -218,7 +221,7 @@ def _recovered_marker(run: Run, out: Path) -> dict[str, Any] | None:
     row = rows[0]
     if not row.get("ckpt") or not row.get("ckpt_sha256") or not (out / row["ckpt"]).is_file():
         return None
-    if _damaged_checkpoint(row, out) or run_config.same_settings(started, run.settings):
+    if _damaged_checkpoint(row, out) or run_config.changed_settings(started, run.settings):
         return None
     row = {k: v for k, v in row.items() if not k.endswith("_diff")}
     record = {"row": row, **_settings_record(run)}
@@ -236,7 +239,7 @@ def resume_point(run: Run) -> int | None:
         started = json.loads((run.root / STARTED).read_text())
     except (OSError, ValueError):
         return None
-    if not isinstance(started, dict) or run_config.same_settings(started, run.settings):
+    if not isinstance(started, dict) or run_config.changed_settings(started, run.settings):
         return None
     try:
         last = find_last_checkpoint(run.root)
@@ -251,7 +254,7 @@ def completed(run: Run, out: Path) -> tuple[dict[str, Any] | None, str]:
 
     A run is skipped when its marker says ``ok``, its settings
     (:func:`visattn.training.config.settings`; a marker of an older visattn is resolved for the
-    comparison, :func:`~visattn.training.config.same_settings`) are unchanged, its
+    comparison, :func:`~visattn.training.config.changed_settings`) are unchanged, its
     ``metrics.csv`` exists and its checkpoint either has the size and SHA-256 recorded when it
     finished or is not there at all: a sweep's results move between machines
     as their markers, ``metrics.csv`` files and ``results.csv`` (a git commit, a copy without
@@ -271,9 +274,9 @@ def completed(run: Run, out: Path) -> tuple[dict[str, Any] | None, str]:
         if record is None:
             return None, "its completion marker is unreadable"
     row = record["row"]
-    changed = run_config.same_settings(record, run.settings)
+    changed = run_config.changed_settings(record, run.settings)
     if changed:
-        return None, f"its settings changed: {changed}"
+        return None, f"{CHANGED}{changed}"
     if row.get("status") != "ok":
         return None, "it failed before"
     if not row.get("metrics_csv") or not (out / row["metrics_csv"]).is_file():

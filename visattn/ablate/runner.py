@@ -47,6 +47,7 @@ from ..files import atomic_write_text
 from ..locks import RunLock, SweepLock
 from .executors import cpu_count, run_local, run_ray
 from .job import (
+    CHANGED,
     MARKER,
     RunTask,
     TrainFn,
@@ -417,6 +418,7 @@ class _Session:
     echo: Callable[[str], None]
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)
     todo: list[tuple[int, Run, str]] = field(default_factory=list)
+    reasons: dict[str, str] = field(default_factory=dict)  # each run's state, from plan()
     without_ckpt: int = 0  # finished runs whose checkpoints were not kept (results moved)
     origin: tuple[int, int] | None = None  # (device, inode) of the output folder at the start
     start: float = field(default_factory=time.perf_counter)
@@ -470,6 +472,12 @@ class _Session:
         """Sort the runs into done (their rows kept) and to do (with the reason)."""
         for i, run in enumerate(self.runs, 1):
             row, why = completed(run, self.out)
+            if why.startswith("cut off"):
+                lock = RunLock(run.root, run.key)
+                holder = lock.holder()
+                if holder and lock.alive(holder):
+                    why = f"being trained now by pid {holder.get('pid')} on {holder.get('host')}"
+            self.reasons[run.key] = why
             if row is not None:
                 self.rows[run.key] = row
                 self.without_ckpt += why != "done"
@@ -579,11 +587,11 @@ def _train_elsewhere(session: _Session, plan: ExecutionPlan) -> None:
 
 
 def _execute(session: _Session, plan: ExecutionPlan, train_fn: TrainFn) -> None:
-    """Train the runs to do while holding the sweep lock, with SIGTERM as Ctrl+C; the outputs
-    (plots included) are written however it ends."""
+    """Train the runs to do (the caller holds the sweep lock), with SIGTERM as Ctrl+C; the
+    outputs (plots included) are written however it ends."""
     driver_threads = torch.get_num_threads()
     sweep, out, overrides = session.sweep, session.out, session.overrides
-    with SweepLock(out), sigterm_as_interrupt():
+    with sigterm_as_interrupt():
         try:
             session.check_run_locks()
             if session.rows:
@@ -609,11 +617,64 @@ def _still_in_place(session: _Session) -> bool:
 
 def _dry_run(session: _Session) -> list[dict[str, Any]]:
     n = len(session.runs)
+    session.plan()
     for i, run in enumerate(session.runs, 1):
-        _, why = completed(run, session.out)
+        why = session.reasons[run.key]
         args = shlex.join(run.args)
         session.echo(f"{session.tag} run {i}/{n} {run.key} ({why}): python train_cls.py {args}")
+    session.echo(_plan_line(session))
+    changed = _changed_finished(session)
+    if changed:
+        session.echo(f"{session.tag} WARNING {_changed_message(session, changed)}")
     return []
+
+
+def _plan_line(session: _Session) -> str:
+    """``[name] N runs (V variants x S seeds): D done earlier, T to run; output in DIR``."""
+    n, todo, sweep = len(session.runs), len(session.todo), session.sweep
+    kept = f" ({session.without_ckpt} without their checkpoints)" if session.without_ckpt else ""
+    return (
+        f"{session.tag} {n} runs ({len(sweep.variants)} variants x {len(sweep.seeds)} seeds): "
+        f"{n - todo} done earlier{kept}, {todo} to run; output in {session.out}"
+    )
+
+
+def _changed_finished(session: _Session) -> list[tuple[Run, str]]:
+    """The runs to do that finished ``ok`` with other settings than they would have now."""
+    changed = []
+    for _, run, why in session.todo:
+        record = read_marker(run.root)
+        if record is not None and record["row"].get("status") == "ok" and why.startswith(CHANGED):
+            changed.append((run, why[len(CHANGED) :]))
+    return changed
+
+
+def _changed_message(session: _Session, changed: list[tuple[Run, str]]) -> str:
+    shown = "\n  ".join(f"{run.key}: {what}" for run, what in changed[:8])
+    more = f"\n  ... and {len(changed) - 8} more" if len(changed) > 8 else ""
+    return (
+        f"{len(changed)} finished run(s) of sweep {session.sweep.name!r} have other settings "
+        f"than this pass would train them with:\n  {shown}{more}\nTraining them again "
+        "deletes their results. Undo the change (a --set, an edited sweep or base config), "
+        "give the changed runs a sweep (or variant) of their own, or pass --retrain-changed "
+        "to train them again"
+    )
+
+
+def check_changed(session: _Session, retrain: bool) -> None:
+    """Refuse a pass that would train finished runs again because their settings changed,
+    unless ``retrain`` (``--retrain-changed``) says to.
+
+    Raises:
+        ChangedRunsError: naming each such run and what changed.
+    """
+    changed = _changed_finished(session)
+    if changed and not retrain:
+        raise ChangedRunsError(_changed_message(session, changed))
+
+
+class ChangedRunsError(ValueError):
+    """Finished runs would be trained again (their results deleted) because settings changed."""
 
 
 def _check_profile_device(sweep: Sweep) -> None:
@@ -636,6 +697,7 @@ def run_sweep(
     echo: Callable[[str], None] = print,
     validate: bool | None = None,
     take_over: bool = False,
+    retrain_changed: bool = False,
 ) -> list[dict[str, Any]]:
     """Run (or resume) the sweep in ``sweep_path`` into ``out_dir``.
 
@@ -658,11 +720,16 @@ def run_sweep(
             real one.
         take_over: let this sweep use a folder that another sweep made (see
             :func:`claim_folder`).
+        retrain_changed: train again (deleting their results) the finished runs whose
+            settings differ from this pass's; without it such a pass is refused
+            (:func:`check_changed`) before anything is written.
 
     Raises:
         ValueError: a variant fails validation (every failing variant is named), or the
             profile device is CUDA on a machine without it.
         SweepFolderTaken: (a ``ValueError``) ``out_dir`` belongs to another sweep.
+        ChangedRunsError: (a ``ValueError``) finished runs have other settings now and
+            ``retrain_changed`` is not set.
         RuntimeError: another sweep holds the output folder, or a live process still trains
             one of the runs to do.
         KeyboardInterrupt: Ctrl+C or SIGTERM; the run in progress is left without a marker.
@@ -686,18 +753,16 @@ def run_sweep(
         raise ValueError("jobs > 1 and the Ray executor run train_cls.py's own training call")
     train_fn = train_fn or default_train_fn()
     out.mkdir(parents=True, exist_ok=True)
-    claim_folder(out, sweep, take_over=take_over)
-    session.pin()
-    session.plan()
-    if real_training if validate is None else validate:
-        check_variants([run for _, run, _ in session.todo], f"sweep {sweep.path}")
-    n, todo = len(session.runs), len(session.todo)
-    kept = f" ({session.without_ckpt} without their checkpoints)" if session.without_ckpt else ""
-    echo(
-        f"{session.tag} {n} runs ({len(sweep.variants)} variants x {len(sweep.seeds)} seeds): "
-        f"{n - todo} done earlier{kept}, {todo} to run; output in {out}"
-    )
-    _execute(session, plan, train_fn)
+    with SweepLock(out):  # before anything is written: a folder in use stays as it is
+        claim_folder(out, sweep, take_over=take_over, write=False)
+        session.pin()
+        session.plan()
+        check_changed(session, retrain_changed)
+        if real_training if validate is None else validate:
+            check_variants([run for _, run, _ in session.todo], f"sweep {sweep.path}")
+        claim_folder(out, sweep, take_over=take_over)
+        echo(_plan_line(session))
+        _execute(session, plan, train_fn)
     final = session.ordered()
     failed = sum(r["status"] != "ok" for r in final)
     echo(

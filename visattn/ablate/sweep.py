@@ -527,6 +527,12 @@ def _read_extended(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
             f"sweep {path}: extends {parent!r}, which does not exist ({parent_path}); give a path "
             "relative to this sweep file's folder"
         )
+    if "name" not in data:
+        raise ValueError(
+            f"sweep {path}: extends {parent!r} but has no name of its own; a sweep's name is "
+            "whose runs an output folder holds, so it would take over the parent's folder and "
+            "its finished runs: give this sweep a 'name:'"
+        )
     merged = _read_extended(parent_path, (*seen, path))
     if "variants" in data:
         data["variants"] = _extended_variants(merged.get("variants"), data["variants"])

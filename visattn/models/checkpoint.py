@@ -15,10 +15,13 @@ file and what is wrong, instead of the loader's own error.
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import json
 import logging
 import pickle
 import re
+import sys
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -32,17 +35,21 @@ from safetensors.torch import load_file
 
 from .._values import first_line
 from ..constants import HOOK_SLOTS, SLOT_POSITIONS
+from ..files import file_digest
 
 __all__ = [
+    "SEAL_SUFFIX",
     "TRUSTED_MODULES",
     "CheckpointError",
     "LoadReport",
     "UntrustedClassError",
     "check_recorded_classes",
+    "check_seal",
     "check_state_dict_matches",
     "check_training_checkpoint",
     "load_checkpoint",
     "read_checkpoint",
+    "read_seal",
     "read_state_dict",
     "training_checkpoint",
     "unwrap_state_dict",
@@ -97,9 +104,74 @@ def _unreadable(path: Path) -> str | None:
     return None
 
 
+#: the file beside a checkpoint that holds its SHA-256 as written (``last.ckpt.sha256``)
+SEAL_SUFFIX = ".sha256"
+_HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
+
+
+def read_seal(path: str | PathLike[str]) -> list[tuple[str, int | None]] | None:
+    """The digests sealed for the checkpoint ``path`` (``[(sha256, size or None), ...]``), or
+    ``None`` when it has no seal. A line is ``SHA256  SIZE`` (what visattn writes) or
+    ``SHA256  NAME`` / ``SHA256 *NAME`` (``sha256sum``'s own format, no size). A seal holds two
+    lines only while a new checkpoint replaces the old one (either file is then the sealed one).
+
+    Raises:
+        CheckpointError: the seal is not in either format.
+    """
+    seal = Path(f"{path}{SEAL_SUFFIX}")
+    try:
+        text = seal.read_text()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"seal {seal} cannot be read ({first_line(e)})") from None
+    sealed = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        digest, _, rest = line.strip().partition(" ")
+        rest = rest.strip()
+        if not _HEX64.match(digest) or not rest:
+            raise CheckpointError(
+                f"seal {seal} line {n} is not 'SHA256  SIZE' or sha256sum's 'SHA256  NAME' "
+                f"(got {line[:80]!r}); remove the seal to read {Path(path).name} unchecked, "
+                "or write it again with sha256sum"
+            )
+        sealed.append((digest.lower(), int(rest) if rest.isdigit() else None))
+    if not sealed:
+        raise CheckpointError(
+            f"seal {seal} is empty; remove it to read {Path(path).name} unchecked"
+        )
+    return sealed
+
+
+def check_seal(path: str | PathLike[str]) -> None:
+    """Check a checkpoint against the digest sealed beside it when it was written
+    (``NAME.sha256``, see :func:`read_seal`); a checkpoint without a seal (written elsewhere,
+    or by an older visattn) passes. :func:`read_checkpoint` calls this on every read.
+
+    Raises:
+        CheckpointError: the file's SHA-256 (or size) is none of the sealed ones, or the seal
+            is unreadable.
+    """
+    sealed = read_seal(path)
+    if sealed is None:
+        return
+    found = file_digest(path)
+    if any(d == found["sha256"] and s in (None, found["size"]) for d, s in sealed):
+        return
+    raise CheckpointError(
+        f"checkpoint {path} is damaged: it changed after it was written (its SHA-256, size "
+        f"{found['size']:,} bytes, differs from the one sealed in {Path(path).name}{SEAL_SUFFIX} when the run "
+        "saved it: a bad copy or a disk error); use another checkpoint of the run "
+        "(best-epochNNN.ckpt), or train the run again"
+    )
+
+
 def read_checkpoint(path: str | PathLike[str], *, mmap: bool = False) -> Any:
     """The object saved in ``path`` by ``torch.save``, read once and weights-only (tensors,
-    containers and plain values: nothing in the file runs), on the CPU.
+    containers and plain values: nothing in the file runs), on the CPU, after checking it
+    against its seal where it has one (:func:`check_seal`).
 
     Args:
         path: the file.
@@ -108,8 +180,9 @@ def read_checkpoint(path: str | PathLike[str], *, mmap: bool = False) -> Any:
 
     Raises:
         FileNotFoundError: no such file.
-        CheckpointError: a directory, an empty file, not a torch file, a damaged one, or one
-            holding objects a weights-only read refuses; the message names the file.
+        CheckpointError: a directory, an empty file, not a torch file, a damaged one, one
+            that differs from its seal, or one holding objects a weights-only read refuses;
+            the message names the file.
     """
     path = Path(path)
     if not path.exists():
@@ -117,6 +190,7 @@ def read_checkpoint(path: str | PathLike[str], *, mmap: bool = False) -> Any:
     problem = _unreadable(path)
     if problem:
         raise CheckpointError(f"checkpoint {path} {problem}")
+    check_seal(path)
     if mmap:
         with open(path, "rb") as f:
             mmap = f.read(4) == _TORCH_MAGIC[0]  # the legacy format cannot be mapped
@@ -208,6 +282,39 @@ def check_recorded_classes(record: Any, source: str) -> None:
                 "import (its code would run). Give that option on the command line if you "
                 "trust it, or use a checkpoint from a source you trust"
             )
+        where = _untrusted_location(root)
+        if where:
+            raise UntrustedClassError(
+                f"{source} records {option} = {path!r}, and {root!r} is {where}; a recorded "
+                "option imports only an installed package's own code. Install the package (pip "
+                f"install {root.replace('_', '-')}) or run from another folder"
+            )
+
+
+def _untrusted_location(root: str) -> str:
+    """Why importing the top-level package ``root`` now could run code that is not the
+    installed package's ('' when it could not): it is not imported yet and the import system
+    would find it outside the files its installed distribution owns (a folder named so in the
+    working folder, found first on ``python -m``'s path), or no distribution owns it."""
+    if root in sys.modules:
+        return ""
+    spec = importlib.util.find_spec(root)
+    if spec is None:
+        return ""  # not importable at all: the import fails without running anything
+    origin = spec.origin or next(iter(spec.submodule_search_locations or []), None)
+    if origin is None:
+        return "not an installed package"
+    found = Path(origin).resolve()
+    for name in importlib.metadata.packages_distributions().get(root, []):
+        try:
+            dist = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        base = Path(str(dist.locate_file(""))).resolve()
+        owned = {str(f).replace("\\", "/") for f in dist.files or ()}
+        if found.is_relative_to(base) and found.relative_to(base).as_posix() in owned:
+            return ""
+    return f"not installed here: the import would run {found}"
 
 
 def training_checkpoint(obj: Any, path: str | PathLike[str]) -> dict[str, Any]:

@@ -74,7 +74,6 @@ from .options import parse, restore_recorded
 from .resume import (
     RUNS,
     SealedCheckpointIO,
-    check_seal,
     checkpoint_progress,
     claim_version,
     find_last_checkpoint,
@@ -293,7 +292,6 @@ class VisattnCLI(LightningCLI):
     def _keep_recorded_options(cfg: Namespace) -> None:
         """A resumed fit keeps the run's recorded options (see ``visattn.training.resume``);
         the checkpoint is read here, before ``config.yaml`` or anything else is written."""
-        check_seal(cfg.ckpt_path)
         saved = training_checkpoint(read_checkpoint(cfg.ckpt_path), cfg.ckpt_path)
         kept = restore_recorded(cfg, saved, cfg.ckpt_path)
         seed = keep_recorded_seed(cfg, cfg.ckpt_path)

@@ -32,7 +32,9 @@ from typing import Any, NamedTuple
 import yaml
 from jsonargparse import ArgumentParser, Namespace
 
+from ..blocks.registry import block_info
 from ..models.checkpoint import UntrustedClassError, check_recorded_classes
+from ..models.placement import normalize_placements
 from .cli import VisattnCLI, resolve_eval_transform
 from .options import (
     FREE_ON_RESUME,
@@ -46,16 +48,19 @@ from .options import (
 )
 
 __all__ = [
+    "EXECUTION_KEYS",
     "FREE_ON_RESUME",
     "LOCATION_KEYS",
     "NETWORK_OPTIONS",
     "SETTINGS_FORMAT",
     "Built",
     "RunConfig",
+    "canonical_settings",
+    "changed_settings",
     "describe_changes",
+    "execution_options",
     "expand_config_args",
     "restore_recorded",
-    "same_settings",
     "settings",
 ]
 
@@ -64,6 +69,26 @@ SUBCOMMANDS = ("fit", "test", "validate")
 #: Options that say where files live, not what a run computes: a sweep moved to another machine
 #: (its data elsewhere, the repository cloned into another folder) keeps its finished runs.
 LOCATION_KEYS = ("trainer.default_root_dir", "data.root")
+#: Options that say how a run executes, shows or logs its work, not what it computes: changing
+#: one (a progress bar turned on, more loader workers, the network compiled) keeps finished runs
+#: finished. A sweep still holds one ``model.compile`` for all its runs (the marker records these
+#: values under ``execution``).
+EXECUTION_KEYS = frozenset(
+    {
+        "trainer.enable_progress_bar",
+        "trainer.enable_model_summary",
+        "trainer.log_every_n_steps",
+        "data.num_workers",
+        "data.pin_memory",
+        "data.download",
+        "data.verify",
+        "data.verify_images",
+        "model.compile",
+        "model.check_finite_every",
+    }
+)
+#: the key whose value is a placement (or a list of them); compared in its normal form
+_ATTENTION = "model.attention"
 #: parser bookkeeping, not options: the paths of the ``--config`` files (their content is in
 #: the options they set)
 _NOT_OPTIONS = ("config",)
@@ -224,21 +249,83 @@ class RunConfig(tuple):
 def settings(config: Namespace, subcommand: str = "fit") -> dict[str, str]:
     """What decides a run's result: every resolved option of ``config`` (a subcommand's
     options) that differs from the parser's default (that subcommand's), as
-    ``{dotted key: JSON}`` sorted by key, without :data:`LOCATION_KEYS` and the config files'
-    paths.
+    ``{dotted key: JSON}`` in :func:`canonical_settings` form: without :data:`LOCATION_KEYS`,
+    :data:`EXECUTION_KEYS` and the config files' paths, the placements in their normal form.
 
     Options at their defaults are left out, so an option added to visattn later (at its
     default) keeps finished sweeps finished; a changed default is therefore not seen.
     """
     defaults = _default_leaves(subcommand)
     given = leaves(config)
-    return {
-        k: to_json(v)
-        for k, v in sorted(given.items())
-        if k not in LOCATION_KEYS
-        and k.split(".")[0] not in _NOT_OPTIONS
-        and (k not in defaults or defaults[k] != v)
+    return canonical_settings(
+        {
+            k: to_json(v)
+            for k, v in given.items()
+            if k.split(".")[0] not in _NOT_OPTIONS and (k not in defaults or defaults[k] != v)
+        }
+    )
+
+
+def execution_options(config: Namespace) -> dict[str, str]:
+    """The values of :data:`EXECUTION_KEYS` in ``config`` (a subcommand's options), as JSON:
+    how the run executed, recorded beside its settings."""
+    given = leaves(config)
+    return {k: to_json(given[k]) for k in sorted(EXECUTION_KEYS) if k in given}
+
+
+def _placement_normal_form(value: Any) -> list[dict[str, Any]]:
+    """``value`` (a block name, a placement mapping, a list of them, ``None``) as a list of
+    placements with every key at its default left out, block options at the block's defaults
+    included: ``se``, ``{name: se}``, ``[{name: se}]``, ``{name: se, position: standard}`` and
+    ``{name: se, args: {reduction: 16}}`` are all ``[{"name": "se"}]``."""
+    blank = {
+        "args": {},
+        "stages": "all",
+        "blocks": "all",
+        "position": "standard",
+        "init": "default",
     }
+    out = []
+    for placement in normalize_placements(value):
+        data = placement.to_dict()
+        defaults = block_info(placement.name).defaults
+        data["args"] = {
+            k: v
+            for k, v in data["args"].items()
+            if k not in defaults or to_json(defaults[k]) != to_json(v)
+        }
+        data = {
+            k: v
+            for k, v in data.items()
+            if k == "name"
+            or (v is not None and (k not in blank or to_json(v) != to_json(blank[k])))
+        }
+        out.append(data)
+    return out
+
+
+def canonical_settings(flat: Mapping[str, str]) -> dict[str, str]:
+    """Settings (``{dotted key: JSON}``, a run's or a marker's) in the one form they are
+    compared in: sorted, without :data:`LOCATION_KEYS` and :data:`EXECUTION_KEYS`, and with
+    ``model.attention`` (whole, or spread over ``model.attention.*`` keys) in its normal form
+    (:func:`_placement_normal_form`), so that spellings of one network compare equal. A
+    placement that no longer resolves (a block removed) is kept as written."""
+    kept = {k: v for k, v in flat.items() if k not in LOCATION_KEYS and k not in EXECUTION_KEYS}
+    spread = {k: v for k, v in kept.items() if k == _ATTENTION or k.startswith(_ATTENTION + ".")}
+    if spread:
+        if _ATTENTION in spread:
+            value = json.loads(spread[_ATTENTION])
+        else:
+            value = _nested({k[len(_ATTENTION) + 1 :]: v for k, v in spread.items()})
+        try:
+            normal = _placement_normal_form(value)
+        except (KeyError, TypeError, ValueError):
+            normal = None
+        if normal is not None:
+            kept = {k: v for k, v in kept.items() if k not in spread}
+            if normal:
+                kept[_ATTENTION] = to_json(normal)
+    return dict(sorted(kept.items()))
 
 
 def _short(text: str, limit: int = 60) -> str:
@@ -275,7 +362,7 @@ def _settings_of_record(record: Mapping[str, Any]) -> dict[str, str]:
     resolved, defaults included), which are resolved here as one config."""
     recorded = {k: v for k, v in (record.get("settings") or {}).items() if k not in LOCATION_KEYS}
     if record.get("settings_format") == SETTINGS_FORMAT:
-        return recorded
+        return canonical_settings(recorded)
     if any(k.startswith("config[") for k in recorded):
         raise ValueError("it was written by an older visattn that recorded config file names")
     nested = _nested(recorded)
@@ -284,13 +371,14 @@ def _settings_of_record(record: Mapping[str, Any]) -> dict[str, str]:
     return RunConfig.parse(["fit", "--config", config] if recorded else ["fit"]).settings
 
 
-def same_settings(record: Mapping[str, Any], current: Mapping[str, str]) -> str:
-    """``""`` when the marker or start record ``record`` was written for a run with the
-    settings ``current``, else what differs (for the sweep's message)."""
+def changed_settings(record: Mapping[str, Any], current: Mapping[str, str]) -> str:
+    """What differs between the settings the marker or start record ``record`` was written with
+    and ``current`` (``key: old -> new; ...``); ``""`` when nothing does. Both sides are
+    compared in :func:`canonical_settings` form."""
     try:
         old = _settings_of_record(record)
     except UntrustedClassError:
         raise  # a record that would import foreign code stops the sweep, nothing is replaced
     except Exception as exc:  # an option that no longer exists, a record from long ago
         return f"its recorded settings no longer resolve ({str(exc).splitlines()[0]})"
-    return describe_changes(old, current)
+    return describe_changes(old, canonical_settings(current))

@@ -30,9 +30,15 @@ import yaml
 from jsonargparse import Namespace
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from ..files import atomic_write_bytes, atomic_write_text, file_digest
+from ..files import atomic_write_bytes, atomic_write_text
 from ..locks import is_secondary_rank
-from ..models.checkpoint import CheckpointError, read_checkpoint
+from ..models.checkpoint import (
+    SEAL_SUFFIX,
+    CheckpointError,
+    check_seal,
+    read_checkpoint,
+    read_seal,
+)
 
 __all__ = [
     "RUNS",
@@ -55,19 +61,20 @@ RUNS = "lightning_logs"
 VERSION_ENV = "VISATTN_RUN_VERSION"
 
 
-#: the file beside a checkpoint that holds its SHA-256 as written (``last.ckpt.sha256``)
-SEAL_SUFFIX = ".sha256"
-
-
 class SealedCheckpointIO(TorchCheckpointIO):
     """Checkpoints written whole or not at all, each sealed with its SHA-256.
 
     A checkpoint is serialised in memory, then written to a temporary file in the same folder
     and renamed over the old one (:func:`visattn.files.atomic_write_bytes`): a full disk or a
     killed process leaves the previous checkpoint, never half of a new one. Its digest goes
-    beside it (``NAME.sha256``), and a resume checks the file against it (:func:`check_seal`),
-    so bytes changed after the write (a bad copy, a disk error) are named instead of resumed
-    from. Remote paths (``s3://``, ...) are left to Lightning's own writer.
+    beside it (``NAME.sha256``), and every read checks the file against it
+    (:func:`~visattn.models.checkpoint.check_seal`), so bytes changed after the write (a bad
+    copy, a disk error) are named instead of used. Remote paths (``s3://``, ...) are left to
+    Lightning's own writer.
+
+    The pair is crash-consistent: the seal first lists the new digest beside the old one, then
+    the checkpoint is replaced, then the seal keeps the new digest alone; whenever the process
+    stops, the checkpoint on disk is one the seal names.
     """
 
     def save_checkpoint(
@@ -78,40 +85,23 @@ class SealedCheckpointIO(TorchCheckpointIO):
         buffer = io.BytesIO()
         torch.save(checkpoint, buffer)
         data = buffer.getvalue()
-        atomic_write_bytes(path, data)  # (makes the folder too)
-        atomic_write_text(
-            f"{path}{SEAL_SUFFIX}", f"{hashlib.sha256(data).hexdigest()}  {len(data)}\n"
-        )
+        new = f"{hashlib.sha256(data).hexdigest()}  {len(data)}\n"
+        seal = f"{path}{SEAL_SUFFIX}"
+        try:
+            old = "".join(f"{d}  {s}\n" for d, s in read_seal(path) or () if s is not None)
+        except CheckpointError:  # a damaged seal names nothing worth keeping
+            old = ""
+        if old and Path(path).exists():
+            atomic_write_text(seal, old + new)  # either file passes while it is replaced
+        else:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(seal, new)
+        atomic_write_bytes(path, data)
+        atomic_write_text(seal, new)
 
     def remove_checkpoint(self, path: Any) -> None:
         super().remove_checkpoint(path)
         Path(f"{path}{SEAL_SUFFIX}").unlink(missing_ok=True)
-
-
-def check_seal(path: str | Path) -> None:
-    """Check a checkpoint against the digest written with it (:class:`SealedCheckpointIO`); a
-    checkpoint without one (written elsewhere, or by an older visattn) passes.
-
-    Raises:
-        CheckpointError: the file's size or SHA-256 differs from the sealed one.
-    """
-    seal = Path(f"{path}{SEAL_SUFFIX}")
-    try:
-        digest, size = seal.read_text().split()
-    except FileNotFoundError:
-        return
-    except ValueError:
-        msg = f"{seal} is damaged; remove it to resume from {path} unchecked"
-        raise CheckpointError(msg) from None
-    found = file_digest(path)
-    n = found["size"]
-    if found["sha256"] != digest or n != int(size):
-        raise CheckpointError(
-            f"checkpoint {path} changed after it was written: its SHA-256 (or size, {n:,} "
-            f"bytes) differs from the one sealed in {seal.name} when the run saved it (a bad "
-            "copy or a disk error); resume from another checkpoint of the run "
-            "(best-epochNNN.ckpt), or start the run again"
-        )
 
 
 def checkpoint_progress(path: str | Path) -> tuple[int, int]:
