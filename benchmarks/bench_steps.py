@@ -39,6 +39,7 @@ import collections
 import math
 import os
 import statistics
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -68,8 +69,13 @@ COLUMNS = [
     "ratio",
     "bf16_ms",
     "bf16_speedup",
+    "compile_ms",
+    "compile_speedup",
+    "compile_warmup_s",
     "where",
 ]
+#: cores kept busy by other processes above which the ratios are not worth reading
+BUSY_LIMIT = 0.2
 
 
 class Step:
@@ -185,6 +191,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print("(this CPU has no AMX: bf16 matrix products have no fast path here)\n")
             bf16 = {k: Step(s.net, s.x, s.y, bf16=True) for k, s in fp32.items()}
             bf16_ms = time_steps(bf16, args)
+        compile_ms: dict[str, float] = {}
+        warmup_s: dict[str, float] = {}
+        if args.compile:
+            compiled = {}
+            for k, s in fp32.items():
+                compiled[k] = Step(torch.compile(s.net), s.x, s.y, bf16=False)
+                t0 = time.perf_counter()
+                compiled[k]()  # compiles here
+                warmup_s[k] = time.perf_counter() - t0
+            compile_ms = time_steps(compiled, args)
         where = {}
         if args.profile:
             where = profile_growth(fp32, base, args.profile_steps, rounds=1 if args.quick else 3)
@@ -195,6 +211,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     others = f"Other processes kept busy while timing: {busy} (near 0: idle)."
     print(others)
+    if other.cores is not None and other.cores > BUSY_LIMIT:
+        print(
+            f"WARNING: other processes kept {other.cores:.2f} cores busy (more than "
+            f"{BUSY_LIMIT}): these ratios are skewed and not usable; time again on an idle "
+            "machine"
+        )
+        others += " Not idle: the ratios are not usable."
     rows: list[dict[str, Any]] = []
     for name, net in nets.items():
         rows.append(
@@ -206,6 +229,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "ratio": round(step_ms[name] / step_ms[base], 3),
                 "bf16_ms": round(bf16_ms[name], 2) if bf16_ms else "",
                 "bf16_speedup": round(step_ms[name] / bf16_ms[name], 3) if bf16_ms else "",
+                "compile_ms": round(compile_ms[name], 2) if compile_ms else "",
+                "compile_speedup": (
+                    round(step_ms[name] / compile_ms[name], 3) if compile_ms else ""
+                ),
+                "compile_warmup_s": round(warmup_s[name], 1) if warmup_s else "",
                 "where": where.get(name, ""),
             }
         )
@@ -223,8 +251,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0] + " Measures the median training step (forward, "
+        "loss, backward, SGD step) of each variant, interleaved, and its ratio to the plain "
+        "network's in the same run; run it on an idle machine.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     p.add_argument("--sweep", default=str(DEFAULT_SWEEP), help="the sweep whose variants to time")
     p.add_argument(
         "--variants",
@@ -232,15 +275,28 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="comma-separated variant names (default: all; the baseline is always timed)",
     )
-    p.add_argument("--batch", type=int, default=128)
-    p.add_argument("--image-size", type=int, default=32)
-    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1, as the sweep)")
-    p.add_argument("--rounds", type=int, default=9, help="interleaved samples per network")
-    p.add_argument("--steps", type=int, default=4, help="training steps per sample")
-    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+    p.add_argument("--batch", type=_positive, default=128, help="images per step")
+    p.add_argument("--image-size", type=_positive, default=32, help="image side in pixels")
+    p.add_argument("--threads", type=_positive, default=1, help="torch threads (1, as the sweep)")
+    p.add_argument("--rounds", type=_positive, default=9, help="interleaved samples per network")
+    p.add_argument("--steps", type=_positive, default=4, help="training steps per sample")
+    p.add_argument(
+        "--precision",
+        choices=["fp32", "bf16"],
+        default="fp32",
+        help="bf16: also time every network under CPU bf16 autocast (bf16_ms, bf16_speedup)",
+    )
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="also time every network compiled with torch.compile (compile_ms, "
+        "compile_speedup; the first compiled step's time is compile_warmup_s)",
+    )
     p.add_argument("--profile", action="store_true", help="attribute the extra time to operators")
-    p.add_argument("--profile-steps", type=int, default=2, help="steps per profile (3 rounds)")
-    p.add_argument("--quick", action="store_true", help="3 rounds of 2 steps")
+    p.add_argument(
+        "--profile-steps", type=_positive, default=2, help="steps per profile (3 rounds)"
+    )
+    p.add_argument("--quick", action="store_true", help="3 rounds of 2 steps (a rough look)")
     p.add_argument("--out", default=None, help="also write the rows to this CSV file")
     return p
 

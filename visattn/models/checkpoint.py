@@ -162,8 +162,9 @@ def check_seal(path: str | PathLike[str]) -> None:
         return
     raise CheckpointError(
         f"checkpoint {path} is damaged: it changed after it was written (its SHA-256, size "
-        f"{found['size']:,} bytes, differs from the one sealed in {Path(path).name}{SEAL_SUFFIX} when the run "
-        "saved it: a bad copy or a disk error); use another checkpoint of the run "
+        f"{found['size']:,} bytes, differs from the one sealed in {Path(path).name}"
+        f"{SEAL_SUFFIX} when the run saved it: a bad copy or a disk error); use another "
+        "checkpoint of the run "
         "(best-epochNNN.ckpt), or train the run again"
     )
 

@@ -8,7 +8,8 @@ from attention papers, the placements its name fixes (e.g. ``se_resnet50``: SE w
 the standard position of every block).
 
 Names: every registered model, plus ``<block>_<backbone>`` for any registered block and
-placeable backbone (the block at the standard position of every residual block), composed on
+placeable backbone (the block at the standard position of every residual block, or in place of
+its 3x3 conv for a block that replaces a conv), composed on
 demand, e.g. ``cbam_resnet18``. Registered names win over compositions (``bam_resnet50``
 places BAM after stages 1-3).
 
@@ -146,7 +147,13 @@ class ModelSpec:
         return [k for k in params if k not in self.fixed]
 
     def compose(self, block: str) -> ModelSpec:
-        """This backbone with ``block`` at the standard position of every residual block."""
+        """This backbone with ``block`` in every residual block: at the standard position, or,
+        for a block that stands in for a convolution (lambda, MHSA, halo, CoT, ACmix), in place
+        of each residual branch's 3x3 conv and before its BN (position ``conv``), where its
+        paper puts it; added after the block's last BN instead, such a block's unnormalised
+        output makes the branch diverge from a fresh start."""
+        info = block_info(block)
+        placement = {"name": block, "position": "conv"} if info.replaces_conv else {"name": block}
         return ModelSpec(
             name=f"{block}_{self.name}",
             builder=self.builder,
@@ -154,8 +161,8 @@ class ModelSpec:
             dataset=self.dataset,
             fixed=self.fixed,
             defaults=self.defaults,
-            attention=({"name": block},),
-            meta={"paper": f"{block_info(block).paper} on {self.name}"},
+            attention=(placement,),
+            meta={"paper": f"{info.paper} on {self.name}"},
             feature_levels=self.feature_levels,
         )
 
