@@ -184,6 +184,7 @@ def build_rows(
 
     sweep = load_sweep(SWEEP)
     variants = {v.name: v for v in sweep.variants}
+    check_results(results, sweep)
     rows_in = read_results(results / "results.csv")
     summaries = {s.name: s for s in summarize(rows_in)}
     ratios = read_steps(steps)
@@ -231,6 +232,65 @@ def build_rows(
         },
     }
     return rows, pairs, facts
+
+
+#: the columns that hold a fraction (an accuracy): a percentage or a count there is an error
+FRACTIONS = ("val/acc", "val/acc_last", "test/acc")
+
+
+def check_results(results: Path, sweep: Any) -> None:
+    """Refuse a ``results.csv`` the page would count wrong: a (variant, seed) twice (it would
+    count as another seed), a variant the sweep does not have, an accuracy that is not a
+    fraction in [0, 1] (``85.0`` for ``0.85``, ``0.85%``), or an ok run whose completion marker
+    records other settings than the sweep's recipe gives it (a run trained with its own
+    ``limit_train_batches`` would be published beside the others).
+
+    Raises:
+        ValueError: naming the file, the row (its line) and the column or the settings.
+    """
+    from visattn.ablate.job import CHANGED, completed
+
+    path = results / "results.csv"
+    with open(path, newline="") as f:
+        raw = list(csv.DictReader(f))
+    variants = {v.name for v in sweep.variants}
+    seen: dict[tuple[str, str], int] = {}
+    runs = {r.key: r for r in sweep.runs(results)}
+    for line, row in enumerate(raw, 2):
+        where = f"{path} line {line}"
+        key = (row.get("variant") or "", row.get("seed") or "")
+        if key in seen:
+            raise ValueError(
+                f"{where}: {key[0]} seed {key[1]} is there twice (line {seen[key]} too); a "
+                "second row would count as another seed: remove one"
+            )
+        seen[key] = line
+        if key[0] not in variants:
+            raise ValueError(
+                f"{where}: variant {key[0]!r} is not one of {SWEEP.name}'s ({', '.join(variants)})"
+            )
+        for column in FRACTIONS:
+            text = (row.get(column) or "").strip()
+            if not text:
+                continue
+            try:
+                value = float(text)
+            except ValueError:
+                value = math.nan
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(
+                    f"{where}, column {column}: {text!r} is not a fraction in [0, 1] (an "
+                    "accuracy of 85% is 0.85)"
+                )
+        run = runs.get(row.get("run") or "")
+        if row.get("status") == "ok" and run is not None:
+            _, why = completed(run, results)
+            if why.startswith(CHANGED):
+                raise ValueError(
+                    f"{where}: run {run.key} was trained with other settings than "
+                    f"{SWEEP.name}'s recipe gives it ({why[len(CHANGED) :]}); the page "
+                    "compares runs of one recipe: train it again with the sweep, or leave it out"
+                )
 
 
 def _pair_row(summaries: Mapping[str, Any], pair: tuple[str, str]) -> Row | None:
@@ -893,9 +953,9 @@ def with_readme_block(text: str, block: str) -> str:
     return head + block + rest.split(END, 1)[1]
 
 
-def outputs() -> dict[Path, str]:
+def outputs(results: Path = RESULTS) -> dict[Path, str]:
     """Every text file this script writes, as it would write it now."""
-    rows, pairs, facts = build_rows()
+    rows, pairs, facts = build_rows(results)
     return {
         PAGE: page(rows, pairs, facts),
         README: with_readme_block(README.read_text(), readme_block(rows, pairs, facts)),
@@ -905,8 +965,18 @@ def outputs() -> dict[Path, str]:
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--check", action="store_true", help="only compare; exit 1 on a difference")
+    p.add_argument(
+        "--results",
+        type=Path,
+        default=RESULTS,
+        help="the sweep's output folder (its results.csv and runs/)",
+    )
     args = p.parse_args(argv)
-    texts = outputs()
+    try:
+        texts = outputs(args.results)
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if args.check:
         stale = [
             str(path.relative_to(ROOT))
@@ -921,7 +991,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     for path, text in texts.items():
         atomic_write_text(path, text)
-    rows, pairs, _ = build_rows()
+    rows, pairs, _ = build_rows(args.results)
     ASSETS.mkdir(parents=True, exist_ok=True)
     for name, data in plots(rows, pairs).items():
         atomic_write_bytes(ASSETS / name, data)

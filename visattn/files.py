@@ -18,6 +18,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -130,9 +131,16 @@ def file_digest(path: str | os.PathLike, chunk: int = 1 << 20) -> dict[str, Any]
 MAX_YAML_NODES = 1_000_000
 
 
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_BOOL_TAG = "tag:yaml.org,2002:bool"
+_BOOL_1_2 = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
+
+
 def _refuse_duplicate_keys(loader: Any, node: Any, deep: bool = False) -> Any:
     seen: dict[Any, Any] = {}
     for key_node, _ in node.value:
+        if key_node.tag == _MERGE_TAG:  # `<<: *common`: its keys may be overridden here
+            continue
         key = loader.construct_object(key_node, deep=True)
         try:
             hash(key)
@@ -173,7 +181,9 @@ def _expanded_nodes(node: Any, limit: int) -> int:
 
 
 def load_yaml(stream: Any, source: str = "YAML") -> Any:
-    """``yaml.safe_load(stream)`` with two refusals (``source`` names the input in them).
+    """``yaml.safe_load(stream)`` with two refusals (``source`` names the input in them), and
+    YAML 1.2's booleans (``true``/``false`` only: ``off`` and ``yes`` stay strings). Merge keys
+    (``<<: *common``) work as in ``yaml.safe_load``.
 
     Raises:
         yaml.YAMLError: a key repeated in one mapping (a ``ConstructorError`` with both lines),
@@ -183,6 +193,13 @@ def load_yaml(stream: Any, source: str = "YAML") -> Any:
     class StrictLoader(yaml.SafeLoader):
         pass
 
+    # YAML 1.2's booleans: `off`, `no`, `on`, `yes` stay words (YAML 1.1 turned
+    # `verify_images: off` into false)
+    StrictLoader.yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != _BOOL_TAG]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    StrictLoader.add_implicit_resolver(_BOOL_TAG, _BOOL_1_2, list("tTfF"))
     StrictLoader.add_constructor(
         yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _refuse_duplicate_keys
     )

@@ -282,3 +282,24 @@ def test_without_a_cache_dir_the_cache_is_the_users(tmp_path: Path, monkeypatch)
     verify_images(root.rglob("*.jpg"), "fast", cache_root=root)
     assert len(list((tmp_path / "home" / ".cache" / "visattn").rglob("*.json"))) == 1
     assert not (root / imagefolder.CACHE_NAME).exists()
+
+
+def test_train_cls_prints_a_bad_data_message_whole_without_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The names of the bad images and the fix come after the message's first line; the
+    command line printed only that line."""
+    from visattn.training.cli import cli_main
+
+    write_jpeg_folder(tmp_path)
+    bad = [tmp_path / "train" / "dog" / "1.jpg", tmp_path / "train" / "cat" / "2.jpg"]
+    for path in bad:
+        corrupt(path)
+    with pytest.raises(SystemExit) as done:
+        cli_main(["fit", "--data.dataset=imagefolder", f"--data.root={tmp_path}",
+                  "--data.image_size=32", "--data.num_workers=0", "--trainer.max_epochs=1",
+                  f"--trainer.default_root_dir={tmp_path / 'run'}"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and "Traceback" not in err, err[-2000:]
+    assert all(str(path) in err for path in bad), err
+    assert "skip_bad_images" in err

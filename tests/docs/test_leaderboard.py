@@ -289,3 +289,62 @@ def test_the_step_bullet_says_how_far_the_ratios_move_on_another_cpu(
     )
     monkeypatch.setattr(board, "OTHER_STEPS", (tmp_path / "same.csv",))
     assert board._elsewhere(ours, {"cpu": "Intel CPU"}) == ""
+
+
+def _copied_results(tmp_path):
+    """The committed results folder's results.csv and completion markers (no metrics files,
+    no checkpoints), in a folder the test may damage."""
+    import shutil
+
+    out = tmp_path / "cifar10_cpu"
+    out.mkdir()
+    shutil.copy(RESULTS, out / "results.csv")
+    for marker in RESULTS.parent.glob("runs/*/seed*/result.json"):
+        dest = out / marker.relative_to(RESULTS.parent)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(marker, dest)
+    return out
+
+
+def _edit(path, change) -> None:
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    fields = list(rows[0])
+    rows = change(rows)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+
+
+@pytest.mark.parametrize(
+    "change, said",
+    [
+        (lambda rows: [*rows, rows[0]], r"line 72: resnet20_none seed 0 is there twice \(line 2"),
+        (lambda rows: [{**rows[0], "test/acc": "83.3"}, *rows[1:]], r"line 2, column test/acc"),
+        (lambda rows: [{**rows[0], "test/acc": "0.85%"}, *rows[1:]], r"'0.85%' is not a fraction"),
+        (lambda rows: [{**rows[0], "variant": "resnet20_typo"}, *rows[1:]], r"resnet20_typo"),
+    ],
+    ids=["duplicate", "percent", "percent-sign", "unknown-variant"],
+)
+def test_a_results_file_the_page_would_count_wrong_is_refused_naming_the_row(
+    board, tmp_path, change, said
+) -> None:
+    out = _copied_results(tmp_path)
+    _edit(out / "results.csv", change)
+    with pytest.raises(ValueError, match=said):
+        board.build_rows(out)
+    assert board.main(["--check", "--results", str(out)]) == 2
+
+
+def test_a_run_trained_off_the_recipe_is_refused(board, tmp_path) -> None:
+    """A run with its own limit_train_batches was published as a resolved -74.49 points."""
+    import json
+
+    out = _copied_results(tmp_path)
+    marker = out / "runs/resnet20_se/seed0/result.json"
+    record = json.loads(marker.read_text())
+    record["settings"]["trainer.limit_train_batches"] = "2"
+    marker.write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=r"resnet20_se/seed0 was trained with other settings"):
+        board.build_rows(out)

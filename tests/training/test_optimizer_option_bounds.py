@@ -14,9 +14,11 @@ from visattn.training.module import ClassificationModule
 from visattn.training.optimizers import optimizer_spec
 
 
-@pytest.mark.parametrize("weight_decay", [-1.0, -1e-8, math.nan])
-def test_negative_or_nan_weight_decay_is_refused_naming_the_option(weight_decay: float) -> None:
-    with pytest.raises(ValueError, match=r"weight_decay must be >= 0 \(model\.weight_decay\)"):
+@pytest.mark.parametrize("weight_decay", [-1.0, -1e-8, math.nan, math.inf])
+def test_negative_nan_or_infinite_weight_decay_is_refused_naming_the_option(
+    weight_decay: float,
+) -> None:
+    with pytest.raises(ValueError, match=r"weight_decay must be a finite number >= 0 \(model\."):
         ClassificationModule(model="resnet20_cifar", num_classes=4, weight_decay=weight_decay)
 
 
@@ -25,10 +27,16 @@ def test_zero_weight_decay_is_allowed() -> None:
     assert module.hparams.weight_decay == 0.0
 
 
-@pytest.mark.parametrize("lr", [0.0, -0.1, math.nan])
-def test_a_learning_rate_that_trains_nothing_is_refused(lr: float) -> None:
-    with pytest.raises(ValueError, match=r"lr must be > 0 \(model\.lr\)"):
+@pytest.mark.parametrize("lr", [0.0, -0.1, math.nan, math.inf])
+def test_a_learning_rate_that_trains_nothing_or_diverges_at_once_is_refused(lr: float) -> None:
+    with pytest.raises(ValueError, match=r"lr must be a finite number > 0 \(model\.lr\)"):
         ClassificationModule(model="resnet20_cifar", num_classes=4, lr=lr)
+
+
+@pytest.mark.parametrize("mult", [math.nan, math.inf, -1.0])
+def test_a_non_finite_or_negative_lr_mult_is_refused(mult: float) -> None:
+    with pytest.raises(ValueError, match=r"lr_mult values must be finite numbers >= 0"):
+        ClassificationModule(model="resnet20_cifar", num_classes=4, lr_mult={"attention": mult})
 
 
 def test_a_warm_up_as_long_as_the_run_is_warned_about(tmp_path) -> None:

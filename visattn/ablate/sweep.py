@@ -104,10 +104,20 @@ def _options(value: Any, defaults: dict[str, Any], what: str) -> dict[str, Any]:
     return {**defaults, **value}
 
 
+#: the longest sweep or variant name: it names folders and files (``<variant>_seed<k>.log``,
+#: ``.seed<k>.attempts``) that must stay under the file systems' 255 bytes
+MAX_NAME = 100
+
+
 def _check_name(name: Any, what: str) -> str:
     if not isinstance(name, str) or not _NAME.match(name):
         raise ValueError(
             f"{what} {name!r} must be letters, digits, '_', '.', '-', '+' (it names a folder)"
+        )
+    if len(name) > MAX_NAME:
+        raise ValueError(
+            f"{what} {name[:40]}... is {len(name)} characters; at most {MAX_NAME} (it names "
+            "folders and files)"
         )
     return name
 
@@ -161,7 +171,12 @@ class Variant:
                 f"variant {data['name']!r}: unknown key(s) {extra}; valid: "
                 + ", ".join(_VARIANT_KEYS)
             )
-        name = data["name"] if isinstance(data["name"], str) else str(data["name"])
+        name = data["name"]
+        if not isinstance(name, str):  # YAML read `010` as 8, `12:30` as 750
+            raise ValueError(
+                f"variant #{index}: its name was read as {type(name).__name__} {name!r}, not as "
+                "written; quote it (name: '010')"
+            )
         return cls(name, data.get("set"), data.get("baseline"), data.get("match"))
 
 

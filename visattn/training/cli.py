@@ -366,7 +366,8 @@ def _check_seed(seed: Any) -> None:
         )
 
 
-#: bad input whose own message says what is wrong: train_cls.py prints it in one line
+#: bad input whose own message says what is wrong: train_cls.py prints it whole (the files it
+#: names, the fix), without a traceback
 _ONE_LINE_ERRORS = (
     CheckpointError,
     DatasetIntegrityError,
@@ -391,8 +392,9 @@ def _configuration_error(exc: BaseException) -> BaseException | None:
 
 def cli_main(args: list[str] | None = None) -> VisattnCLI:
     """Entry point of ``train_cls.py`` (``args=None`` reads ``sys.argv``). A model that cannot be
-    built from its options (``--model.attention.name sse``) ends in one line naming the reason
-    and the close matches, with exit status 2 as argument errors, not in jsonargparse's trace."""
+    built from its options (``--model.attention.name sse``), or bad data, ends in its message
+    (the reason, the close matches, the files at fault and the fix), with exit status 2 as
+    argument errors, not in jsonargparse's trace."""
     try:
         return VisattnCLI(args=args)
     except (ValueError, TypeError, KeyError, RuntimeError, OSError) as e:
@@ -400,7 +402,7 @@ def cli_main(args: list[str] | None = None) -> VisattnCLI:
         if cause is None:
             raise
         message = cause.args[0] if isinstance(cause, KeyError) and cause.args else str(cause)
-        print(f"{Path(sys.argv[0]).name}: error: {message.splitlines()[0]}", file=sys.stderr)
+        print(f"{Path(sys.argv[0]).name}: error: {message}", file=sys.stderr)
         raise SystemExit(2) from None
 
 

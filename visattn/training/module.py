@@ -170,17 +170,23 @@ class ClassificationModule(pl.LightningModule):
             raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
         if check_finite_every < 1:
             raise ValueError(f"check_finite_every must be >= 1, got {check_finite_every}")
-        if not lr > 0:  # 0 would train nothing, silently; NaN fails this too
-            raise ValueError(f"lr must be > 0 (model.lr), got {lr}")
-        if not weight_decay >= 0:  # negative decay grows the weights; NaN fails this too
-            raise ValueError(f"weight_decay must be >= 0 (model.weight_decay), got {weight_decay}")
+        if not 0 < lr < math.inf:  # 0 would train nothing, silently; NaN fails this too
+            raise ValueError(f"lr must be a finite number > 0 (model.lr), got {lr}")
+        if not 0 <= weight_decay < math.inf:  # negative decay grows the weights; NaN fails too
+            raise ValueError(
+                f"weight_decay must be a finite number >= 0 (model.weight_decay), got "
+                f"{weight_decay}"
+            )
         unknown = set(lr_mult or {}) - set(PARAM_KINDS)
         if unknown:
             raise ValueError(
                 f"lr_mult: unknown parameter kind(s) {sorted(unknown)}; use {list(PARAM_KINDS)}"
             )
-        if any(not isinstance(v, (int, float)) or v < 0 for v in (lr_mult or {}).values()):
-            raise ValueError(f"lr_mult values must be non-negative numbers, got {lr_mult}")
+        if any(
+            isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf
+            for v in (lr_mult or {}).values()
+        ):  # NaN and infinity too: they stop the run at its first step
+            raise ValueError(f"lr_mult values must be finite numbers >= 0, got {lr_mult}")
         # the schedule multiplies lr: a negative factor would train uphill, silently
         for key, value, zero in (
             ("gamma", gamma, False),  # 0: nothing trains after the first milestone
