@@ -151,6 +151,39 @@ def time_steps(steps: dict[str, Step], args: argparse.Namespace) -> dict[str, fl
     return {k: v / args.steps for k, v in ms.items()}
 
 
+def _other_work_note(cores: float | None) -> str:
+    """The line saying how busy other processes kept the machine (printed, and returned for the
+    ``.md``), with a warning when the ratios are not usable."""
+    busy = (
+        "could not be measured here (no /proc/stat)"
+        if cores is None
+        else f"{cores:.2f} of {os.cpu_count()} cores"
+    )
+    note = f"Other processes kept busy while timing: {busy} (near 0: idle)."
+    print(note)
+    if cores is not None and cores > BUSY_LIMIT:
+        print(
+            f"WARNING: other processes kept {cores:.2f} cores busy (more than {BUSY_LIMIT}): "
+            "these ratios are skewed and not usable; time again on an idle machine"
+        )
+        note += " Not idle: the ratios are not usable."
+    return note
+
+
+def time_compiled(
+    steps: dict[str, Step], args: argparse.Namespace
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Median ms per step of each network compiled with ``torch.compile``, and the seconds its
+    first compiled step took (the compilation; minutes with a cold inductor cache)."""
+    compiled, warmup_s = {}, {}
+    for name, step in steps.items():
+        compiled[name] = Step(torch.compile(step.net), step.x, step.y, bf16=False)
+        t0 = time.perf_counter()
+        compiled[name]()  # compiles here
+        warmup_s[name] = time.perf_counter() - t0
+    return time_steps(compiled, args), warmup_s
+
+
 def _repeat(fn: Callable[[], None], n: int) -> Callable[[], None]:
     def run() -> None:
         for _ in range(n):
@@ -191,33 +224,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print("(this CPU has no AMX: bf16 matrix products have no fast path here)\n")
             bf16 = {k: Step(s.net, s.x, s.y, bf16=True) for k, s in fp32.items()}
             bf16_ms = time_steps(bf16, args)
-        compile_ms: dict[str, float] = {}
-        warmup_s: dict[str, float] = {}
-        if args.compile:
-            compiled = {}
-            for k, s in fp32.items():
-                compiled[k] = Step(torch.compile(s.net), s.x, s.y, bf16=False)
-                t0 = time.perf_counter()
-                compiled[k]()  # compiles here
-                warmup_s[k] = time.perf_counter() - t0
-            compile_ms = time_steps(compiled, args)
+        compile_ms, warmup_s = time_compiled(fp32, args) if args.compile else ({}, {})
         where = {}
         if args.profile:
             where = profile_growth(fp32, base, args.profile_steps, rounds=1 if args.quick else 3)
-    busy = (
-        "could not be measured here (no /proc/stat)"
-        if other.cores is None
-        else f"{other.cores:.2f} of {os.cpu_count()} cores"
-    )
-    others = f"Other processes kept busy while timing: {busy} (near 0: idle)."
-    print(others)
-    if other.cores is not None and other.cores > BUSY_LIMIT:
-        print(
-            f"WARNING: other processes kept {other.cores:.2f} cores busy (more than "
-            f"{BUSY_LIMIT}): these ratios are skewed and not usable; time again on an idle "
-            "machine"
-        )
-        others += " Not idle: the ratios are not usable."
+    others = _other_work_note(other.cores)
     rows: list[dict[str, Any]] = []
     for name, net in nets.items():
         rows.append(

@@ -179,7 +179,8 @@ def build_rows(
     whose both sides have finished runs (each a :class:`Row` of differences) and facts for the
     text."""
     from visattn.ablate.report import compare, summarize
-    from visattn.ablate.results import holm, read_results
+    from visattn.ablate.results import read_results
+    from visattn.ablate.stats import holm
     from visattn.ablate.sweep import load_sweep
 
     sweep = load_sweep(SWEEP)
@@ -295,7 +296,7 @@ def check_results(results: Path, sweep: Any) -> None:
 
 def _pair_row(summaries: Mapping[str, Any], pair: tuple[str, str]) -> Row | None:
     """The paired comparison of one of :data:`PAIRS` (``None`` until both have runs)."""
-    from visattn.ablate.results import paired_ci
+    from visattn.ablate.stats import paired_ci
 
     a, b = pair
     if a not in summaries or b not in summaries:

@@ -14,7 +14,7 @@ import statistics
 import pytest
 
 from visattn.ablate.report import render_report
-from visattn.ablate.results import detectable_difference, holm, paired_ci
+from visattn.ablate.stats import detectable_difference, holm, paired_ci
 
 # one-sided quantiles of Student's t from a printed table: t_{0.975, df} and t_{0.80, df}
 T975 = {4: 2.776, 9: 2.262}

@@ -13,7 +13,8 @@ import math
 import pytest
 
 from visattn.ablate.report import render_report
-from visattn.ablate.results import paired_ci, resolvable_difference, with_paired_diffs
+from visattn.ablate.results import with_paired_diffs
+from visattn.ablate.stats import paired_ci, resolvable_difference
 
 # t_{0.975, df} from a printed table (e.g. Student's t table in any statistics textbook)
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571}
@@ -60,7 +61,7 @@ def test_wilcoxon_p_is_the_exact_signed_rank_p_from_six_pairs_on() -> None:
 
 
 def five_or_more_needed() -> int:
-    from visattn.ablate.results import WILCOXON_MIN_PAIRS
+    from visattn.ablate.stats import WILCOXON_MIN_PAIRS
 
     return WILCOXON_MIN_PAIRS
 

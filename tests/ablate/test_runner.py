@@ -670,7 +670,7 @@ def test_atomic_write_keeps_the_old_file_when_interrupted(
 
 
 def test_welch_interval_matches_scipy_and_degenerate_cases() -> None:
-    from visattn.ablate.results import mean_std, welch_ci
+    from visattn.ablate.stats import mean_std, welch_ci
 
     a, b = [91.2, 90.8, 91.5, 90.9], [90.1, 90.6, 89.8]
     diff, lo, hi = welch_ci(mean_std(a), mean_std(b))

@@ -11,16 +11,9 @@ in :mod:`visattn.ablate.resolve`.
 
 from .job import evaluate_run
 from .report import render_report, summarize, write_report
-from .results import (
-    RESULT_COLUMNS,
-    mean_std,
-    paired_ci,
-    read_results,
-    resolvable_difference,
-    welch_ci,
-    write_results,
-)
+from .results import RESULT_COLUMNS, read_results, write_results
 from .runner import ExecutionPlan, run_sweep
+from .stats import mean_std, paired_ci, resolvable_difference, welch_ci
 from .sweep import Run, Sweep, Variant, load_sweep, overrides_to_args
 
 __all__ = [

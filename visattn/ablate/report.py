@@ -3,13 +3,13 @@
 Per variant, over its ``ok`` runs: parameters, multiply-accumulates, latency (means over seeds),
 val/acc and test/acc as mean ± sample std with n, and the comparison with its baseline variant:
 
-* paired by seed (:func:`visattn.ablate.results.paired_ci`): the mean of the per-seed
+* paired by seed (:func:`visattn.ablate.stats.paired_ci`): the mean of the per-seed
   differences with its 95% paired-t interval, the number of pairs (runs without a partner are
   left out and counted) and the Wilcoxon signed-rank p-value where there are at least 5 pairs;
 * unpaired: the difference of means with its 95% Welch interval.
 
 A "how to read this" line under the table gives, per baseline, the smallest difference the seeds
-can resolve given the baseline's seed spread (:func:`visattn.ablate.results.resolvable_difference`).
+can resolve given the baseline's seed spread (:func:`visattn.ablate.stats.resolvable_difference`).
 When the data carried target boxes, the attention maps' and Grad-CAM's localization scores
 follow. The variant with the best mean val/acc is marked ★.
 """
@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from ..files import atomic_write_text
-from .results import (
+from .results import read_results
+from .stats import (
     MeanStd,
     Paired,
     holm,
     mean_std,
     paired_ci,
-    read_results,
     resolvable_difference,
     welch_ci,
 )

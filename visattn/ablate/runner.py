@@ -677,6 +677,16 @@ class ChangedRunsError(ValueError):
     """Finished runs would be trained again (their results deleted) because settings changed."""
 
 
+def _plan_and_check(session: _Session, retrain_changed: bool, validate: bool) -> None:
+    """Sort the runs into done and to do, refuse to retrain changed finished runs unless told
+    (:func:`check_changed`), and with ``validate`` build one run of every variant to do."""
+    session.pin()
+    session.plan()
+    check_changed(session, retrain_changed)
+    if validate:
+        check_variants([run for _, run, _ in session.todo], f"sweep {session.sweep.path}")
+
+
 def _check_profile_device(sweep: Sweep) -> None:
     device = torch.device(sweep.profile["device"])
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -755,11 +765,7 @@ def run_sweep(
     out.mkdir(parents=True, exist_ok=True)
     with SweepLock(out):  # before anything is written: a folder in use stays as it is
         claim_folder(out, sweep, take_over=take_over, write=False)
-        session.pin()
-        session.plan()
-        check_changed(session, retrain_changed)
-        if real_training if validate is None else validate:
-            check_variants([run for _, run, _ in session.todo], f"sweep {sweep.path}")
+        _plan_and_check(session, retrain_changed, real_training if validate is None else validate)
         claim_folder(out, sweep, take_over=take_over)
         echo(_plan_line(session))
         _execute(session, plan, train_fn)

@@ -38,17 +38,18 @@ class ResidualSlots(nn.Module):
     adopted torchvision and timm blocks, the pre-activation unit)::
 
         branch, shortcut = split(x)
-        out = branch_a(attn_pre(branch))
-        out = branch_c(attn_prenorm(branch_b(attn_inner(out))))   # inner_first
-        out = branch_c(attn_inner(branch_b(attn_prenorm(out))))   # otherwise
+        out = branch_start(attn_pre(branch))
+        out = branch_end(attn_prenorm(branch_middle(attn_inner(out))))   # inner_first
+        out = branch_end(attn_inner(branch_middle(attn_prenorm(out))))   # otherwise
         out = drop_path(attn_standard(out)) + attn_identity(shortcut)
         return attn_output(finish(attn_post(out)))
 
     A unit gives the layers between the slots: :meth:`split` (the branch's input and the
-    shortcut), :meth:`branch_a`, :meth:`branch_b`, :meth:`branch_c` and :meth:`finish` (the
-    activation after the sum, none by default), and says with ``inner_first`` whether its
-    middle activation (``attn_inner``) comes before its last 3x3 output (``attn_prenorm``), as
-    in a basic block, or after it, as in a bottleneck. ``drop_path`` is a module (an
+    shortcut), :meth:`branch_start`, :meth:`branch_middle`, :meth:`branch_end` (the residual
+    branch's three segments) and :meth:`finish` (the activation after the sum, none by default),
+    and says with ``inner_first`` whether its middle activation (``attn_inner``) comes before
+    its last 3x3 output (``attn_prenorm``), as in a basic block, or after it, as in a
+    bottleneck. ``drop_path`` is a module (an
     ``nn.Identity`` when off). Call :meth:`init_slots` once the layers exist.
     """
 
@@ -63,13 +64,13 @@ class ResidualSlots(nn.Module):
         """The residual branch's input and the shortcut's output."""
         raise NotImplementedError
 
-    def branch_a(self, x: torch.Tensor) -> torch.Tensor:
+    def branch_start(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def branch_b(self, x: torch.Tensor) -> torch.Tensor:
+    def branch_middle(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def branch_c(self, x: torch.Tensor) -> torch.Tensor:
+    def branch_end(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
     def finish(self, x: torch.Tensor) -> torch.Tensor:
@@ -77,11 +78,11 @@ class ResidualSlots(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         branch, shortcut = self.split(x)
-        out = self.branch_a(self.attn_pre(branch))
+        out = self.branch_start(self.attn_pre(branch))
         if self.inner_first:
-            out = self.branch_c(self.attn_prenorm(self.branch_b(self.attn_inner(out))))
+            out = self.branch_end(self.attn_prenorm(self.branch_middle(self.attn_inner(out))))
         else:
-            out = self.branch_c(self.attn_inner(self.branch_b(self.attn_prenorm(out))))
+            out = self.branch_end(self.attn_inner(self.branch_middle(self.attn_prenorm(out))))
         out = self.drop_path(self.attn_standard(out))
         out = out + self.attn_identity(shortcut)
         return self.attn_output(self.finish(self.attn_post(out)))
@@ -202,13 +203,13 @@ class PreActBottleneck(ResidualSlots):
         pre = self.relu(self.bn1(x))  # shared by the branch and a projection or padding
         return pre, (x if self.downsample is None else self.downsample(pre))
 
-    def branch_a(self, x: torch.Tensor) -> torch.Tensor:
+    def branch_start(self, x: torch.Tensor) -> torch.Tensor:
         return self.conv2(self.relu(self.bn2(self.conv1(x))))
 
-    def branch_b(self, x: torch.Tensor) -> torch.Tensor:
+    def branch_middle(self, x: torch.Tensor) -> torch.Tensor:
         return x  # prenorm and inner see the same tensor: the 3x3's output, before bn3
 
-    def branch_c(self, x: torch.Tensor) -> torch.Tensor:
+    def branch_end(self, x: torch.Tensor) -> torch.Tensor:
         return self.conv3(self.relu(self.bn3(x)))
 
     def zero_init_last(self) -> None:

@@ -94,13 +94,13 @@ class TimmBasicBlock(SlottedBlock):
     def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return x, (x if self.downsample is None else self.downsample(x))
 
-    def branch_a(self, x: torch.Tensor) -> torch.Tensor:
+    def branch_start(self, x: torch.Tensor) -> torch.Tensor:
         return self.aa(self.act1(self.drop_block(self.bn1(self.conv1(x)))))
 
-    def branch_b(self, x: torch.Tensor) -> torch.Tensor:
+    def branch_middle(self, x: torch.Tensor) -> torch.Tensor:
         return self.conv2(x)
 
-    def branch_c(self, x: torch.Tensor) -> torch.Tensor:
+    def branch_end(self, x: torch.Tensor) -> torch.Tensor:
         out = self.bn2(x)
         if self.se is not None:
             out = self.se(out)
@@ -128,13 +128,13 @@ class TimmBottleneck(SlottedBlock):
     def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return x, (x if self.downsample is None else self.downsample(x))
 
-    def branch_a(self, x: torch.Tensor) -> torch.Tensor:
+    def branch_start(self, x: torch.Tensor) -> torch.Tensor:
         return self.conv2(self.act1(self.bn1(self.conv1(x))))
 
-    def branch_b(self, x: torch.Tensor) -> torch.Tensor:
+    def branch_middle(self, x: torch.Tensor) -> torch.Tensor:
         return self.aa(self.act2(self.drop_block(self.bn2(x))))
 
-    def branch_c(self, x: torch.Tensor) -> torch.Tensor:
+    def branch_end(self, x: torch.Tensor) -> torch.Tensor:
         out = self.bn3(self.conv3(x))
         if self.se is not None:
             out = self.se(out)

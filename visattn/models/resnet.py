@@ -133,13 +133,13 @@ class BasicBlock(SlottedBlock):
     def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return x, (x if self.downsample is None else self.downsample(x))
 
-    def branch_a(self, x: torch.Tensor) -> torch.Tensor:
+    def branch_start(self, x: torch.Tensor) -> torch.Tensor:
         return self.relu(self.bn1(self.conv1(x)))
 
-    def branch_b(self, x: torch.Tensor) -> torch.Tensor:
+    def branch_middle(self, x: torch.Tensor) -> torch.Tensor:
         return self.conv2(x)
 
-    def branch_c(self, x: torch.Tensor) -> torch.Tensor:
+    def branch_end(self, x: torch.Tensor) -> torch.Tensor:
         return self.bn2(x)
 
     def finish(self, x: torch.Tensor) -> torch.Tensor:
@@ -194,13 +194,13 @@ class Bottleneck(SlottedBlock):
     def split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return x, (x if self.downsample is None else self.downsample(x))
 
-    def branch_a(self, x: torch.Tensor) -> torch.Tensor:
+    def branch_start(self, x: torch.Tensor) -> torch.Tensor:
         return self.conv2(self.relu(self.bn1(self.conv1(x))))
 
-    def branch_b(self, x: torch.Tensor) -> torch.Tensor:
+    def branch_middle(self, x: torch.Tensor) -> torch.Tensor:
         return self.relu(self.bn2(x))
 
-    def branch_c(self, x: torch.Tensor) -> torch.Tensor:
+    def branch_end(self, x: torch.Tensor) -> torch.Tensor:
         return self.bn3(self.conv3(x))
 
     def finish(self, x: torch.Tensor) -> torch.Tensor:

@@ -73,6 +73,27 @@ def lr_factor(
     return 1.0
 
 
+def _check_rates(lr: float, weight_decay: float, lr_mult: dict[str, float] | None) -> None:
+    """Refuse a learning rate, weight decay or per-kind multiplier that would train nothing or
+    diverge at the first step: 0, negative, NaN or infinite (naming the option)."""
+    if not 0 < lr < math.inf:  # 0 would train nothing, silently; NaN fails this too
+        raise ValueError(f"lr must be a finite number > 0 (model.lr), got {lr}")
+    if not 0 <= weight_decay < math.inf:  # negative decay grows the weights; NaN fails too
+        raise ValueError(
+            f"weight_decay must be a finite number >= 0 (model.weight_decay), got {weight_decay}"
+        )
+    unknown = set(lr_mult or {}) - set(PARAM_KINDS)
+    if unknown:
+        raise ValueError(
+            f"lr_mult: unknown parameter kind(s) {sorted(unknown)}; use {list(PARAM_KINDS)}"
+        )
+    if any(
+        isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf
+        for v in (lr_mult or {}).values()
+    ):  # NaN and infinity too: they stop the run at its first step
+        raise ValueError(f"lr_mult values must be finite numbers >= 0, got {lr_mult}")
+
+
 class ClassificationModule(pl.LightningModule):
     """Image classification with a ``visattn.create_model`` network in ``self.net``.
 
@@ -170,23 +191,7 @@ class ClassificationModule(pl.LightningModule):
             raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
         if check_finite_every < 1:
             raise ValueError(f"check_finite_every must be >= 1, got {check_finite_every}")
-        if not 0 < lr < math.inf:  # 0 would train nothing, silently; NaN fails this too
-            raise ValueError(f"lr must be a finite number > 0 (model.lr), got {lr}")
-        if not 0 <= weight_decay < math.inf:  # negative decay grows the weights; NaN fails too
-            raise ValueError(
-                f"weight_decay must be a finite number >= 0 (model.weight_decay), got "
-                f"{weight_decay}"
-            )
-        unknown = set(lr_mult or {}) - set(PARAM_KINDS)
-        if unknown:
-            raise ValueError(
-                f"lr_mult: unknown parameter kind(s) {sorted(unknown)}; use {list(PARAM_KINDS)}"
-            )
-        if any(
-            isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf
-            for v in (lr_mult or {}).values()
-        ):  # NaN and infinity too: they stop the run at its first step
-            raise ValueError(f"lr_mult values must be finite numbers >= 0, got {lr_mult}")
+        _check_rates(lr, weight_decay, lr_mult)
         # the schedule multiplies lr: a negative factor would train uphill, silently
         for key, value, zero in (
             ("gamma", gamma, False),  # 0: nothing trains after the first milestone
