@@ -123,3 +123,15 @@ def test_the_equal_budget_table_compares_the_reports_headline_metric() -> None:
     assert "Δ test/acc paired" in section and "val/acc" not in section
     row = next(ln for ln in section.splitlines() if ln.startswith("| gsop | wide |"))
     assert "| +2.00 [+2.00, +2.00] | 3 |" in row  # test/acc: 0.46 - 0.44, not 0.9 - 0.1
+
+
+def test_a_match_that_widens_to_the_baselines_own_size_is_refused(tmp_path: Path) -> None:
+    """SE adds 0.9% parameters: the closest width (x1.0078) rounds back to the plain network's
+    channels, and the report said "widened" over a copy of the baseline (+0.00 [+0.00, +0.00])."""
+    variants = [
+        {"name": "plain", "set": {"model.attention": None}},
+        {"name": "se", "set": {"model.attention": {"name": "se"}}},
+        {"name": "wide", "match": {"params": "se"}},
+    ]
+    with pytest.raises(ValueError, match="exactly what it has unwidened"):
+        load_sweep(_sweep(tmp_path, variants)).budget()

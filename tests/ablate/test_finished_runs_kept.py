@@ -139,3 +139,56 @@ def test_report_only_into_a_missing_folder_fails_and_writes_nothing(tmp_path: Pa
     typo = tmp_path / "typo_folder"
     assert main([str(path), "--out", str(typo), "--report-only"]) == 2
     assert not typo.exists()
+
+
+def test_report_only_names_runs_whose_settings_changed(tmp_path: Path, fake, capsys) -> None:
+    path = write_sweep(tmp_path, [{"name": "se", "set": {"model.attention": "se"}}], seeds=[0])
+    out = tmp_path / "out"
+    run_sweep(path, out, train_fn=fake, echo=_quiet)
+    argv = [str(path), "--out", str(out), "--report-only", "--set", "model.lr=0.5"]
+    assert main(argv) == 0
+    said = capsys.readouterr().out
+    assert "1 finished run(s) ran with other settings" in said and "se/seed0" in said
+    assert "model.lr: 0.1 -> 0.5" in (out / "report.md").read_text()
+
+
+def test_a_seed_in_a_set_is_refused(tmp_path: Path) -> None:
+    variants = [{"name": "se", "set": {"seed_everything": 7}}]
+    with pytest.raises(ValueError, match="'set' gives seed_everything"):
+        load_sweep(write_sweep(tmp_path, variants))
+    ok = [{"name": "se"}]
+    with pytest.raises(ValueError, match="'set' gives seed_everything"):
+        load_sweep(write_sweep(tmp_path, ok, set={"seed_everything": 3}))
+
+
+def test_fast_dev_run_with_test_last_is_refused_before_any_run(tmp_path: Path, fake) -> None:
+    path = write_sweep(tmp_path, [{"name": "se"}], seeds=[0, 1], test="last")
+    with pytest.raises(ValueError, match="fast_dev_run writes none"):
+        run_sweep(path, tmp_path / "out", train_fn=fake, echo=_quiet,
+                  overrides={"trainer.fast_dev_run": 1})  # fmt: skip
+    assert fake.calls == []
+
+
+def test_an_owner_file_naming_no_sweep_is_called_damaged(tmp_path: Path, fake) -> None:
+    from visattn.ablate.runner import SweepFolderTaken
+
+    path = write_sweep(tmp_path, [{"name": "se"}], seeds=[0])
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "sweep.json").write_text('{"sweep": null}')
+    with pytest.raises(SweepFolderTaken, match=r"is damaged .*got None"):
+        run_sweep(path, out, train_fn=fake, echo=_quiet)
+
+
+def test_the_run_line_shows_the_sweeps_metric(tmp_path: Path, fake) -> None:
+    path = write_sweep(tmp_path, [{"name": "se"}], seeds=[0], metric="test/acc", test="last")
+    lines: list[str] = []
+    fake_test = fake
+
+    def with_test(args):
+        summary = fake_test(args)
+        summary["test_acc"] = 0.5
+        return summary
+
+    run_sweep(path, tmp_path / "out", train_fn=with_test, echo=lines.append)
+    assert any("ok, test/acc 0.5000" in ln for ln in lines), lines

@@ -11,7 +11,14 @@ import yaml
 
 from ..files import load_yaml
 from ..locks import SweepLock
-from .runner import ExecutionPlan, claim_folder, rows_for_report, run_sweep, write_outputs
+from .runner import (
+    ExecutionPlan,
+    changed_runs_note,
+    claim_folder,
+    rows_for_report,
+    run_sweep,
+    write_outputs,
+)
 from .sweep import load_sweep
 
 
@@ -127,7 +134,11 @@ def main(argv: list[str] | None = None) -> int:
                 claim_folder(args.out, sweep, take_over=args.take_over, write=False)
                 rows_for_report(sweep, args.out, overrides)
                 claim_folder(args.out, sweep, take_over=args.take_over)
-                write_outputs(sweep, args.out, None, overrides=overrides, plots=True)
+                note = changed_runs_note(sweep, Path(args.out).resolve(), overrides)
+                if note:
+                    print(f"WARNING {note}")
+                notes = [note] if note else []
+                write_outputs(sweep, args.out, None, overrides=overrides, plots=True, notes=notes)
         except (ValueError, RuntimeError, OSError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
@@ -146,6 +157,14 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, RuntimeError, OSError) as e:  # a full disk, a folder where a file goes
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as e:  # Ctrl+C, or SIGTERM (see runner.sigterm_as_interrupt)
+        why = f" ({e})" if str(e) else ""
+        print(
+            f"stopped{why}: finished runs are kept and the run in progress goes on from its last "
+            "checkpoint; run the same command again to resume",
+            file=sys.stderr,
+        )
+        return 130
     return 1 if any(r["status"] != "ok" for r in rows) else 0
 
 

@@ -493,8 +493,9 @@ def train_and_mark(
         atomic_write_text(run.root / MARKER, json.dumps(record, indent=1, default=str))
     tag = f"[{sweep.name}] run {task.i}/{task.n} {run.key}"
     if row["status"] == "ok":
-        acc = "?" if row["val/acc"] is None else f"{row['val/acc']:.4f}"
-        echo(f"{tag}: ok, val/acc {acc}, {fmt_time(row['wall_s'])}")
+        value = row.get(sweep.metric)
+        acc = "?" if value is None else f"{value:.4f}"
+        echo(f"{tag}: ok, {sweep.metric} {acc}, {fmt_time(row['wall_s'])}")
     else:
         echo(f"{tag}: FAILED ({row['error']})")
     return row

@@ -289,4 +289,10 @@ def match_width(
             f"{quantity} against {names[1]}'s {goal:,} ({(achieved / goal - 1) * 100:+.1f}%, "
             f"more than {tolerance:.0%})"
         )
+    if achieved == at[1.0]:
+        raise ValueError(
+            f"match: {names[0]} widened x{round(width, 4):g} to {names[1]}'s {quantity} has "
+            f"{achieved:,}, exactly what it has unwidened: the matched variant would be "
+            f"{names[0]} itself. Match a variant that adds more {quantity}, or drop 'match'"
+        )
     return round(width, 4), achieved, goal

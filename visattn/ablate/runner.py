@@ -96,7 +96,9 @@ def folder_owner(out: str | Path) -> str | None:
     out = Path(out)
     try:
         owner = json.loads((out / OWNER_FILE).read_text())["sweep"]
-        return str(owner)
+        if not isinstance(owner, str) or not owner:
+            raise TypeError(f"'sweep' must be a sweep's name, got {owner!r}")
+        return owner
     except FileNotFoundError:
         pass
     except (ValueError, KeyError, TypeError) as exc:
@@ -210,18 +212,21 @@ def write_outputs(
     *,
     overrides: Mapping[str, Any] | None = None,
     plots: bool = False,
+    notes: Sequence[str] = (),
 ) -> None:
     """Write a sweep's outputs into ``out_dir``: ``results.csv`` from ``rows`` (``None``: keep
-    the file as it is), ``report.md`` computed from results.csv, and with ``plots`` the PNGs."""
+    the file as it is), ``report.md`` computed from results.csv (with ``notes`` added), and with
+    ``plots`` the PNGs."""
     out = Path(out_dir)
     runs = sweep.runs(out, overrides)
     if rows is not None:
         keys = {r.key for r in runs}
         kept = [r for r in _readable_rows(out / "results.csv") if r.get("run") not in keys]
         write_results(out / "results.csv", [*rows, *kept], baseline=sweep.baselines)
+    extra = list(notes)
     reported, notes = _reported_rows(read_results(out / "results.csv"), runs)
     kwargs = report_kwargs(sweep, overrides)
-    kwargs["notes"] = [*kwargs["notes"], *notes]
+    kwargs["notes"] = [*kwargs["notes"], *notes, *extra]
     write_report(reported, out / "report.md", planned=len(runs), **kwargs)
     if plots and reported:
         write_plots(reported, out, baseline=sweep.baselines, metric=sweep.metric)
@@ -639,6 +644,25 @@ def _plan_line(session: _Session) -> str:
     )
 
 
+def changed_runs_note(sweep: Sweep, out: Path, overrides: Mapping[str, Any] | None) -> str:
+    """A note naming the finished runs in ``out`` whose recorded settings differ from what the
+    sweep gives them now ('' when none do): ``--report-only`` reports them as they ran."""
+    changed = []
+    for run in sweep.runs(out, overrides):
+        if (run.root / MARKER).is_file():
+            _, why = completed(run, out)
+            if why.startswith(CHANGED):
+                changed.append(f"{run.key} ({why[len(CHANGED) :]})")
+    if not changed:
+        return ""
+    shown = "; ".join(changed[:4]) + ("; ..." if len(changed) > 4 else "")
+    return (
+        f"{len(changed)} finished run(s) ran with other settings than the sweep now gives "
+        f"them: {shown}. They are reported as they ran; a normal pass refuses to train them "
+        "again unless --retrain-changed is given."
+    )
+
+
 def _changed_finished(session: _Session) -> list[tuple[Run, str]]:
     """The runs to do that finished ``ok`` with other settings than they would have now."""
     changed = []
@@ -680,11 +704,26 @@ class ChangedRunsError(ValueError):
 def _plan_and_check(session: _Session, retrain_changed: bool, validate: bool) -> None:
     """Sort the runs into done and to do, refuse to retrain changed finished runs unless told
     (:func:`check_changed`), and with ``validate`` build one run of every variant to do."""
+    _check_test_checkpoint(session)
     session.pin()
     session.plan()
     check_changed(session, retrain_changed)
     if validate:
         check_variants([run for _, run, _ in session.todo], f"sweep {session.sweep.path}")
+
+
+def _check_test_checkpoint(session: _Session) -> None:
+    """Refuse, once and before anything trains, a sweep that tests ``last.ckpt`` with runs that
+    write no checkpoint (``trainer.fast_dev_run``)."""
+    if session.sweep.test != "last" or not session.runs:
+        return
+    trainer = session.runs[0].resolved.config.get("trainer")
+    if trainer is not None and trainer.get("fast_dev_run"):
+        raise ValueError(
+            f"sweep {session.sweep.name}: test: last scores each run's last.ckpt, and "
+            "trainer.fast_dev_run writes none; drop fast_dev_run (limit_train_batches and "
+            "max_epochs make a short run), or set test: false"
+        )
 
 
 def _check_profile_device(sweep: Sweep) -> None:

@@ -122,6 +122,16 @@ def _check_name(name: Any, what: str) -> str:
     return name
 
 
+def _refuse_seed(overrides: Mapping[str, Any], what: str) -> None:
+    """A ``set`` may not give ``seed_everything``: the sweep's ``seeds`` give every run its
+    own, and a set value would be silently replaced."""
+    if "seed_everything" in overrides:
+        raise ValueError(
+            f"{what}: 'set' gives seed_everything, which the sweep's 'seeds' set for each run "
+            "(it would be replaced); list the seeds under 'seeds:'"
+        )
+
+
 @dataclass(frozen=True)
 class Variant:
     """One row of the report: a name and its dotted overrides (the YAML key ``set``).
@@ -143,6 +153,7 @@ class Variant:
         what = f"variant {self.name!r}"
         _check_name(self.name, "variant name")
         overrides = _mapping(self.overrides, f"{what}: 'set'")
+        _refuse_seed(overrides, what)
         overrides_to_args(overrides)  # validates keys and values early
         object.__setattr__(self, "overrides", overrides)
         if self.baseline is not None:
@@ -249,6 +260,7 @@ class Sweep:
         set_(self, "base", tuple(Path(b) for b in self.base))
         set_(self, "seeds", _seeds(self.seeds))
         overrides = _mapping(self.overrides, "'set'")
+        _refuse_seed(overrides, f"sweep {self.name!r}")
         overrides_to_args(overrides)  # validates keys and values early
         set_(self, "overrides", overrides)
         set_(self, "variants", _variants(self.variants))
