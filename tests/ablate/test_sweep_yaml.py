@@ -48,3 +48,13 @@ def test_a_variant_name_too_long_for_a_file_is_refused_when_the_sweep_loads(
         load_sweep(path)
     path.write_text(f"name: s\nseeds: [0]\nvariants:\n  - {{name: {'v' * MAX_NAME}}}\n")
     assert load_sweep(path).variants[0].name == "v" * MAX_NAME
+
+
+def test_a_sweep_travels_to_its_workers_as_json_and_nothing_is_pickled() -> None:
+    from helpers.paths import REPO
+
+    for name in ("cifar10_cpu", "imagenette112_cpu", "families_cpu"):
+        sweep = load_sweep(REPO / "configs" / "ablations" / f"{name}.yaml")
+        assert type(sweep).from_json(sweep.to_json()) == sweep
+    sources = (REPO / "visattn" / "ablate").glob("*.py")
+    assert not [p.name for p in sources if "pickle" in p.read_text()]

@@ -21,13 +21,11 @@ parses nothing.
 
 from __future__ import annotations
 
-import base64
 import csv
 import dataclasses
 import json
 import math
 import os
-import pickle
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -36,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from jsonargparse import Namespace
 
 from ..files import atomic_write_text, file_digest, read_metrics_csv
 from ..locks import RunLock
@@ -73,7 +72,7 @@ TrainFn = Callable[[list[str]], dict[str, Any]]
 @dataclass(frozen=True)
 class RunTask:
     """Everything a process needs to train run ``i`` of ``n`` of the sweep file ``sweep`` into
-    the output folder ``out``; plain data, so it travels as JSON to a worker or pickled to Ray.
+    the output folder ``out``; plain data, so it travels as JSON to a worker or a Ray task.
 
     ``threads``: CPU threads for the run (``None``: leave torch's setting).
     """
@@ -87,15 +86,15 @@ class RunTask:
     args: tuple[str, ...]
     root: str
     threads: int | None = None
-    #: the run's namespace as the driver resolved it (pickled, base64): the worker parses nothing
+    #: the run's namespace as the driver resolved it (JSON): the worker parses nothing
     resolved: str = ""
     settings: dict[str, str] = dataclasses.field(default_factory=dict)
-    #: the driver's :class:`Sweep` (pickled, base64): the worker does not read the sweep file
+    #: the driver's :class:`Sweep` (JSON): the worker does not read the sweep file
     sweep_state: str = ""
 
     @classmethod
     def of(cls, run: Run, sweep: Sweep, out: Path, i: int, n: int, threads: int | None) -> RunTask:
-        namespace = _packed(run.resolved.namespace)
+        namespace = _namespace_json(run.resolved.namespace)
         return cls(
             str(sweep.path),
             str(out),
@@ -108,7 +107,7 @@ class RunTask:
             threads,
             namespace,
             run.settings,
-            _packed(sweep),
+            sweep.to_json(),
         )
 
     @classmethod
@@ -124,7 +123,7 @@ class RunTask:
         """The run, resolved as the driver resolved it (when the task carries it)."""
         args: tuple[str, ...] = tuple(self.args)
         if self.resolved:
-            args = run_config.RunConfig(args, _unpacked(self.resolved))
+            args = run_config.RunConfig(args, _namespace_from_json(self.resolved))
         run = Run(self.variant, int(self.seed), args, Path(self.root))
         if self.settings:
             run.__dict__["settings"] = dict(self.settings)  # Run.settings, as the driver had it
@@ -136,15 +135,43 @@ class RunTask:
 
     def load_sweep(self) -> Sweep:
         """The driver's sweep (without reading its file again, when the task carries it)."""
-        return _unpacked(self.sweep_state) if self.sweep_state else load_sweep(self.sweep)
+        return Sweep.from_json(self.sweep_state) if self.sweep_state else load_sweep(self.sweep)
 
 
-def _packed(value: Any) -> str:
-    return base64.b64encode(pickle.dumps(value)).decode()
+#: the key that marks a namespace (not a dict-valued option) in a namespace's JSON
+_NAMESPACE = "__namespace__"
 
 
-def _unpacked(text: str) -> Any:
-    return pickle.loads(base64.b64decode(text))  # written by this sweep's own driver
+def _tagged(value: Any) -> Any:
+    if isinstance(value, Namespace):
+        return {_NAMESPACE: {k: _tagged(v) for k, v in vars(value).items()}}
+    if isinstance(value, dict):
+        return {k: _tagged(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_tagged(v) for v in value]
+    return value
+
+
+def _untagged(data: dict[str, Any]) -> Any:
+    if set(data) != {_NAMESPACE}:
+        return data
+    namespace = Namespace()
+    for key, value in data[_NAMESPACE].items():
+        setattr(namespace, key, value)
+    return namespace
+
+
+def _namespace_json(namespace: Namespace) -> str:
+    """A resolved namespace as JSON, its nested namespaces marked apart from dict-valued options
+    (a placement's ``args``), the ``--config`` files' paths (which only say where the options
+    came from) left out."""
+    plain = namespace.clone()
+    plain[plain.subcommand].pop("config", None)
+    return json.dumps(_tagged(plain))
+
+
+def _namespace_from_json(text: str) -> Namespace:
+    return json.loads(text, object_hook=_untagged)
 
 
 def default_train_fn() -> TrainFn:

@@ -39,6 +39,7 @@ directory.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import re
@@ -252,6 +253,24 @@ class Sweep:
             self._normalise()
         except ValueError as e:
             raise ValueError(f"sweep {self.path}: {e}") from None
+
+    def to_json(self) -> str:
+        """The sweep as JSON (what a ``--jobs`` worker receives): :meth:`from_json` gives an
+        equal sweep without reading its file again."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data["path"] = str(self.path)
+        data["base"] = [str(b) for b in self.base]
+        data["variants"] = [
+            {"name": v.name, "set": v.overrides, "baseline": v.baseline}
+            | ({"match": {v.match[0]: v.match[1]}} if v.match else {})
+            for v in self.variants
+        ]
+        return json.dumps(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> Sweep:
+        """The sweep :meth:`to_json` wrote."""
+        return cls(**json.loads(text))
 
     def _normalise(self) -> None:
         set_ = object.__setattr__  # frozen: normalise in place, once, at construction
