@@ -3,6 +3,8 @@ Parameter-Free Attention Module for Convolutional Neural Networks")."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn as nn
 
@@ -12,6 +14,65 @@ from .capture import record_attention
 from .registry import register_block
 
 _VARIANCES = ("biased", "unbiased")
+
+
+def _weights(c: torch.Tensor, n: int, e_lambda: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(sigmoid(1 / E), k)`` from ``c = t - mu`` (Eqs. (5)-(6)): ``1 / e_t = c^2 k + 1/2`` with
+    ``k = 1 / (4 (sigma^2 + lambda))`` per channel, ``sigma^2 = sum(c^2) / n``."""
+    d = c * c
+    k = 0.25 / (d.sum((2, 3), keepdim=True) / n + e_lambda)
+    return torch.addcmul(torch.full_like(k, 0.5), d, k).sigmoid_(), k
+
+
+def _fused_applies(x: torch.Tensor) -> bool:
+    """Whether the hand-written backward (:class:`_SimAMFunction`) serves this call: a gradient
+    is wanted and nothing is tracing, scripting, compiling or exporting the graph (those see the
+    plain operations)."""
+    return (
+        not isinstance(x, torch.fx.Proxy)  # fx's symbolic trace
+        and torch.is_grad_enabled()
+        and x.requires_grad
+        and not torch.jit.is_scripting()
+        and not torch.jit.is_tracing()
+        and not torch.compiler.is_compiling()
+        and not torch.onnx.is_in_onnx_export()
+    )
+
+
+class _SimAMFunction(torch.autograd.Function):
+    """SimAM's forward as the plain operations compute it (bit for bit, :func:`_weights`), with
+    its backward written out, which autograd would otherwise take in about twice as many passes
+    over the feature map (a training step of ResNet-20 with SimAM in every block: 1.20x the
+    plain network's instead of 1.29x, on an AVX2 CPU, one thread).
+    With ``c = x - mu``, ``k = 1 / (4 (sigma^2 + lambda))``, ``a = sigmoid(c^2 k +
+    1/2)``, ``y = x a`` and ``g = dL/dy``::
+
+        g_z = g x a (1 - a)
+        g_k = sum_hw(g_z c^2),  so  dL/dsigma^2 = -4 k^2 g_k
+        dL/dx = g a + 2 k (c g_z - mean_hw(c g_z)) - (8 k^2 g_k / n) c
+
+    (``n`` the variance's divisor; ``mean_hw(c) = 0`` removes the last term's mean). Returns
+    ``(y, a)``; ``a`` (the map, for :func:`record_attention`) carries no gradient."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, e_lambda: float, n: int) -> Any:
+        c = x - x.mean((2, 3), keepdim=True)
+        a, k = _weights(c, n, e_lambda)
+        ctx.save_for_backward(x, c, a, k)
+        ctx.n = n
+        ctx.mark_non_differentiable(a)
+        return x * a, a
+
+    @staticmethod
+    def backward(ctx: Any, g: torch.Tensor, _: Any) -> Any:
+        x, c, a, k = ctx.saved_tensors
+        g_z = torch.ops.aten.sigmoid_backward(g * x, a)  # g x a (1 - a), one pass
+        cg = c * g_z
+        g_k = (cg * c).sum((2, 3), keepdim=True)
+        two_k = 2 * k
+        gx = torch.addcmul(-two_k * cg.mean((2, 3), keepdim=True), g, a)
+        gx.addcmul_(c, g_k * k * k * (-8.0 / ctx.n))
+        return gx.addcmul_(cg, two_k), None, None
 
 
 @register_block("simam", family="hybrid", paper="Yang et al., ICML 2021")
@@ -59,10 +120,15 @@ class SimAM(nn.Module):
         self.unbiased = variance == "unbiased"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h, w = x.shape[2], x.shape[3]
-        d = (x - x.mean((2, 3), keepdim=True)).pow(2)  # (t - mu)^2
-        var = d.sum((2, 3), keepdim=True) / _stats.variance_divisor(h * w, self.unbiased)
-        a = torch.sigmoid(d / (4 * (var + self.e_lambda)) + 0.5)  # sigmoid(1 / E)
+        n = _stats.variance_divisor(x.shape[2] * x.shape[3], self.unbiased)
+        # two ifs: TorchScript skips a branch under `not is_scripting()` alone, compiling the
+        # plain operations only
+        if not torch.jit.is_scripting():  # noqa: SIM102
+            if _fused_applies(x):
+                y, a = _SimAMFunction.apply(x, self.e_lambda, n)
+                record_attention(self, a)
+                return y
+        a, _ = _weights(x - x.mean((2, 3), keepdim=True), n, self.e_lambda)
         if not torch.jit.is_scripting():
             record_attention(self, a)
         return x * a
