@@ -28,6 +28,7 @@ What the CLI adds to plain LightningCLI:
 from __future__ import annotations
 
 import copy
+import importlib.util
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -45,7 +46,6 @@ from lightning.pytorch.callbacks import (
 )
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities import rank_zero_warn
-from lightning.pytorch.utilities.imports import _RICH_AVAILABLE
 
 from .._values import OptionError
 from ..blocks.registry import UnknownBlockError
@@ -127,7 +127,8 @@ def _default_progress_bar(config: dict[str, Any], callbacks: list[Callback]) -> 
     given = [*(config.get("callbacks") or []), *callbacks]
     if config.get("enable_progress_bar") is False or any(isinstance(c, ProgressBar) for c in given):
         return []
-    return [VisattnRichProgressBar() if _RICH_AVAILABLE else VisattnTQDMProgressBar()]
+    rich = importlib.util.find_spec("rich") is not None
+    return [VisattnRichProgressBar() if rich else VisattnTQDMProgressBar()]
 
 
 def resolve_eval_transform(cfg: Namespace) -> None:
