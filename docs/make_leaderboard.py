@@ -181,9 +181,8 @@ def build_rows(
     from visattn.ablate.report import compare, summarize
     from visattn.ablate.results import read_results
     from visattn.ablate.stats import holm
-    from visattn.ablate.sweep import load_sweep
 
-    sweep = load_sweep(SWEEP)
+    sweep = load_sweep_file()
     variants = {v.name: v for v in sweep.variants}
     check_results(results, sweep)
     rows_in = read_results(results / "results.csv")
@@ -233,6 +232,13 @@ def build_rows(
         },
     }
     return rows, pairs, facts
+
+
+def load_sweep_file() -> Any:
+    """The leaderboard's sweep (:data:`SWEEP`)."""
+    from visattn.ablate.sweep import load_sweep
+
+    return load_sweep(SWEEP)
 
 
 #: the columns that hold a fraction (an accuracy): a percentage or a count there is an error

@@ -218,6 +218,7 @@ def test_seven_studies_the_cpu_sweeps_and_the_gpu_reproduction_are_shipped(
         "backbones_cpu",
         "cifar10_reproduce",
         "cifar10_cpu",
+        "cifar10_long_cpu",
         "cifar10_recipe",
         "families_cpu",
         "families_cpu_10",
@@ -266,7 +267,14 @@ def test_seven_studies_the_cpu_sweeps_and_the_gpu_reproduction_are_shipped(
     assert recipe.overrides["data.val_split"] == 5000 and recipe.test is None
     assert recipe.base == c10.base  # the recipe checked is the table's
     inet = load_sweep(REPO / "configs" / "ablations" / "imagenette112_cpu.yaml")
-    assert len(inet.seeds) == 3 and inet.test == "last" and len(inet.variants) == 4
+    assert len(inet.seeds) == 5 and inet.test == "last" and len(inet.variants) == 7
+    # the long rung: the 10-epoch table's recipe, three times as long, its six variants
+    long = load_sweep(REPO / "configs" / "ablations" / "cifar10_long_cpu.yaml")
+    assert long.base == c10.base and long.overrides["trainer.max_epochs"] == 30
+    assert long.order == "seed" and long.test == "last" and long.metric == "test/acc"
+    assert {v.name for v in long.variants} == {
+        f"resnet20_{b}" for b in ("none", "wide_gsop", "gsop", "simam", "simam_prenorm", "se")
+    }
     reproduce = load_sweep(REPO / "configs" / "ablations" / "cifar10_reproduce.yaml")
     assert len(reproduce.seeds) == 3 and reproduce.overrides["trainer.precision"] == "bf16-mixed"
     assert reproduce.overrides["data.device_augment"] and reproduce.overrides["model.channels_last"]

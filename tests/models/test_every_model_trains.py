@@ -68,14 +68,18 @@ KNOWN_DIVERGING = {
 @pytest.mark.parametrize(
     "name",
     [
-        pytest.param(n, marks=pytest.mark.xfail(reason=KNOWN_DIVERGING[n], strict=True))
+        # the known failures run in the heavy tier (up to 85 s each here), still strict
+        pytest.param(
+            n,
+            marks=[pytest.mark.heavy, pytest.mark.xfail(reason=KNOWN_DIVERGING[n], strict=True)],
+        )
         if n in KNOWN_DIVERGING
         else n
         for n in CIFAR
     ],
 )
 def test_every_cifar_model_trains_from_a_fresh_start(name: str) -> None:
-    _check(name, size=32, batch=8)
+    _check(name, size=32, batch=4)
 
 
 @pytest.mark.heavy

@@ -16,6 +16,7 @@ the width of equal-budget baselines.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import warnings
@@ -216,15 +217,19 @@ def _measure(resolved: ResolvedRun, width: float | None, quantity: str) -> int:
     kwargs = dict(resolved.model_kwargs)
     if width is not None:
         kwargs["width"] = width
-    with torch.no_grad():
+    # parameters are counted on the meta device: nothing allocated or initialised (the width
+    # search builds networks up to 16 times as wide)
+    device = torch.device("meta") if quantity == "params" else None
+    with torch.no_grad(), torch.device(device) if device else contextlib.nullcontext():
         net = create_model(
             resolved.model,
             num_classes=resolved.num_classes,
             attention=resolved.attention,
             **kwargs,
         )
-        if quantity == "params":
-            return count_params(net)
+    if quantity == "params":
+        return count_params(net)
+    with torch.no_grad():
         return int(count_macs(net.eval(), (1, *resolved.input_shape)))
 
 
