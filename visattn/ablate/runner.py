@@ -647,12 +647,9 @@ def _plan_line(session: _Session) -> str:
 def changed_runs_note(sweep: Sweep, out: Path, overrides: Mapping[str, Any] | None) -> str:
     """A note naming the finished runs in ``out`` whose recorded settings differ from what the
     sweep gives them now ('' when none do): ``--report-only`` reports them as they ran."""
-    changed = []
-    for run in sweep.runs(out, overrides):
-        if (run.root / MARKER).is_file():
-            _, why = completed(run, out)
-            if why.startswith(CHANGED):
-                changed.append(f"{run.key} ({why[len(CHANGED) :]})")
+    session = _Session(sweep, out, sweep.runs(out, overrides), overrides, print)
+    session.plan()
+    changed = [f"{run.key} ({what})" for run, what in _changed_finished(session)]
     if not changed:
         return ""
     shown = "; ".join(changed[:4]) + ("; ..." if len(changed) > 4 else "")
