@@ -289,6 +289,8 @@ def check_results(results: Path, sweep: Any) -> None:
                     f"{where}, column {column}: {text!r} is not a fraction in [0, 1] (an "
                     "accuracy of 85% is 0.85)"
                 )
+    for line, row in enumerate(raw, 2):  # then the settings, which take a parse per run
+        where = f"{path} line {line}"
         run = runs.get(row.get("run") or "")
         if row.get("status") == "ok" and run is not None:
             _, why = completed(run, results)
