@@ -192,3 +192,22 @@ def test_the_run_line_shows_the_sweeps_metric(tmp_path: Path, fake) -> None:
 
     run_sweep(path, tmp_path / "out", train_fn=with_test, echo=lines.append)
     assert any("ok, test/acc 0.5000" in ln for ln in lines), lines
+
+
+def test_new_runs_with_another_compile_setting_are_refused_not_mixed_in(
+    tmp_path: Path, fake
+) -> None:
+    variants = [{"name": "se", "set": {"model.attention": "se"}}]
+    out = tmp_path / "out"
+    run_sweep(write_sweep(tmp_path, variants, seeds=[0]), out, train_fn=fake, echo=_quiet)
+    record = json.loads((out / "runs/se/seed0/result.json").read_text())
+    assert record["execution"]["model.compile"] == "false"
+    two = write_sweep(tmp_path, variants, seeds=[0, 1])
+    with pytest.raises(ValueError, match="one precision and compile setting"):
+        run_sweep(two, out, train_fn=fake, echo=_quiet, overrides={"model.compile": True})
+    assert len(fake.calls) == 1
+    run_sweep(two, out, train_fn=fake, echo=_quiet)  # as the finished run ran: trains seed 1
+    assert len(fake.calls) == 2
+    # a finished sweep re-run compiled trains nothing, so nothing is mixed
+    run_sweep(two, out, train_fn=fake, echo=_quiet, overrides={"model.compile": True})
+    assert len(fake.calls) == 2

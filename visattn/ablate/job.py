@@ -478,7 +478,22 @@ def _settings_record(run: Run) -> dict[str, Any]:
         "args": list(run.args),
         "settings_format": run_config.SETTINGS_FORMAT,
         "settings": run.settings,
+        "execution": run_config.execution_options(run.resolved.config),
     }
+
+
+#: what a sweep holds the same for all its runs (:func:`run_mode`), each with what a record
+#: that does not hold it means: the arithmetic (settings leave a default out) and whether the
+#: network is compiled
+MODE_KEYS = {"trainer.precision": "(default)", "model.compile": "false"}
+
+
+def run_mode(record: dict[str, Any]) -> dict[str, str]:
+    """``{key: JSON}`` of :data:`MODE_KEYS` as a marker (or a run's start record) holds them;
+    a key it does not hold was at its default (markers written before ``execution`` was
+    recorded ran uncompiled: nothing compiled then)."""
+    given = {**(record.get("settings") or {}), **(record.get("execution") or {})}
+    return {k: given.get(k, default) for k, default in MODE_KEYS.items()}
 
 
 def train_and_mark(

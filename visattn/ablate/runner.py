@@ -45,6 +45,7 @@ import torch
 
 from ..files import atomic_write_text
 from ..locks import RunLock, SweepLock
+from ..training import config as run_config
 from .executors import cpu_count, run_local, run_ray
 from .job import (
     CHANGED,
@@ -57,6 +58,7 @@ from .job import (
     evaluate_run,
     fmt_time,
     read_marker,
+    run_mode,
     train_and_mark,
 )
 from .plots import write_plots
@@ -705,8 +707,41 @@ def _plan_and_check(session: _Session, retrain_changed: bool, validate: bool) ->
     session.pin()
     session.plan()
     check_changed(session, retrain_changed)
+    check_one_mode(session)
     if validate:
         check_variants([run for _, run, _ in session.todo], f"sweep {session.sweep.path}")
+
+
+def check_one_mode(session: _Session) -> None:
+    """Refuse to train runs whose precision or compile setting (:data:`~.job.MODE_KEYS`)
+    differs from the sweep's finished runs': one sweep, one arithmetic, never mixed.
+
+    Raises:
+        ValueError: naming the finished runs' setting and the one this pass would use.
+    """
+    todo = {run.key for _, run, _ in session.todo}
+    finished = {}
+    for run in session.runs:
+        record = read_marker(run.root) if run.key not in todo else None
+        if record is not None and record["row"].get("status") == "ok":
+            finished.setdefault(json.dumps(run_mode(record), sort_keys=True), run.key)
+    planned = {}
+    for _, run, _ in session.todo:
+        mode = run_mode({"settings": run.settings, "execution": execution_options(run)})
+        planned.setdefault(json.dumps(mode, sort_keys=True), run.key)
+    if planned and len({*finished, *planned}) > 1:
+        raise ValueError(
+            f"sweep {session.sweep.name}: its runs must share one precision and compile "
+            f"setting; finished runs have {', '.join(sorted(finished))} (e.g. "
+            f"{next(iter(finished.values()))}), this pass would train with "
+            f"{', '.join(sorted(planned)) or 'nothing'}. Run the new runs as the finished ones "
+            "ran, or give them a sweep of their own"
+        )
+
+
+def execution_options(run: Run) -> dict[str, str]:
+    """How ``run`` would execute (:func:`visattn.training.config.execution_options`)."""
+    return run_config.execution_options(run.resolved.config)
 
 
 def _check_test_checkpoint(session: _Session) -> None:
