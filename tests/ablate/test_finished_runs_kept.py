@@ -211,3 +211,16 @@ def test_new_runs_with_another_compile_setting_are_refused_not_mixed_in(
     # a finished sweep re-run compiled trains nothing, so nothing is mixed
     run_sweep(two, out, train_fn=fake, echo=_quiet, overrides={"model.compile": True})
     assert len(fake.calls) == 2
+
+
+def test_variants_with_two_compile_settings_are_refused_before_any_run(
+    tmp_path: Path, fake
+) -> None:
+    variants = [
+        {"name": "plain", "set": {"model.compile": False}},
+        {"name": "compiled", "set": {"model.compile": True}},
+    ]
+    path = write_sweep(tmp_path, variants, seeds=[0])
+    with pytest.raises(ValueError, match=r"finished runs have none, this pass would train with"):
+        run_sweep(path, tmp_path / "out", train_fn=fake, echo=_quiet)
+    assert fake.calls == []

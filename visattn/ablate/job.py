@@ -478,7 +478,7 @@ def _settings_record(run: Run) -> dict[str, Any]:
         "args": list(run.args),
         "settings_format": run_config.SETTINGS_FORMAT,
         "settings": run.settings,
-        "execution": run_config.execution_options(run.resolved.config),
+        "execution": run.execution,
     }
 
 

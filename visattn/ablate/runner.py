@@ -45,7 +45,6 @@ import torch
 
 from ..files import atomic_write_text
 from ..locks import RunLock, SweepLock
-from ..training import config as run_config
 from .executors import cpu_count, run_local, run_ray
 from .job import (
     CHANGED,
@@ -225,10 +224,9 @@ def write_outputs(
         keys = {r.key for r in runs}
         kept = [r for r in _readable_rows(out / "results.csv") if r.get("run") not in keys]
         write_results(out / "results.csv", [*rows, *kept], baseline=sweep.baselines)
-    extra = list(notes)
-    reported, notes = _reported_rows(read_results(out / "results.csv"), runs)
+    reported, left_out = _reported_rows(read_results(out / "results.csv"), runs)
     kwargs = report_kwargs(sweep, overrides)
-    kwargs["notes"] = [*kwargs["notes"], *notes, *extra]
+    kwargs["notes"] = [*kwargs["notes"], *left_out, *notes]
     write_report(reported, out / "report.md", planned=len(runs), **kwargs)
     if plots and reported:
         write_plots(reported, out, baseline=sweep.baselines, metric=sweep.metric)
@@ -727,21 +725,16 @@ def check_one_mode(session: _Session) -> None:
             finished.setdefault(json.dumps(run_mode(record), sort_keys=True), run.key)
     planned = {}
     for _, run, _ in session.todo:
-        mode = run_mode({"settings": run.settings, "execution": execution_options(run)})
+        mode = run_mode({"settings": run.settings, "execution": run.execution})
         planned.setdefault(json.dumps(mode, sort_keys=True), run.key)
     if planned and len({*finished, *planned}) > 1:
+        said = "; ".join(f"{mode} (e.g. {key})" for mode, key in finished.items()) or "none"
         raise ValueError(
             f"sweep {session.sweep.name}: its runs must share one precision and compile "
-            f"setting; finished runs have {', '.join(sorted(finished))} (e.g. "
-            f"{next(iter(finished.values()))}), this pass would train with "
-            f"{', '.join(sorted(planned)) or 'nothing'}. Run the new runs as the finished ones "
-            "ran, or give them a sweep of their own"
+            f"setting; finished runs have {said}, this pass would train with "
+            f"{'; '.join(f'{mode} (e.g. {key})' for mode, key in planned.items())}. Run the new "
+            "runs as the finished ones ran, or give them a sweep of their own"
         )
-
-
-def execution_options(run: Run) -> dict[str, str]:
-    """How ``run`` would execute (:func:`visattn.training.config.execution_options`)."""
-    return run_config.execution_options(run.resolved.config)
 
 
 def _check_test_checkpoint(session: _Session) -> None:

@@ -218,6 +218,12 @@ class Run:
     def settings(self) -> dict[str, str]:
         return self.resolved.settings
 
+    @property
+    def execution(self) -> dict[str, str]:
+        """How the run executes (:func:`visattn.training.config.execution_options`): recorded
+        in its marker beside its settings."""
+        return run_config.execution_options(self.resolved.config)
+
 
 @dataclass(frozen=True)
 class Sweep:
