@@ -725,8 +725,9 @@ def check_one_mode(session: _Session) -> None:
             finished.setdefault(json.dumps(run_mode(record), sort_keys=True), run.key)
     planned = {}
     for _, run, _ in session.todo:
-        mode = run_mode({"settings": run.settings, "execution": run.execution})
-        planned.setdefault(json.dumps(mode, sort_keys=True), run.key)
+        if _parse_error(run) is None:  # a run that does not parse is check_variants' to report
+            mode = run_mode({"settings": run.settings, "execution": run.execution})
+            planned.setdefault(json.dumps(mode, sort_keys=True), run.key)
     if planned and len({*finished, *planned}) > 1:
         said = "; ".join(f"{mode} (e.g. {key})" for mode, key in finished.items()) or "none"
         raise ValueError(
@@ -740,15 +741,27 @@ def check_one_mode(session: _Session) -> None:
 def _check_test_checkpoint(session: _Session) -> None:
     """Refuse, once and before anything trains, a sweep that tests ``last.ckpt`` with runs that
     write no checkpoint (``trainer.fast_dev_run``)."""
-    if session.sweep.test != "last" or not session.runs:
+    parsed = [run for run in session.runs[:1] if _parse_error(run) is None]
+    if session.sweep.test != "last" or not parsed:
         return
-    trainer = session.runs[0].resolved.config.get("trainer")
+    trainer = parsed[0].resolved.config.get("trainer")
     if trainer is not None and trainer.get("fast_dev_run"):
         raise ValueError(
             f"sweep {session.sweep.name}: test: last scores each run's last.ckpt, and "
             "trainer.fast_dev_run writes none; drop fast_dev_run (limit_train_batches and "
             "max_epochs make a short run), or set test: false"
         )
+
+
+def _parse_error(run: Run) -> Exception | None:
+    """Why ``run``'s arguments do not parse, or ``None``. The cheap checks that read settings
+    before :func:`~.resolve.check_variants` skip such runs, so that every variant's errors are
+    still reported together (or, without validation, the run fails as it trains)."""
+    try:
+        run.resolved  # noqa: B018 (parsed once, cached)
+    except Exception as exc:  # every kind of bad input
+        return exc
+    return None
 
 
 def _check_profile_device(sweep: Sweep) -> None:
