@@ -654,3 +654,17 @@ def test_block_names_are_case_insensitive_and_a_name_alone_is_a_placement() -> N
     assert type(visattn.create_block("ECA", 64)) is type(visattn.create_block("eca", 64))
     with pytest.raises(KeyError, match="did you mean"):
         visattn.create_block("CBMA", 64)
+
+
+def test_blocks_odd_selects_every_second_block_of_each_stage():
+    """``blocks: odd`` is BAT's authors' pattern (indices 1, 3, 5, ... of each stage); a stage of
+    one block gets none, and the placement still matches the stages that have a second block."""
+    net = visattn.create_model("resnet20_cifar", attention={"name": "se", "blocks": "odd"})
+    placed = [
+        (s, i)
+        for s, stage in enumerate((net.layer1, net.layer2, net.layer3), start=1)
+        for i, b in enumerate(stage)
+        if is_block(b.attn_standard)
+    ]
+    assert placed == [(s, 1) for s in (1, 2, 3)]
+    assert Placement("se", blocks="odd").blocks == "odd"

@@ -96,7 +96,13 @@ class BilinearAttnTransform(nn.Module):
         return self.conv2(self.apply_transforms(x, p, q))
 
 
-@register_block("bat", family="spatial", paper="Chi et al., CVPR 2020")
+@register_block(
+    "bat",
+    family="spatial",
+    paper="Chi et al., CVPR 2020",
+    # the authors' nlnet: between residual blocks, every second one of the middle stages
+    composed_at={"position": "output", "stages": [2, 3], "blocks": "odd"},
+)
 class BatNonLocal(nn.Module):
     """BAT block: a non-local block whose attention is a grouped bilinear transform ``P X Q``.
 

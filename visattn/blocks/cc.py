@@ -48,7 +48,7 @@ def _criss_cross_weights(q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor
     return a[..., :h], a[..., h:]
 
 
-@register_block("cc", family="spatial", paper="Huang et al., ICCV 2019")
+@register_block("cc", family="spatial", paper="Huang et al., ICCV 2019", composed_zero_init=True)
 class CrissCrossAttention(nn.Module):
     """Recurrent criss-cross attention (RCCA).
 

@@ -21,7 +21,13 @@ __all__ = ["HaloAttention"]
 REL_POS = ("image", "query_grid")
 
 
-@register_block("halo", family="spatial", paper="Vaswani et al., CVPR 2021", replaces_conv=True)
+@register_block(
+    "halo",
+    family="spatial",
+    paper="Vaswani et al., CVPR 2021",
+    replaces_conv=True,
+    composed_zero_init=True,
+)
 class HaloAttention(AttendMixin, nn.Module):
     """HaloNet's blocked local self-attention.
 

@@ -72,7 +72,13 @@ def _pair(v: int | tuple[int, int] | list[int], option: str) -> tuple[int, int]:
     return pair  # type: ignore[return-value]
 
 
-@register_block("mhsa", family="spatial", paper="Srinivas et al., CVPR 2021", replaces_conv=True)
+@register_block(
+    "mhsa",
+    family="spatial",
+    paper="Srinivas et al., CVPR 2021",
+    replaces_conv=True,
+    composed_zero_init=True,
+)
 class BottleneckMHSA(AttendMixin, nn.Module):
     """BoTNet's all-to-all multi-head self-attention with 2-D relative position logits.
 

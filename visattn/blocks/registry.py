@@ -105,6 +105,10 @@ class BlockInfo:
     #: scales 1, 100 and 1e4). Such a block raises ``FloatingPointError`` instead of returning a
     #: non-finite float16 result (:func:`check_fp16_output`).
     fp16_limit: str | None = None
+    #: where ``<block>_<backbone>`` compositions place the block (placement fields besides
+    #: ``name``), and whether they zero-initialise each residual branch's last norm
+    composed_at: Mapping[str, Any] = field(default_factory=dict)
+    composed_zero_init: bool = False
     #: how the block spells its reduced width, for timm's ``rd_*`` keywords (``None``: it has
     #: none, and they are refused); see :mod:`visattn.blocks.conventions`
     reduced: Reduced | None = None
@@ -320,6 +324,8 @@ def register_block(
     replaces_conv: bool = False,
     fp16_limit: str | None = None,
     reduced: Reduced | None = None,
+    composed_at: Mapping[str, Any] | None = None,
+    composed_zero_init: bool = False,
 ) -> Callable[[M], M]:
     """Class decorator that registers an attention block under ``name``.
 
@@ -341,6 +347,14 @@ def register_block(
             (:class:`~visattn.blocks.conventions.Reduced`); ``None`` infers it: an option
             ``reduction`` (width ``C // reduction``) and/or ``rd_channels`` (the width). A
             block with neither refuses those keywords.
+        composed_at: placement fields (``position``, ``stages``, ``blocks``, ``args``) for the
+            model ``<block>_<backbone>`` (such as ``bat_resnet56_cifar``), where the block's
+            paper puts it; default ``{"position": "conv"}`` for a block that replaces a conv,
+            else the standard position in every residual block.
+        composed_zero_init: ``<block>_<backbone>`` zero-initialises each residual branch's last
+            norm (Goyal et al. 2017; timm's default for its ResNets, BoTNet and HaloNet), so that
+            the network starts as its shortcuts: for blocks whose output a following BN divides
+            by a small spread, which makes a stack of them diverge from He et al.'s init.
 
     Raises:
         ValueError: the name is taken, malformed, the family is unknown, or ``fp16_limit`` is
@@ -378,6 +392,8 @@ def register_block(
             defaults=defaults,
             replaces_conv=replaces_conv,
             fp16_limit=fp16_limit,
+            composed_at=dict(composed_at or ({"position": "conv"} if replaces_conv else {})),
+            composed_zero_init=composed_zero_init,
             reduced=spec,
         )
         made_by = (_registered_class, (name,))

@@ -85,7 +85,7 @@ __all__ = [
 #: the keys that select targets by module pattern instead of ResNet stages and blocks
 PATTERN_KEYS = ("after", "before", "replace")
 PLACEMENT_KEYS = ("name", "args", "stages", "blocks", "position", "init", *PATTERN_KEYS)
-_BLOCK_WORDS = ("all", "first", "last")
+_BLOCK_WORDS = ("all", "first", "last", "odd")
 _CONV_ARGS = ("out_channels", "stride")  # set by position 'conv' from the conv it replaces
 
 
@@ -163,7 +163,8 @@ class Placement:
 
     * ``args``: a dict of block options (``None`` -> ``{}``);
     * ``stages``: ``"all"`` or a sorted tuple of 1-based stage indices (an int -> one stage);
-    * ``blocks``: ``"all"`` (also for ``None``), ``"first"``, ``"last"`` or a tuple of 0-based
+    * ``blocks``: ``"all"`` (also for ``None``), ``"first"``, ``"last"``, ``"odd"`` (every
+      second block: indices 1, 3, 5, ...; none in a stage of one block) or a tuple of 0-based
       indices (negative from the end; an int -> one block); ``None`` for position ``stage``,
       where it does not apply;
     * ``position``: one of :data:`visattn.constants.POSITIONS` (``None`` -> ``"standard"``);
@@ -394,6 +395,8 @@ def _select_blocks(spec: Any, n: int, k: int, p: Placement, stage_name: str) -> 
         return [0]
     if spec == "last":
         return [n - 1]
+    if spec == "odd":
+        return list(range(1, n, 2))
     out = []
     for b in spec:
         if not -n <= b < n:

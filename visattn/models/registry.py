@@ -147,21 +147,25 @@ class ModelSpec:
         return [k for k in params if k not in self.fixed]
 
     def compose(self, block: str) -> ModelSpec:
-        """This backbone with ``block`` in every residual block: at the standard position, or,
-        for a block that stands in for a convolution (lambda, MHSA, halo, CoT, ACmix), in place
-        of each residual branch's 3x3 conv and before its BN (position ``conv``), where its
-        paper puts it; added after the block's last BN instead, such a block's unnormalised
-        output makes the branch diverge from a fresh start."""
+        """This backbone with ``block`` where the block's registration says
+        (:func:`~visattn.blocks.register_block`'s ``composed_at``): by default at the standard
+        position of every residual block, or, for a block that stands in for a convolution
+        (lambda, MHSA, halo, CoT, ACmix), in place of each residual branch's 3x3 conv and before
+        its BN (position ``conv``), where its paper puts it. With the registration's
+        ``composed_zero_init`` (and a builder that takes ``zero_init_residual``), each residual
+        branch's last norm starts at zero; a caller may pass ``zero_init_residual=False``."""
         info = block_info(block)
-        placement = {"name": block, "position": "conv"} if info.replaces_conv else {"name": block}
+        defaults = dict(self.defaults)
+        if info.composed_zero_init and "zero_init_residual" in self.options():
+            defaults["zero_init_residual"] = True
         return ModelSpec(
             name=f"{block}_{self.name}",
             builder=self.builder,
             placeable=True,
             dataset=self.dataset,
             fixed=self.fixed,
-            defaults=self.defaults,
-            attention=(placement,),
+            defaults=defaults,
+            attention=({"name": block, **info.composed_at},),
             meta={"paper": f"{info.paper} on {self.name}"},
             feature_levels=self.feature_levels,
         )
