@@ -360,25 +360,10 @@ def register_block(
         ValueError: the name is taken, malformed, the family is unknown, or ``fp16_limit`` is
             given but empty.
     """
-    if not name or not name.replace("_", "").isalnum() or name.lower() != name:
-        raise ValueError(f"block name must be lower-case letters, digits and '_', got {name!r}")
-    if family not in FAMILIES:
-        raise ValueError(f"block '{name}': family must be one of {FAMILIES}, got {family!r}")
-    if fp16_limit is not None and (not isinstance(fp16_limit, str) or not fp16_limit.strip()):
-        raise ValueError(f"block '{name}': fp16_limit must be a non-empty reason or None")
+    _check_registration(name, family, fp16_limit)
 
     def decorator(cls: M) -> M:
-        if name in _REGISTRY:
-            raise ValueError(
-                f"block '{name}' is already registered (by {_REGISTRY[name].cls.__qualname__})"
-            )
-        if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
-            raise TypeError(f"block '{name}': only nn.Module classes can be registered")
-        defaults = _signature_defaults(cls, name)
-        if replaces_conv and not {"out_channels", "stride"} <= set(defaults):
-            raise TypeError(
-                f"block '{name}': a block that replaces a conv takes 'out_channels' and 'stride'"
-            )
+        defaults = _check_class(name, cls, replaces_conv)
         spec = reduced if reduced is not None else infer_reduced(defaults)
         for option in (spec.reduction, spec.width, spec.floor, spec.divisor) if spec else ():
             if option is not None and option not in defaults:
@@ -406,6 +391,31 @@ def register_block(
         return cls
 
     return decorator
+
+
+def _check_registration(name: str, family: str, fp16_limit: str | None) -> None:
+    if not name or not name.replace("_", "").isalnum() or name.lower() != name:
+        raise ValueError(f"block name must be lower-case letters, digits and '_', got {name!r}")
+    if family not in FAMILIES:
+        raise ValueError(f"block '{name}': family must be one of {FAMILIES}, got {family!r}")
+    if fp16_limit is not None and (not isinstance(fp16_limit, str) or not fp16_limit.strip()):
+        raise ValueError(f"block '{name}': fp16_limit must be a non-empty reason or None")
+
+
+def _check_class(name: str, cls: Any, replaces_conv: bool) -> dict[str, Any]:
+    """``cls``'s constructor defaults, once the name is free and the class can be registered."""
+    if name in _REGISTRY:
+        raise ValueError(
+            f"block '{name}' is already registered (by {_REGISTRY[name].cls.__qualname__})"
+        )
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        raise TypeError(f"block '{name}': only nn.Module classes can be registered")
+    defaults = _signature_defaults(cls, name)
+    if replaces_conv and not {"out_channels", "stride"} <= set(defaults):
+        raise TypeError(
+            f"block '{name}': a block that replaces a conv takes 'out_channels' and 'stride'"
+        )
+    return defaults
 
 
 def unregister_block(name: str) -> BlockInfo:
