@@ -113,7 +113,10 @@ def test_create_model_accepts_placement_objects_and_mappings_alike():
         ({"name": "se", "stages": [0]}, "1-based stage indices"),
         ({"name": "se", "stages": "2"}, "'stages' must be 'all' or a non-empty list"),
         ({"name": "se", "stages": [2, 2]}, "lists a stage twice"),
-        ({"name": "se", "blocks": "middle"}, r"'blocks' must be one of \['all', 'first', 'last', 'odd'\]"),
+        (
+            {"name": "se", "blocks": "middle"},
+            r"'blocks' must be one of \['all', 'first', 'last', 'odd'\]",
+        ),
         ({"name": "se", "blocks": []}, "non-empty list of 0-based block indices"),
         ({"name": "se", "args": [16]}, "'args' must be a mapping"),
         ({"args": {}}, "'name' .* is required"),

@@ -69,7 +69,11 @@ def _apply_lambdas(
 
 
 @register_block(
-    "lambda", family="spatial", paper="Bello, ICLR 2021", replaces_conv=True, composed_zero_init=True
+    "lambda",
+    family="spatial",
+    paper="Bello, ICLR 2021",
+    replaces_conv=True,
+    composed_zero_init=True,
 )
 class LambdaLayer(nn.Module):
     """Lambda layer with multi-query heads and a local positional lambda (lambda convolution).
