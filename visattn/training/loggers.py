@@ -17,8 +17,8 @@ own errors are shown, kept out of the run's own files, and sent pictures where t
   passes them back, so metrics and pictures go on in the same MLflow / W&B run instead of a new
   one. An id given on the command line wins.
 * A resumed run's CSV log goes on in the same file: Lightning's CSV writer deletes an existing
-  ``metrics.csv`` when it starts, so a resumed run's CSV logger gets a writer that keeps the rows
-  up to the checkpoint it resumes from (:class:`ContinuedCSVWriter`; later rows, logged after
+  ``metrics.csv`` when it starts, so a resumed run's CSV logger writes back the rows
+  up to the checkpoint it resumes from (:func:`continue_csv`; later rows, logged after
   that checkpoint by the run that was killed, are dropped, since the resumed run logs them
   again), and :class:`FlushLoggersOnCheckpoint` writes every logger's buffered rows whenever a
   checkpoint is saved, so that a kill after a checkpoint loses none of the rows it covers.
@@ -31,6 +31,7 @@ from __future__ import annotations
 import csv
 import importlib
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,6 @@ from .resume import RUNS
 __all__ = [
     "RUN_IDS",
     "TENSORBOARD",
-    "ContinuedCSVWriter",
     "FlushLoggersOnCheckpoint",
     "LoggerConfigError",
     "RememberRunIds",
@@ -138,29 +138,31 @@ class FlushLoggersOnCheckpoint(Callback):
                 logger.save()  # CSV: its buffered rows; TensorBoard: flush the event file
 
 
-class ContinuedCSVWriter(ExperimentWriter):
-    """Lightning's CSV ``ExperimentWriter`` for a resumed run: the existing ``metrics.csv`` is
-    kept (Lightning's writer deletes it), less its rows after the checkpoint the run resumes
-    from (epoch ``> epoch``, or without an epoch, step ``>= step``), which the resumed run logs
-    again; new rows are appended under the same header."""
+def continue_csv(logger: CSVLogger, epoch: int, step: int) -> None:
+    """Make a CSV logger continue a resumed run's ``metrics.csv``: its rows after the checkpoint
+    the run resumes from (epoch ``> epoch``, or without an epoch, step ``>= step``), which the
+    resumed run logs again, are dropped, and new rows are appended under the same header.
 
-    def __init__(self, log_dir: str, epoch: int, step: int) -> None:
-        path = Path(log_dir) / self.NAME_METRICS_FILE
-        kept: list[dict[str, str]] = []
-        keys: list[str] = []
-        if path.is_file():
-            with open(path, newline="") as f:
-                reader = csv.DictReader(f)
-                keys = list(reader.fieldnames or [])
-                kept = [r for r in reader if _before(r, epoch, step)]
-            path.unlink()  # rewritten below, with the rows the checkpoint covers
-        super().__init__(log_dir=log_dir)
-        if keys:
-            with open(path, "w", newline="") as f:
-                writer = csv.DictWriter(f, fieldnames=keys)
-                writer.writeheader()
-                writer.writerows(kept)
-            self.metrics_keys = keys
+    Lightning's writer deletes the file when it is created (through the logger's public
+    ``experiment``); the rows are read before and written back after, and the writer's public
+    ``metrics_keys`` is given the header, so that its appends keep every column."""
+    path = Path(logger.log_dir) / ExperimentWriter.NAME_METRICS_FILE
+    kept: list[dict[str, str]] = []
+    keys: list[str] = []
+    if path.is_file():
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            keys = list(reader.fieldnames or [])
+            kept = [r for r in reader if _before(r, epoch, step)]
+    with warnings.catch_warnings():  # "exists and is not empty": the run's own folder, resumed
+        warnings.filterwarnings("ignore", "Experiment logs directory .* exists and is not empty")
+        writer = logger.experiment
+    if keys:
+        with open(path, "w", newline="") as f:
+            out = csv.DictWriter(f, fieldnames=keys)
+            out.writeheader()
+            out.writerows(kept)
+        writer.metrics_keys = keys
 
 
 def _before(row: dict[str, str], epoch: int, step: int) -> bool:
@@ -260,7 +262,7 @@ def build_loggers(
         resume: the run continues (``--ckpt_path last``): an MLflow or W&B logger without an
             id of its own continues the run recorded in the run's :data:`RUN_IDS`.
         resumed_at: ``(epoch, global step)`` of the checkpoint a resumed run starts from: a CSV
-            logger continues its ``metrics.csv`` up to there (:class:`ContinuedCSVWriter`).
+            logger continues its ``metrics.csv`` up to there (:func:`continue_csv`).
 
     Raises:
         LoggerConfigError: a logger could not be created (its own message follows), or the
@@ -276,9 +278,8 @@ def build_loggers(
     loggers = [_build_one(s, root, version, ids, resume) for s in specs]
     if resume and resumed_at is not None:
         for logger in loggers:
-            if isinstance(logger, CSVLogger) and logger._experiment is None:
-                logger._fs.makedirs(logger.root_dir, exist_ok=True)
-                logger._experiment = ContinuedCSVWriter(logger.log_dir, *resumed_at)
+            if isinstance(logger, CSVLogger):
+                continue_csv(logger, *resumed_at)
     return loggers
 
 
