@@ -55,7 +55,7 @@ def test_progress_bar_shows_the_version_as_an_integer(tmp_path: Path, bar_cls) -
 def test_default_progress_bar_respects_the_users_choice() -> None:
     assert len(_default_progress_bar({}, [])) == 1
     assert _default_progress_bar({"enable_progress_bar": False}, []) == []
-    assert _default_progress_bar({"callbacks": [TQDMProgressBar()]}, []) == []
+    assert _default_progress_bar({}, [TQDMProgressBar()]) == []
 
 
 def test_cli_trainer_uses_the_fixed_progress_bar() -> None:

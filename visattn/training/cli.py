@@ -39,7 +39,6 @@ from lightning.fabric.plugins import CheckpointIO
 from lightning.pytorch import Trainer, seed_everything
 from lightning.pytorch.callbacks import (
     Callback,
-    ModelCheckpoint,
     ProgressBar,
     RichProgressBar,
     TQDMProgressBar,
@@ -123,9 +122,10 @@ class VisattnTQDMProgressBar(_VersionAsText, TQDMProgressBar):
 
 def _default_progress_bar(config: dict[str, Any], callbacks: list[Callback]) -> list[Callback]:
     """Lightning's default bar (Rich when installed, else tqdm) with the version fixed, unless
-    the run turns the bar off or brings its own."""
-    given = [*(config.get("callbacks") or []), *callbacks]
-    if config.get("enable_progress_bar") is False or any(isinstance(c, ProgressBar) for c in given):
+    the run turns the bar off or brings its own (among ``callbacks``)."""
+    if config.get("enable_progress_bar") is False or any(
+        isinstance(c, ProgressBar) for c in callbacks
+    ):
         return []
     rich = importlib.util.find_spec("rich") is not None
     return [VisattnRichProgressBar() if rich else VisattnTQDMProgressBar()]
@@ -188,6 +188,7 @@ class VisattnCLI(LightningCLI):
         self._resumed_at: tuple[int, int] | None = None  # (epoch, step) of the resumed ckpt
         self._run = kwargs.get("run", True)  # subcommands (fit, test) or the classes only
         self._resolved = False  # given a RunConfig: its options were parsed elsewhere
+        self._held_ckpt_path: str | None = None  # kept from LightningCLI's checkpoint parse
         kwargs.setdefault("save_config_callback", SaveConfigInRun)
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
         kwargs.setdefault("seed_everything_default", 0)
@@ -212,6 +213,7 @@ class VisattnCLI(LightningCLI):
                     del self.config[key]
         elif isinstance(args, (dict, Namespace)):
             self.config = parser.parse_object(args)
+            self._hold_ckpt_path()
             return
         else:
             self.config = parse(parser, sys.argv[1:] if args is None else args)
@@ -220,18 +222,20 @@ class VisattnCLI(LightningCLI):
         path = _local_ckpt_path(self.config[sub]) if sub else None
         if path:  # named here, before LightningCLI reads its hyper-parameters
             training_checkpoint(read_checkpoint(path, mmap=True), path)
+        self._hold_ckpt_path()
 
-    # not public in LightningCLI, and no public hook does this: lightning is pinned to the minor
-    # release the tests cover (pyproject.toml)
-    def _parse_ckpt_path(self) -> None:
-        # LightningCLI parses the config again with a checkpoint's hyper-parameters, over the
-        # options given: for test/validate/predict the checkpoint names the network to score.
-        # A fit resumes instead, and restore_recorded (before_instantiate_classes) compares
-        # the given options with the recorded ones: a changed network is refused, a changed
-        # option named; Lightning's parse would have replaced them without a word. Resolved
-        # args are one run's own options (its test): nothing to parse.
-        if not self._resolved and self.config.get("subcommand") != "fit":
-            super()._parse_ckpt_path()
+    def _hold_ckpt_path(self) -> None:
+        """Right after ``parse_arguments`` LightningCLI parses the config again with a
+        checkpoint's hyper-parameters over the options given: for test/validate the checkpoint
+        names the network to score. A fit resumes instead, and restore_recorded
+        (before_instantiate_classes) compares the given options with the recorded ones: a
+        changed network is refused, a changed option named, where Lightning's parse would
+        replace them without a word; resolved args are one run's own options (its test). So
+        the path is held back from that parse and given back before anything is built."""
+        sub = self.config.get("subcommand")
+        if sub and (self._resolved or sub == "fit"):
+            self._held_ckpt_path = self.config[sub].get("ckpt_path")
+            self.config[sub].ckpt_path = None
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.link_arguments("data.num_classes", "model.num_classes", apply_on="instantiate")
@@ -250,6 +254,8 @@ class VisattnCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config[self.subcommand] if self.subcommand else self.config
+        if self._held_ckpt_path is not None:  # see parse_arguments
+            cfg.ckpt_path, self._held_ckpt_path = self._held_ckpt_path, None
         resolve_eval_transform(cfg)
         trainer = cfg.trainer
         save_dir = Path(trainer.get("default_root_dir") or ".")
@@ -313,13 +319,17 @@ class VisattnCLI(LightningCLI):
         if path:  # weights of another network are named before the run starts
             check_training_checkpoint(path, self.model)
 
-    # not public either (the public instantiate_trainer cannot drop or add the callbacks that
-    # LightningCLI adds after it): lightning is pinned to the minor release the tests cover
-    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Callback]) -> Trainer:
+    def instantiate_trainer(self, **kwargs: Any) -> Trainer:
+        """LightningCLI's public ``instantiate_trainer`` with the run's loggers (built here, in
+        the run's folder), visattn's callbacks and the sealed checkpoint IO. LightningCLI then
+        adds the ``checkpoint`` callback and the config saver (neither saves in a
+        ``fast_dev_run``: a smoke test writes nothing)."""
+        init = self.config_init[self.subcommand] if self.subcommand else self.config_init
+        given = dict(init.get("trainer") or {})
         if self._root is not None:
             cfg = self.config[self.subcommand] if self.subcommand else self.config
             cfg.trainer.logger = self._logger_spec  # what config.yaml records
-            config["logger"] = (
+            kwargs["logger"] = (
                 build_loggers(
                     self._logger_spec,
                     self._root,
@@ -329,9 +339,9 @@ class VisattnCLI(LightningCLI):
                 )
                 or False
             )
-        if config.get("fast_dev_run"):
-            # a smoke test writes nothing (Lightning would still save last.ckpt into the cwd)
-            callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
+        callbacks = given.get("callbacks") or []
+        callbacks = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
+        if given.get("fast_dev_run"):
             callbacks = [*callbacks, RunSummary()]
         else:
             run_dir = []
@@ -339,12 +349,12 @@ class VisattnCLI(LightningCLI):
                 path = self._root / RUNS / f"version_{self._version}"
                 run_dir = [RunDirectory(path), RememberRunIds(path), FlushLoggersOnCheckpoint()]
             callbacks = [*run_dir, *callbacks, EpochMetricsCSV(), RunSummary()]
-        callbacks += _default_progress_bar(config, callbacks)
-        plugins = config.get("plugins") or []
+        kwargs["callbacks"] = callbacks + _default_progress_bar(given, callbacks)
+        plugins = given.get("plugins") or []
         plugins = list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
         if not any(isinstance(p, CheckpointIO) for p in plugins):  # a user's own one stays
-            config["plugins"] = [*plugins, SealedCheckpointIO()]
-        return super()._instantiate_trainer(config, callbacks)
+            kwargs["plugins"] = [*plugins, SealedCheckpointIO()]
+        return super().instantiate_trainer(**kwargs)
 
     @property
     def summary(self) -> dict[str, Any]:
