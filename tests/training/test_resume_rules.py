@@ -182,3 +182,17 @@ def test_checkpoints_are_written_whole_and_their_seals_follow_them(tmp_path: Pat
     assert torch.load(path, weights_only=True)["epoch"] == 2
     io.remove_checkpoint(path)
     assert not path.exists() and not Path(f"{path}{SEAL_SUFFIX}").exists()
+
+
+def test_last_ckpt_is_the_last_epochs_even_when_no_ranked_checkpoint_is_saved(
+    tmp_path: Path,
+) -> None:
+    """Lightning 2.6 writes last.ckpt only in a step that also saved a ranked checkpoint, so after
+    epochs that did not improve, --ckpt_path last went back in time. With no ranked checkpoint at
+    all (save_top_k 0) last.ckpt must still follow every epoch, and record its own path."""
+    tiny_fit(tmp_path, "--trainer.max_epochs=2", "--checkpoint.save_top_k=0")
+    assert _checkpoints(tmp_path) == {"last.ckpt": 1}
+    path = next(tmp_path.rglob("last.ckpt"))
+    state = torch.load(path, map_location="cpu", weights_only=True)["callbacks"]
+    (ours,) = [v for k, v in state.items() if k.startswith("BestAndLastCheckpoint")]
+    assert Path(ours["last_model_path"]) == path

@@ -167,9 +167,11 @@ class BestAndLastCheckpoint(ModelCheckpoint):
 
     Lightning (2.6) writes ``last.ckpt`` only in a step where a top-k checkpoint was also
     saved, so after an epoch that did not improve the monitored metric, ``last.ckpt`` is older
-    than the run, and ``--ckpt_path last`` silently re-trains epochs. This subclass writes it at
-    every save point. visattn runs save at the end of the training epoch (after that epoch's
-    validation and its ``metrics.csv`` row), so the checkpoint holds the epoch's whole history.
+    than the run, and ``--ckpt_path last`` silently re-trains epochs. Here ``last.ckpt`` is a
+    ``ModelCheckpoint`` of its own (``monitor=None``, one file named ``last``), driven through
+    its public hooks by this one, so it is written at the end of every training epoch, after
+    that epoch's validation and its ``metrics.csv`` row: the checkpoint holds the epoch's whole
+    history (``save_last: link`` writes a copy too).
 
     A run folder that was moved or copied resumes in place: the restored state's paths are
     moved into the new checkpoint folder (Lightning would drop them, then write ``last-v1.ckpt``
@@ -183,46 +185,75 @@ class BestAndLastCheckpoint(ModelCheckpoint):
     shown.
     """
 
+    #: the ModelCheckpoint that writes ``last.ckpt`` (made at setup from ``save_last``)
+    last_checkpoint: ModelCheckpoint | None = None
+
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         own = self.dirpath is None  # the run's own folder: new and empty, or this run's resumed
         if own:
             self.dirpath = str(run_directory(trainer) / "checkpoints")
+        if self.save_last and self.last_checkpoint is None:
+            # last.ckpt is a checkpoint of its own: the latest epoch, one file, always written;
+            # this callback keeps only the ranked ones
+            self.last_checkpoint = ModelCheckpoint(
+                filename=self.CHECKPOINT_NAME_LAST,
+                monitor=None,
+                save_top_k=1,
+                every_n_epochs=1,
+                save_on_train_epoch_end=True,  # after the epoch's validation and its row
+                save_weights_only=self.save_weights_only,
+                enable_version_counter=False,
+            )
+            self.save_last = False
+        if self.last_checkpoint is not None:
+            self.last_checkpoint.dirpath = self.dirpath
         with warnings.catch_warnings():
             if own:  # Lightning's "exists and is not empty" can only mean a resume here
                 warnings.filterwarnings("ignore", "Checkpoint directory .* is not empty")
             super().setup(trainer, pl_module, stage)
+            if self.last_checkpoint is not None:
+                self.last_checkpoint.setup(trainer, pl_module, stage)
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        if self.last_checkpoint is not None:
+            state["last_checkpoint"] = self.last_checkpoint.state_dict()
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        state_dict = dict(state_dict)
+        last = state_dict.pop("last_checkpoint", None)  # absent in checkpoints written before
         old = state_dict.get("dirpath")
         if old and self.dirpath and Path(old) != Path(self.dirpath):
             state_dict = _moved_state(state_dict, Path(old), Path(self.dirpath))
         super().load_state_dict(state_dict)
+        if last is not None and self.last_checkpoint is not None:
+            old = last.get("dirpath")
+            if old and self.dirpath and Path(old) != Path(self.dirpath):
+                last = _moved_state(last, Path(old), Path(self.dirpath))
+            self.last_checkpoint.load_state_dict(last)
 
-    def _save_topk_checkpoint(self, trainer: pl.Trainer, monitor_candidates: dict) -> None:
-        # Before the first scheduled validation (check_val_every_n_epoch > 1) there is no metric
-        # to rank by, so nothing is ranked or saved here (Lightning saves nothing either), and
-        # without its "could not find the monitored key ... Did you call log()?" warning, which
-        # sends users looking for a bug that is not there. Later epochs are Lightning's.
-        every = trainer.check_val_every_n_epoch or 1
-        if self.monitor not in monitor_candidates and trainer.current_epoch + 1 < every:
-            return
-        super()._save_topk_checkpoint(trainer, monitor_candidates)
-
-    def _always_last(self, trainer: pl.Trainer) -> None:
-        if self.save_last and self._last_global_step_saved != trainer.global_step:
-            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        super().on_train_start(trainer, pl_module)
+        if self.last_checkpoint is not None:
+            self.last_checkpoint.on_train_start(trainer, pl_module)
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        super().on_train_epoch_end(trainer, pl_module)
-        skip = self._should_skip_saving_checkpoint(trainer)
-        if not skip and self._should_save_on_train_epoch_end(trainer):
-            self._always_last(trainer)
-
-    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        super().on_validation_end(trainer, pl_module)
-        skip = self._should_skip_saving_checkpoint(trainer)
-        if not skip and not self._should_save_on_train_epoch_end(trainer):
-            self._always_last(trainer)
+        every = trainer.check_val_every_n_epoch or 1
+        with warnings.catch_warnings():
+            if trainer.current_epoch + 1 < every:
+                # Before the first scheduled validation there is no metric to rank by, so
+                # nothing is ranked or saved (Lightning's behaviour), without its "could not
+                # find the monitored key ... Did you call log()?", which sends users looking for
+                # a bug that is not there
+                warnings.filterwarnings("ignore", ".*could not find the monitored key")
+            super().on_train_epoch_end(trainer, pl_module)
+        if self.last_checkpoint is not None:  # after the ranked save: last.ckpt records it
+            if self.dirpath:  # in the checkpoint's own state, so set before it is written
+                name = f"{self.CHECKPOINT_NAME_LAST}{self.FILE_EXTENSION}"
+                self.last_model_path = str(Path(self.dirpath) / name)
+            self.last_checkpoint.on_train_epoch_end(trainer, pl_module)
+            self.last_model_path = self.last_checkpoint.best_model_path
 
 
 def _moved_state(state: dict[str, Any], old: Path, new: Path) -> dict[str, Any]:
