@@ -26,3 +26,24 @@ def test_timms_registry_still_has_the_members_the_bridge_edits() -> None:
         "timm_bridge expects (a dict or set each): update visattn/models/timm_bridge.py for "
         "this timm release, then its pin in pyproject.toml"
     )
+
+
+def test_timms_private_feature_helpers_and_block_module_are_still_there() -> None:
+    """``visattn.models.features`` subclasses ``timm.models._features.FeatureGetterNet`` and calls
+    its ``feature_take_indices`` (timm exports neither from a public module), and the family
+    rules name EfficientNet's blocks by their module, ``timm.models._efficientnet_blocks``."""
+    import importlib
+    import inspect
+
+    features = importlib.import_module("timm.models._features")
+    getter = getattr(features, "FeatureGetterNet", None)
+    take = getattr(features, "feature_take_indices", None)
+    assert inspect.isclass(getter) and callable(take), (
+        "timm.models._features no longer has FeatureGetterNet and feature_take_indices: update "
+        "visattn/models/features.py for this timm release, then its pin in pyproject.toml"
+    )
+    assert take(4, [1, 3]) == ([1, 3], 3), "feature_take_indices changed its result"
+    blocks = importlib.import_module("timm.models._efficientnet_blocks")
+    assert inspect.isclass(getattr(blocks, "SqueezeExcite", None)), (
+        "timm.models._efficientnet_blocks.SqueezeExcite moved: update visattn/models/families.py"
+    )

@@ -29,7 +29,7 @@ import torch.nn as nn
 from timm.models import _registry as timm_registry
 from timm.models import build_model_with_cfg, is_model
 from timm.models import register_model as timm_register
-from timm.models._pretrained import DefaultCfg, PretrainedCfg
+from timm.models import DefaultCfg, PretrainedCfg
 
 from . import registry, timm_entrypoints
 from .checkpoint import read_state_dict

@@ -180,7 +180,7 @@ class VisattnCLI(LightningCLI):
     """LightningCLI for visattn (see the module docstring)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._logger_spec: Any = None  # --trainer.logger, built in _instantiate_trainer
+        self._logger_spec: Any = None  # --trainer.logger, built in instantiate_trainer
         self._root: Path | None = None  # --trainer.default_root_dir
         self._resuming = False  # --ckpt_path last: the run and its logger runs continue
         self._version = 0  # the run's N: lightning_logs/version_N
@@ -189,6 +189,8 @@ class VisattnCLI(LightningCLI):
         self._run = kwargs.get("run", True)  # subcommands (fit, test) or the classes only
         self._resolved = False  # given a RunConfig: its options were parsed elsewhere
         self._held_ckpt_path: str | None = None  # kept from LightningCLI's checkpoint parse
+        self._parsers: list[LightningArgumentParser] = []  # init_parser's: main, subcommands
+        self._exit_on_error = True  # what the caller asked of the main parser
         kwargs.setdefault("save_config_callback", SaveConfigInRun)
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
         kwargs.setdefault("seed_everything_default", 0)
@@ -200,6 +202,22 @@ class VisattnCLI(LightningCLI):
                 self._lock.release()
                 if not self._resuming:  # a run refused before it wrote anything leaves nothing
                     _remove_if_empty(self._lock.path.parent, self._lock.path.parent.parent)
+
+    def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
+        """Every parser (the main one, each subcommand's) raises instead of exiting, so that
+        :func:`~.options.parse` can name the closest option first; whether the command line
+        then exits is the main parser's ``exit_on_error``, as the caller gave it."""
+        if not self._parsers:
+            self._exit_on_error = kwargs.get("exit_on_error", True)
+        parser = super().init_parser(**{**kwargs, "exit_on_error": False})
+        self._parsers.append(parser)
+        return parser
+
+    @property
+    def subcommand_parsers(self) -> dict[str, LightningArgumentParser]:
+        """Each subcommand's parser by name (``fit``, ``test``, ...); jsonargparse names a
+        subcommand's parser ``"<prog> [options] <name>"``."""
+        return {p.prog.rsplit(" ", 1)[-1]: p for p in self._parsers[1:]}
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         resolved = resolved_namespace(args)
@@ -216,7 +234,12 @@ class VisattnCLI(LightningCLI):
             self._hold_ckpt_path()
             return
         else:
-            self.config = parse(parser, sys.argv[1:] if args is None else args)
+            self.config = parse(
+                parser,
+                sys.argv[1:] if args is None else args,
+                subcommands=self.subcommand_parsers,
+                exit_on_error=self._exit_on_error,
+            )
         sub = self.config.get("subcommand")
         _check_seed((self.config[sub] if sub else self.config).get("seed_everything"))
         path = _local_ckpt_path(self.config[sub]) if sub else None
@@ -291,7 +314,7 @@ class VisattnCLI(LightningCLI):
         if not trainer.get("fast_dev_run"):
             self._lock = RunFolderLock(save_dir / RUNS / f"version_{self._version}")
             self._lock.acquire()  # a second process resuming the same run is refused here
-        # built in _instantiate_trainer (visattn.training.loggers), where its own errors show;
+        # built in instantiate_trainer (visattn.training.loggers), where its own errors show;
         # config.yaml keeps the option as given
         self._logger_spec, trainer.logger = trainer.logger, False
 

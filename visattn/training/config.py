@@ -100,30 +100,29 @@ SETTINGS_FORMAT = 2
 # --------------------------------------------------------------------------- resolving
 
 
-class _ParserBuilt(Exception):
-    def __init__(self, parser: ArgumentParser) -> None:
-        super().__init__("parser built")
-        self.parser = parser
+class _ParserOnly(VisattnCLI):
+    """VisattnCLI that builds its parser and nothing else, through LightningCLI's public hooks:
+    ``parse_arguments`` parses nothing (no subcommand, no seed to set), and the hooks that
+    would build the classes do nothing."""
+
+    def parse_arguments(self, parser: Any, args: Any) -> None:
+        self.config = Namespace(subcommand=None, seed_everything=False)
+
+    def before_instantiate_classes(self) -> None:
+        pass
+
+    def instantiate_classes(self) -> None:
+        pass
 
 
 @functools.cache
 def _parser() -> ArgumentParser:
-    """``train_cls.py``'s parser (subcommands ``fit``, ``test``, ...), built once per process.
-
-    LightningCLI builds its parser in ``__init__`` and parses right after, with no public way to
-    have one without the other; its public ``parse_arguments`` hook receives the parser, so the
-    CLI is stopped there (``lightning`` is pinned to the minor release the tests cover for this,
-    see ``pyproject.toml``)."""
-
-    class _ParserOnly(VisattnCLI):
-        def parse_arguments(self, parser: Any, args: Any) -> None:
-            raise _ParserBuilt(parser)
-
-    try:
-        _ParserOnly(args=[], parser_kwargs={"exit_on_error": False})
-    except _ParserBuilt as built:
-        return built.parser
-    raise RuntimeError("VisattnCLI built no parser")  # pragma: no cover
+    """``train_cls.py``'s parser (subcommands ``fit``, ``test``, ...), built once per process;
+    it and its subcommands' parsers raise ``ArgumentError`` instead of exiting."""
+    cli = _ParserOnly(
+        args=[], parser_kwargs={"exit_on_error": False}, load_from_checkpoint_support=False
+    )
+    return cli.parser
 
 
 @functools.cache

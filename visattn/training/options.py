@@ -147,31 +147,32 @@ def expand_config_args(args: Sequence[str]) -> list[str]:
 # --------------------------------------------------------------------------- one parse
 
 
-def parse(parser: ArgumentParser, args: Sequence[str]) -> Namespace:
+def parse(
+    parser: ArgumentParser,
+    args: Sequence[str],
+    *,
+    subcommands: Mapping[str, ArgumentParser] | None = None,
+    exit_on_error: bool = False,
+) -> Namespace:
     """``args`` (``train_cls.py``'s, subcommand first where the parser has subcommands) parsed
     by ``parser`` after :func:`expand_config_args`: the CLI's one parse. An unrecognized option
     gets the closest known one named (``--model.atention``: did you mean ``--model.attention``?),
-    then the parser fails as it would (exits with its usage, or raises ``ArgumentError``)."""
+    then ``ArgumentError`` is raised, or with ``exit_on_error`` the failing subcommand's parser
+    (from ``subcommands``, by name) exits with its usage and tip, as argparse does.
+
+    ``parser`` and its subcommands' parsers must raise rather than exit
+    (``exit_on_error=False``, as :class:`~visattn.training.cli.VisattnCLI` builds them all)."""
     items = expand_config_args(list(args))
-    # every parser raises instead of exiting meanwhile (a subcommand's parser has its own flag;
-    # jsonargparse keeps them in the subcommands action's choices)
-    subcommands = getattr(getattr(parser, "_subcommands_action", None), "choices", {})
-    parsers = [parser, *subcommands.values()]
-    exits = [p.exit_on_error for p in parsers]
-    for p in parsers:
-        p.exit_on_error = False
     try:
         return parser.parse_args(items)
     except ArgumentError as e:
         message = str(e) + _close_options(parser, items, str(e))
-        if not exits[0]:
+        if not exit_on_error:
             raise ArgumentError(None, message) from e
-        failed = subcommands.get(items[0], parser) if items else parser  # its usage and tip
-        failed.exit_on_error = True
+        failed = (subcommands or {}).get(items[0], parser) if items else parser
+        failed.exit_on_error = True  # its usage and tip, then exit code 2
         failed.error(message, e)
-    finally:
-        for p, exit_on_error in zip(parsers, exits, strict=True):
-            p.exit_on_error = exit_on_error
+        raise  # pragma: no cover (error exits)
 
 
 def _close_options(parser: ArgumentParser, items: Sequence[str], message: str) -> str:
