@@ -26,10 +26,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch.nn as nn
+from timm.models import DefaultCfg, PretrainedCfg, build_model_with_cfg, is_model
 from timm.models import _registry as timm_registry
-from timm.models import build_model_with_cfg, is_model
 from timm.models import register_model as timm_register
-from timm.models import DefaultCfg, PretrainedCfg
 
 from . import registry, timm_entrypoints
 from .checkpoint import read_state_dict
