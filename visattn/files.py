@@ -8,6 +8,8 @@
 * :func:`load_yaml`: YAML as configs and sweeps are read: safe types only, a repeated key
   refused (a second ``model:`` block would replace the first), and anchors that expand to more
   than :data:`MAX_YAML_NODES` nodes refused (a "billion laughs" file).
+* :func:`inheritance_chain`: the one inheritance rule of YAML files, a training config's
+  ``_base_`` and a sweep's ``extends``: parents first, one cycle check, one depth bound.
 
 Nothing here needs an optional extra (no Lightning), so sweep files and reports can be read
 without the ``train`` extra. Loading a trained run is :func:`visattn.training.load.load_run`.
@@ -20,6 +22,8 @@ import hashlib
 import os
 import re
 import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -216,3 +220,81 @@ def load_yaml(stream: Any, source: str = "YAML") -> Any:
         return loader.construct_document(node)
     finally:
         loader.dispose()
+
+
+# --------------------------------------------------------------------------- inheritance
+
+#: how deep a chain of inheriting files may nest (mmpretrain's configs go three or four deep)
+MAX_INHERIT_DEPTH = 32
+
+
+@dataclass(frozen=True)
+class Inherited:
+    """One file of an inheritance chain: its ``path``, its ``content`` without the inheriting
+    key, and whether it named parents (``inherits``)."""
+
+    path: Path
+    content: Any
+    inherits: bool
+
+
+def inheritance_chain(
+    path: str | os.PathLike,
+    key: str,
+    read: Callable[[Path], Any],
+    *,
+    what: str,
+    single: bool = False,
+) -> list[Inherited]:
+    """The files ``path`` inherits from through ``key``, parents before children (depth first,
+    in the order each file lists them), ending with ``path`` itself: the one inheritance rule of
+    training configs (``_base_``: a file name or a list of them) and sweeps (``extends``: one
+    file name, ``single``). Parent paths are relative to the file that names them; ``read``
+    reads a file (its errors are its own). Each caller merges the chain its own way.
+
+    Raises:
+        ValueError: a cycle (naming the chain), a malformed entry, a folder, or a chain deeper
+            than :data:`MAX_INHERIT_DEPTH`; ``what`` and the file start each message.
+        FileNotFoundError: a parent that does not exist.
+    """
+    return _chain(Path(path), key, read, what, single, ())
+
+
+def _chain(
+    path: Path, key: str, read: Callable[[Path], Any], what: str, single: bool, seen: tuple
+) -> list[Inherited]:
+    resolved = path.resolve()
+    if resolved in seen:
+        chain = " -> ".join(str(p) for p in (*seen, resolved))
+        raise ValueError(f"{what} {seen[0]}: {key} cycle: {chain}")
+    content = read(path)
+    if not isinstance(content, dict) or key not in content:
+        return [Inherited(path, content, False)]
+    content = dict(content)
+    parents = content.pop(key)
+    parents = [] if parents is None else [parents] if isinstance(parents, str) else parents
+    if (
+        not isinstance(parents, list)
+        or not all(isinstance(p, str) and p for p in parents)
+        or (single and len(parents) != 1)
+    ):
+        shown = repr(parents) if len(repr(parents)) <= 60 else repr(parents)[:57] + "..."
+        kind = "a file name" if single else "a file name or a list of file names"
+        raise ValueError(f"{what} {path}: {key} must be {kind} (relative to the file), got {shown}")
+    if len(seen) >= MAX_INHERIT_DEPTH:
+        raise ValueError(
+            f"{what} {path}: {key} pieces nest more than {MAX_INHERIT_DEPTH} deep "
+            f"({seen[0].name} -> ... -> {path.name}); flatten the chain"
+        )
+    out: list[Inherited] = []
+    for parent in parents:
+        parent_path = path.parent / parent
+        if parent_path.is_dir():
+            raise ValueError(f"{what} {path}: {key} entry {parent!r} is a folder ({parent_path})")
+        if not parent_path.is_file():
+            raise FileNotFoundError(
+                f"{what} {path}: {key} {parent!r}, which does not exist ({parent_path}); give a "
+                "path relative to this file's folder"
+            )
+        out += _chain(parent_path, key, read, what, single, (*seen, resolved))
+    return [*out, Inherited(path, content, True)]

@@ -109,3 +109,29 @@ def test_order_seed_runs_every_variant_of_a_seed_before_the_next_seed(tmp_path: 
     assert sorted(by_seed, key=str) == sorted(by_variant, key=str)  # same runs
     with pytest.raises(ValueError, match=r"order must be one of \['variant', 'seed'\]"):
         load_sweep(write_sweep(tmp_path, variants, order="random"))
+
+
+def test_base_and_extends_follow_one_inheritance_rule(tmp_path: Path) -> None:
+    """``_base_`` (training configs) and ``extends`` (sweeps) are one resolver,
+    :func:`visattn.files.inheritance_chain`: parents first, depth first, the file last, one
+    cycle check, paths relative to the file that names them."""
+    import visattn.ablate.sweep as sweep_module
+    import visattn.training.options as options_module
+    from visattn.files import inheritance_chain
+
+    (tmp_path / "sub").mkdir()
+    _write(tmp_path / "sub" / "root.yaml", {"a": 1})
+    _write(tmp_path / "left.yaml", {"_base_": "sub/root.yaml", "b": 2})
+    _write(tmp_path / "right.yaml", {"c": 3})
+    top = _write(tmp_path / "top.yaml", {"_base_": ["left.yaml", "right.yaml"], "d": 4})
+    chain = inheritance_chain(top, "_base_", lambda p: yaml.safe_load(p.read_text()), what="t")
+    assert [p.path.name for p in chain] == ["root.yaml", "left.yaml", "right.yaml", "top.yaml"]
+    assert [p.content for p in chain] == [{"a": 1}, {"b": 2}, {"c": 3}, {"d": 4}]
+    assert [p.inherits for p in chain] == [False, True, False, True]
+    # both spellings go through it, not through code of their own
+    for module in (sweep_module, options_module):
+        assert module.inheritance_chain is inheritance_chain
+    _write(tmp_path / "x.yaml", {"_base_": "y.yaml"})
+    _write(tmp_path / "y.yaml", {"_base_": "x.yaml"})
+    with pytest.raises(ValueError, match=r"_base_ cycle: .*x\.yaml -> .*y\.yaml -> .*x\.yaml"):
+        options_module.expand_config_args(["--config", str(tmp_path / "x.yaml")])

@@ -51,7 +51,7 @@ from typing import Any
 import yaml
 
 from .._values import is_int
-from ..files import load_yaml
+from ..files import inheritance_chain, load_yaml
 from ..training import config as run_config
 from ..training.options import to_flag
 from .resolve import BudgetMatch, match_width, resolve_run
@@ -557,38 +557,27 @@ def _extended_variants(parent: Any, child: Any) -> Any:
     return merged
 
 
-def _read_extended(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """A sweep file's mapping with its ``extends`` chain merged in and every ``base`` entry
-    resolved against the file that wrote it."""
-    path = path.resolve()
-    if path in seen:
-        chain = " -> ".join(str(p) for p in (*seen, path))
-        raise ValueError(f"sweep {seen[0]}: extends cycle: {chain}")
-    data = _read_yaml(path)
-    if data.get("base"):
-        base = data["base"]
-        data["base"] = [_resolve_base(b, path) for b in ([base] if isinstance(base, str) else base)]
-    parent = data.pop("extends", None)
-    if parent is None:
-        return data
-    if not isinstance(parent, str):
-        raise ValueError(f"sweep {path}: extends must be the path of another sweep file")
-    parent_path = path.parent / parent
-    if not parent_path.is_file():
-        raise FileNotFoundError(
-            f"sweep {path}: extends {parent!r}, which does not exist ({parent_path}); give a path "
-            "relative to this sweep file's folder"
-        )
-    if "name" not in data:
-        raise ValueError(
-            f"sweep {path}: extends {parent!r} but has no name of its own; a sweep's name is "
-            "whose runs an output folder holds, so it would take over the parent's folder and "
-            "its finished runs: give this sweep a 'name:'"
-        )
-    merged = _read_extended(parent_path, (*seen, path))
-    if "variants" in data:
-        data["variants"] = _extended_variants(merged.get("variants"), data["variants"])
-    return {**merged, **data}
+def _read_extended(path: Path) -> dict[str, Any]:
+    """A sweep file's mapping with its ``extends`` chain merged in (the one inheritance rule,
+    :func:`~visattn.files.inheritance_chain`: a key given replaces the parent's, variants merge
+    by name) and every ``base`` entry resolved against the file that wrote it."""
+    merged: dict[str, Any] = {}
+    for piece in inheritance_chain(path, "extends", _read_yaml, what="sweep", single=True):
+        data = dict(piece.content)
+        if piece.inherits and "name" not in data:
+            raise ValueError(
+                f"sweep {piece.path}: extends another sweep but has no name of its own; a "
+                "sweep's name is whose runs an output folder holds, so it would take over the "
+                "parent's folder and its finished runs: give this sweep a 'name:'"
+            )
+        if data.get("base"):
+            base = data["base"]
+            entries = [base] if isinstance(base, str) else base
+            data["base"] = [_resolve_base(b, piece.path.resolve()) for b in entries]
+        if "variants" in data:
+            data["variants"] = _extended_variants(merged.get("variants"), data["variants"])
+        merged = {**merged, **data}
+    return merged
 
 
 def load_sweep(path: str | Path) -> Sweep:

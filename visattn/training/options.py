@@ -14,7 +14,7 @@ import yaml
 from jsonargparse import ArgumentError, ArgumentParser, Namespace
 
 from .._registry import close_matches
-from ..files import load_yaml
+from ..files import inheritance_chain, load_yaml
 from ..models.placement import placements_to_config
 
 __all__ = [
@@ -49,55 +49,27 @@ def _is_file(item: str) -> bool:
         return False
 
 
-#: how deep ``_base_`` pieces may nest (mmpretrain's configs go three or four deep)
-MAX_BASE_DEPTH = 32
-
-
-def _short_repr(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _expand_config(path: str, seen: tuple[str, ...] = ()) -> list[str]:
-    """``--config`` values for ``path``: its ``_base_`` pieces (recursively) then the file's own
-    content (as a YAML string when ``_base_`` had to be removed)."""
-    file = Path(path)
-    if not _is_file(path):
-        return [path]  # a YAML string or a missing file: jsonargparse reports it
-    key = str(file.resolve())
-    if key in seen:
-        raise ValueError(f"config {path}: _base_ cycle through {' -> '.join(seen)}")
+def _read_config(path: Path) -> Any:
     try:
-        with open(file) as f:  # a file object: YAML's error marks then name the file
-            content = load_yaml(f, f"config {path}") or {}
+        with open(path) as f:  # a file object: YAML's error marks then name the file
+            return load_yaml(f, f"config {path}") or {}
     except yaml.YAMLError as e:
         raise ValueError(f"config {path}: not valid YAML: {e}") from e
-    if not isinstance(content, dict) or "_base_" not in content:
-        return [path]
-    bases = content.pop("_base_")
-    bases = [bases] if isinstance(bases, str) else bases
-    if bases is None:
-        bases = []
-    if not isinstance(bases, list) or not all(isinstance(b, str) and b for b in bases):
-        raise ValueError(
-            f"config {path}: _base_ must be a file name or a list of file names (relative to "
-            f"the config), got {_short_repr(bases)}"
-        )
-    if len(seen) >= MAX_BASE_DEPTH:
-        raise ValueError(
-            f"config {path}: _base_ pieces nest more than {MAX_BASE_DEPTH} deep "
-            f"({Path(seen[0]).name} -> ... -> {file.name}); flatten the chain"
-        )
-    out: list[str] = []
-    for base in bases:
-        base_path = file.parent / base
-        if base_path.is_dir():
-            raise ValueError(f"config {path}: _base_ entry {base!r} is a folder ({base_path})")
-        if not base_path.is_file():
-            raise FileNotFoundError(f"config {path}: _base_ entry {base!r} not found ({base_path})")
-        out += _expand_config(str(base_path), (*seen, key))
-    if content:
-        out.append(yaml.safe_dump(content, sort_keys=False))
+
+
+def _expand_config(path: str) -> list[str]:
+    """``--config`` values for ``path``: its ``_base_`` pieces (the one inheritance rule,
+    :func:`~visattn.files.inheritance_chain`), then the file's own content; a file that names
+    no ``_base_`` stays a path (jsonargparse reads it), one that does is given as a YAML string
+    without that key."""
+    if not _is_file(path):
+        return [path]  # a YAML string or a missing file: jsonargparse reports it
+    out = []
+    for piece in inheritance_chain(path, "_base_", _read_config, what="config"):
+        if not piece.inherits:
+            out.append(str(piece.path))
+        elif piece.content:
+            out.append(yaml.safe_dump(piece.content, sort_keys=False))
     return out
 
 
