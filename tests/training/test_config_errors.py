@@ -256,3 +256,24 @@ def test_export_refuses_a_class_count_no_memory_holds(capsys) -> None:
         == 2
     )
     assert "--num-classes must be an integer from 1 to 1,000,000" in capsys.readouterr().err
+
+
+def test_a_data_layout_error_ends_in_its_whole_message(tmp_path: Path, capsys) -> None:
+    """Issue 62 item 6: splits whose class folders differ raised a plain ValueError, printed
+    behind a full traceback. Now: exit status 2, no traceback, every line of the message."""
+    from PIL import Image
+
+    from visattn.data import DatasetLayoutError
+    from visattn.training.cli import cli_main
+
+    for split, classes in (("train", ("cat", "dog")), ("val", ("cat", "emu"))):
+        for name in classes:
+            (tmp_path / split / name).mkdir(parents=True)
+            Image.new("RGB", (8, 8)).save(tmp_path / split / name / "a.png")
+    with pytest.raises(SystemExit) as done:
+        cli_main(["fit", "--config", QUICKSTART, "--data.dataset=imagefolder",
+                  f"--data.root={tmp_path}", "--trainer.max_epochs=1"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and "Traceback" not in err, err[-2000:]
+    assert str(tmp_path / "val" / "emu") in err and str(tmp_path / "val" / "dog") in err
+    assert issubclass(DatasetLayoutError, ValueError)  # code catching ValueError still does

@@ -13,7 +13,7 @@ from typing import Any
 from ..constants import STATS
 from .arrays import ArrayDataset
 from .cifar import CIFAR_SPECS, load_cifar, locate_cifar
-from .errors import DatasetIntegrityError, DatasetNotFoundError
+from .errors import DatasetIntegrityError, DatasetLayoutError, DatasetNotFoundError
 from .imagefolder import (
     BadImageError,
     ImageFolderDataset,
@@ -41,6 +41,7 @@ __all__ = [
     "BadImageError",
     "DataSource",
     "DatasetIntegrityError",
+    "DatasetLayoutError",
     "DatasetNotFoundError",
     "DeviceAugment",
     "ImageFolderDataset",

@@ -24,7 +24,7 @@ import numpy as np
 from torchvision.datasets import CIFAR10, CIFAR100
 from torchvision.datasets.utils import download_and_extract_archive
 
-from .errors import DatasetIntegrityError, DatasetNotFoundError
+from .errors import DatasetIntegrityError, DatasetLayoutError, DatasetNotFoundError
 
 __all__ = [
     "CIFAR_SPECS",
@@ -221,7 +221,9 @@ def load_cifar(
         entry = _unpickle(folder / fname)
         data = np.asarray(entry["data"], dtype=np.uint8)
         if data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
-            raise ValueError(f"{folder / fname}: 'data' has shape {data.shape}, expected (N, 3072)")
+            raise DatasetLayoutError(
+                f"{folder / fname}: 'data' has shape {data.shape}, expected (N, 3072)"
+            )
         images.append(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
         labels.append(_batch_labels(entry, spec["label_key"], len(data), folder / fname))
     names = _unpickle(folder / meta_name).get(meta_key)
@@ -267,5 +269,7 @@ def _unpickle(path: Path) -> dict[str, Any]:
             "true) or point --data.root at an intact copy"
         ) from e
     if not isinstance(entry, dict):
-        raise ValueError(f"{path}: expected a pickled dict (a CIFAR batch), got {type(entry)}")
+        raise DatasetLayoutError(
+            f"{path}: expected a pickled dict (a CIFAR batch), got {type(entry)}"
+        )
     return {k.decode() if isinstance(k, bytes) else k: v for k, v in entry.items()}

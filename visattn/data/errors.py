@@ -12,3 +12,10 @@ class DatasetNotFoundError(FileNotFoundError):
 class DatasetIntegrityError(RuntimeError):
     """A dataset file differs from the official one: its checksum, or what it holds (a truncated
     or garbled file, labels outside the classes)."""
+
+
+class DatasetLayoutError(ValueError):
+    """A data set's folders or files are laid out in a way the loader cannot use: splits whose
+    class folders differ, an empty class folder, a class folder that links back to its split,
+    a CIFAR batch that is not a dict of ``(N, 3072)`` images. The message names the files at
+    fault and the fix."""

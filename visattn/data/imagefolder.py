@@ -42,7 +42,7 @@ from torch.utils.data import Dataset
 
 from .._extras import missing_extra
 from .arrays import Transform, to_tensor_uint8
-from .errors import DatasetNotFoundError
+from .errors import DatasetLayoutError, DatasetNotFoundError
 
 __all__ = [
     "IMAGE_EXTENSIONS",
@@ -120,7 +120,7 @@ def find_classes(directory: str | Path) -> list[str]:
     here = directory.resolve()
     loops = [c for c in classes if here.is_relative_to((directory / c).resolve())]
     if loops:
-        raise ValueError(
+        raise DatasetLayoutError(
             f"class folder(s) {loops} of {directory} link back to the split itself or a folder "
             "above it: they would be a class holding every other class's images. Remove the "
             "link(s)"
@@ -145,7 +145,7 @@ def check_class_folders(root: str | Path, splits: Sequence[str] = ("train", "val
     found = {s: find_classes(root / s) for s in splits}
     first, classes = splits[0], found[splits[0]]
     if len(classes) < 2:
-        raise ValueError(
+        raise DatasetLayoutError(
             f"ImageFolder {root}: {root / first} has one class folder ({classes[0]}); a "
             "classifier needs at least two (one sub-folder of images per class)"
         )
@@ -174,7 +174,7 @@ def check_class_folders(root: str | Path, splits: Sequence[str] = ("train", "val
                 + ", ".join(str(p) for p in missing)
             )
     if problems:
-        raise ValueError(
+        raise DatasetLayoutError(
             f"ImageFolder {root}: {first} and the other splits must have the same non-empty "
             "class folders:\n  " + "\n  ".join(problems)
         )
@@ -394,7 +394,7 @@ class ImageFolderDataset(Dataset):
                 empty.append(str(self.root / name))
             samples += [(str(path), label) for path in files]
         if empty:
-            raise ValueError(
+            raise DatasetLayoutError(
                 f"class folder(s) with no images ({', '.join(IMAGE_EXTENSIONS)}): "
                 f"{', '.join(empty)}"
             )

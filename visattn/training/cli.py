@@ -49,7 +49,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from .._values import OptionError
 from ..blocks.registry import UnknownBlockError
 from ..data.datamodule import VisattnDataModule
-from ..data.errors import DatasetIntegrityError, DatasetNotFoundError
+from ..data.errors import DatasetIntegrityError, DatasetLayoutError, DatasetNotFoundError
 from ..data.imagefolder import BadImageError
 from ..locks import RunFolderLock
 from ..models.checkpoint import (
@@ -405,6 +405,7 @@ def _check_seed(seed: Any) -> None:
 _ONE_LINE_ERRORS = (
     CheckpointError,
     DatasetIntegrityError,
+    DatasetLayoutError,
     DatasetNotFoundError,
     BadImageError,
     OptionError,
