@@ -277,3 +277,13 @@ def test_a_data_layout_error_ends_in_its_whole_message(tmp_path: Path, capsys) -
     assert done.value.code == 2 and "Traceback" not in err, err[-2000:]
     assert str(tmp_path / "val" / "emu") in err and str(tmp_path / "val" / "dog") in err
     assert issubclass(DatasetLayoutError, ValueError)  # code catching ValueError still does
+
+
+def test_an_option_a_link_sets_says_which_to_give() -> None:
+    """Issue 62 item 6: ``--model.num_classes 9`` said "int | None is not callable"."""
+    from jsonargparse import ArgumentError
+
+    from visattn.training.config import RunConfig
+
+    with pytest.raises(ArgumentError, match=r"sets it from data\.num_classes.*--data\.num_classes"):
+        RunConfig.parse(["fit", "--config", QUICKSTART, "--model.num_classes=9"])

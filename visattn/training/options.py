@@ -6,6 +6,7 @@ flags (:func:`to_flag`) and a resumed fit's checkpoint record (:func:`restore_re
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -138,13 +139,26 @@ def parse(
     try:
         return parser.parse_args(items)
     except ArgumentError as e:
-        message = str(e) + _close_options(parser, items, str(e))
+        message = _linked_option(str(e)) or str(e) + _close_options(parser, items, str(e))
         if not exit_on_error:
             raise ArgumentError(None, message) from e
         failed = (subcommands or {}).get(items[0], parser) if items else parser
         failed.exit_on_error = True  # its usage and tip, then exit code 2
         failed.error(message, e)
         raise  # pragma: no cover (error exits)
+
+
+def _linked_option(message: str) -> str | None:
+    """A clear message for jsonargparse's about an option given that a link sets (``argument
+    data.num_classes --> model.num_classes: int | None is not callable``); None for others."""
+    link = re.match(r"argument (\S+) --> (\S+): ", message)
+    if link is None:
+        return None
+    source, target = link.groups()
+    return (
+        f"{target} is not an option of its own: the command line sets it from {source}. Give "
+        f"--{source} (or {source} in a config file) instead of --{target}"
+    )
 
 
 def _close_options(parser: ArgumentParser, items: Sequence[str], message: str) -> str:
