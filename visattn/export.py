@@ -381,6 +381,8 @@ def _finish_onnx(
     props = {
         "visattn_version": _version(),
         "model_name": str(getattr(model, "model_name", None) or type(model).__name__),
+        # the blocks the name alone does not say (resnet20_cifar with CBAM, ...)
+        "attention": json.dumps(getattr(model, "attention_placements", None) or []),
         "input_size": ",".join(map(str, size)),
         **(metadata or {}),
     }

@@ -73,10 +73,11 @@ def test_an_opset_in_range_is_written(tmp_path: Path) -> None:
 
 def test_the_onnx_file_names_its_batch_axis_and_records_its_metadata(tmp_path: Path) -> None:
     """The batch axis is ``batch`` (not the exporter's ``s77``), and metadata_props hold the
-    version, model name, input size and the caller's mean/std/class names."""
+    version, model name, its attention placements, input size and the caller's mean/std/class
+    names."""
     import onnx
 
-    net = create_model("resnet20_cifar", num_classes=3)
+    net = create_model("resnet20_cifar", num_classes=3, attention={"name": "eca", "stages": [3]})
     meta = {"mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25], "class_names": ["a", "b", "c"]}
     path = tmp_path / "m.onnx"
     export_onnx(net, path, (3, 32, 32), dynamic_size=True, metadata=meta)
@@ -87,6 +88,9 @@ def test_the_onnx_file_names_its_batch_axis_and_records_its_metadata(tmp_path: P
     assert out == ["batch", 3]
     props = {p.key: p.value for p in proto.metadata_props}
     assert props["model_name"] == "resnet20_cifar" and props["input_size"] == "3,32,32"
+    # the block the name does not say (issue 62: the metadata named resnet20_cifar alone)
+    (placed,) = json.loads(props["attention"])
+    assert placed["name"] == "eca" and placed["stages"] == [3]
     assert json.loads(props["class_names"]) == ["a", "b", "c"]
     assert json.loads(props["mean"]) == [0.5, 0.5, 0.5] and props["visattn_version"]
     import onnxruntime as ort

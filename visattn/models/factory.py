@@ -22,6 +22,7 @@ constructor, except ``input_size=(C, H, W)``, the probe size of pattern placemen
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from dataclasses import dataclass
 from os import PathLike
 from typing import Any
@@ -35,7 +36,7 @@ from ..constants import IMAGENET_MEAN, IMAGENET_STD, STATS
 from .checkpoint import load_checkpoint
 from .features import check_global_pool
 from .inject import inject
-from .placement import apply_placements, normalize_placements
+from .placement import Placement, apply_placements, normalize_placements
 from .pretrained import get_pretrained, list_pretrained
 from .registry import ModelSpec, UnknownModelError, get_model_spec
 
@@ -248,12 +249,19 @@ class _Request:
             )
 
     def finish(
-        self, model: nn.Module, name: str, paths: list[str], cfg: dict[str, Any]
+        self,
+        model: nn.Module,
+        name: str,
+        paths: list[str],
+        cfg: dict[str, Any],
+        placements: Sequence[Placement] = (),
     ) -> nn.Module:
-        """The attributes every created model has, then the weight files loaded: a whole
-        model's state_dict (strict outside the attention slots), or backbone weights (the
-        classifier only where its shape matches)."""
+        """The attributes every created model has (its name, the module paths of its attention
+        blocks and, as plain mappings, the placements that put them there), then the weight
+        files loaded: a whole model's state_dict (strict outside the attention slots), or
+        backbone weights (the classifier only where its shape matches)."""
         model.attention_paths = paths
+        model.attention_placements = [p.to_dict() for p in placements]
         model.model_name = name
         model.pretrained_cfg = cfg
         if self.checkpoint_path is not None:
@@ -287,7 +295,7 @@ def _create_named(spec: ModelSpec, request: _Request) -> nn.Module:
         model.reset_classifier(num_classes, global_pool)
     paths = apply_placements(model, placements, model_name=spec.name)
     cfg = pretrained_cfg_for(spec, num_classes=num_classes, in_chans=in_chans, options=built)
-    return request.finish(model, spec.name, paths, cfg)
+    return request.finish(model, spec.name, paths, cfg, placements)
 
 
 def _checked_num_classes(name: str, num_classes: Any) -> int:
@@ -360,4 +368,4 @@ def _create_foreign(request: _Request) -> nn.Module:
     paths = inject(model, placements, input_size=input_size) if placements else []
     model.num_classes = num_classes
     model.default_input_size = tuple(cfg["input_size"])
-    return request.finish(model, name, paths, cfg)
+    return request.finish(model, name, paths, cfg, placements)
