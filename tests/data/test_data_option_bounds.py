@@ -121,12 +121,18 @@ def test_impossible_target_size_is_refused_before_any_data_is_made(size) -> None
         VisattnDataModule("shapes", target_size=size, num_workers=0)
 
 
-def test_options_of_generated_data_are_dropped_with_a_notice_elsewhere(caplog) -> None:
+def test_options_of_generated_data_are_dropped_with_a_notice_elsewhere(caplog, monkeypatch) -> None:
     """A quickstart config switched to other data keeps shapes' target_size and clutter: the
-    source that does not read them gets them back at their defaults, and one notice names them."""
+    source that does not read them gets them back at their defaults, and one notice names them,
+    once per process (a sweep's dry run printed it 6 times)."""
+    import visattn.data.datamodule as datamodule
+
+    monkeypatch.setattr(datamodule, "_DROPPED_SAID", set())
     with caplog.at_level(logging.WARNING, logger="visattn.data.datamodule"):
         dm = VisattnDataModule("cues_key", target_size=[0.3, 0.4], noise=5.0, num_workers=0)
+        again = VisattnDataModule("cues_key", target_size=[0.3, 0.4], noise=5.0, num_workers=0)
     assert dm.hparams.target_size is None and dm.hparams.noise == 5.0  # cues reads the noise
+    assert again.hparams.target_size is None  # dropped again, without a second notice
     notices = [r.getMessage() for r in caplog.records]
     assert notices == [
         "data: option target_size of the shapes data; the 'cues_key' data does not read it, "

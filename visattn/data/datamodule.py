@@ -455,10 +455,14 @@ def _check_target_size(source: DataSource, target_size: Any) -> None:
         check_target_size(target_size)
 
 
+#: the (data set, options) notices :func:`_drop_unread_options` gave in this process
+_DROPPED_SAID: set[tuple[str, tuple[str, ...]]] = set()
+
+
 def _drop_unread_options(source: DataSource, h: dict[str, Any]) -> None:
     """Put the options of generated data that ``source`` does not read (a quickstart config
     switched to ``--data.dataset imagefolder`` keeps ``target_size``) back to their defaults,
-    with one notice that names them."""
+    with one notice that names them (once per process for a data set and those options)."""
     defaults = inspect.signature(VisattnDataModule.__init__).parameters
     unread = sorted(
         key
@@ -467,6 +471,12 @@ def _drop_unread_options(source: DataSource, h: dict[str, Any]) -> None:
     )
     if not unread:
         return
+    for key in unread:
+        h[key] = defaults[key].default
+    said = (source.name, tuple(unread))
+    if said in _DROPPED_SAID:  # a sweep builds many data modules of one setting: said once
+        return
+    _DROPPED_SAID.add(said)
     readers = [n for n in list_datasets() if set(unread) & get_source(n).generator_options]
     log.warning(
         "data: %s %s of the %s data; the %r data does not read %s, so %s dropped",
@@ -477,8 +487,6 @@ def _drop_unread_options(source: DataSource, h: dict[str, Any]) -> None:
         "it" if len(unread) == 1 else "them",
         "it is" if len(unread) == 1 else "they are",
     )
-    for key in unread:
-        h[key] = defaults[key].default
 
 
 def _check_device_augment(source: DataSource, augment: str, color_jitter: float) -> None:
