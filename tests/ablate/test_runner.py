@@ -781,3 +781,15 @@ def test_tiny_real_sweep_end_to_end(
         "spatial/seed0"
     ]
     assert [r["status"] for r in rows] == ["ok"] * 4
+
+
+def test_a_finished_run_is_reported_with_the_sweeps_metric() -> None:
+    """Issue 62 item 10: a --jobs sweep reported 'ok' without the figure, and a report line
+    said 'val/acc ?' when the sweep's metric was test/acc."""
+    from visattn.ablate.runner import _outcome
+
+    assert _outcome({"status": "ok", "test/acc": 0.5, "val/acc": 0.9}, "test/acc") == (
+        "ok, test/acc 0.5000"
+    )
+    assert _outcome({"status": "ok"}, "test/acc") == "ok, test/acc ?"
+    assert _outcome({"status": "failed", "error": "E: x"}, "test/acc") == "FAILED (E: x)"

@@ -527,6 +527,15 @@ def _train_here(session: _Session, plan: ExecutionPlan, train_fn: TrainFn) -> No
         session.record(train_and_mark(task, session.sweep, train_fn, session.echo))
 
 
+def _outcome(row: dict[str, Any], metric: str) -> str:
+    """``ok, test/acc 0.9123`` (the sweep's metric, ``?`` where the run has none) or
+    ``FAILED (why)``."""
+    if row["status"] != "ok":
+        return f"FAILED ({row.get('error')})"
+    value = row.get(metric)
+    return f"ok, {metric} {'?' if value is None else f'{value:.4f}'}"
+
+
 def _train_elsewhere(session: _Session, plan: ExecutionPlan) -> None:
     """Train the runs to do with a process per run; the driver records each row as it arrives."""
     threads = plan.threads_per_run
@@ -559,7 +568,7 @@ def _train_elsewhere(session: _Session, plan: ExecutionPlan) -> None:
         now = time.perf_counter()
         took.append(now - running.pop(task.key, session.start))
         elapsed = now - session.start
-        state = "ok" if row["status"] == "ok" else f"FAILED ({row.get('error')})"
+        state = _outcome(row, session.sweep.metric)
         session.echo(
             f"{session.tag} run {task.i}/{task.n} {row['run']}: {state} | {finished}/"
             f"{len(tasks)} done | elapsed {fmt_time(elapsed)} | ETA {fmt_time(eta(now))}"
