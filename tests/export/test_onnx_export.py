@@ -272,8 +272,31 @@ def test_every_named_model_exports_and_matches_in_onnxruntime(name: str, tmp_pat
     assert [s[1:] for s in report.checked] == [model.default_input_size] * 2
     # float32 through 20-150 layers with other kernels (onnxruntime's GEMM and conv algorithms):
     # relative differences reach ~1e-4 (botnet50 1.06e-4, its 196-token softmaxes), so 5e-4 of
-    # the output's size, twice as tight as export_onnx's own check
-    assert report.max_abs_diff < 5e-4 * max(1.0, scale)
+    # the output's size, twice as tight as export_onnx's own check; beyond that, the rounding
+    # bound: the graph no farther from a float64 run than twice PyTorch's own float32 result
+    # (cot_resnet56_cifar on the AVX2 EPYC: 6.2e-3 on outputs of 1.24, within that bound)
+    bound = 5e-4 * max(1.0, scale)
+    if report.max_abs_diff >= bound:
+        near, own = _distances_from_float64(model, report.path, gen)
+        assert near <= 2 * own + bound, f"{name}: graph {near:.3g}, PyTorch float32 {own:.3g}"
+
+
+def _distances_from_float64(
+    model: nn.Module, path: Path, gen: torch.Generator
+) -> tuple[float, float]:
+    """How far the ONNX graph (in onnxruntime) and PyTorch's float32 run are from a float64 run
+    of ``model``, at one random batch of 3."""
+    import copy
+
+    import onnxruntime as ort
+
+    x = torch.randn(3, *model.default_input_size, generator=gen)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    with torch.no_grad():
+        mine = model(x).double()
+        exact = copy.deepcopy(model).double()(x.double())
+    got = torch.as_tensor(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0])
+    return float((got.double() - exact).abs().max()), float((mine - exact).abs().max())
 
 
 # ---- command line ----------------------------------------------------------------------------
