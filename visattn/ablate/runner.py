@@ -750,10 +750,12 @@ def check_one_mode(session: _Session) -> None:
 def _check_test_checkpoint(session: _Session) -> None:
     """Refuse, once and before anything trains, a sweep that tests ``last.ckpt`` with runs that
     write no checkpoint (``trainer.fast_dev_run``)."""
-    parsed = [run for run in session.runs[:1] if _parse_error(run) is None]
-    if session.sweep.test != "last" or not parsed:
+    if session.sweep.test != "last" or not session.runs:
         return
-    trainer = parsed[0].resolved.config.get("trainer")
+    first = session.runs[0]
+    if _parse_error(first) is not None:  # check_variants reports it with the others
+        return
+    trainer = first.resolved.config.get("trainer")
     if trainer is not None and trainer.get("fast_dev_run"):
         raise ValueError(
             f"sweep {session.sweep.name}: test: last scores each run's last.ckpt, and "

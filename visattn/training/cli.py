@@ -131,6 +131,14 @@ def _default_progress_bar(config: dict[str, Any], callbacks: list[Callback]) -> 
     return [VisattnRichProgressBar() if rich else VisattnTQDMProgressBar()]
 
 
+def _as_list(value: Any) -> list[Any]:
+    """A trainer option that takes one object or a list of them (``callbacks``, ``plugins``),
+    as a new list (none for ``None``)."""
+    if value is None:
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
 def resolve_eval_transform(cfg: Namespace) -> None:
     """``--data.eval_transform TAG`` or ``model`` (the tag of ``--model.model``): the tag's
     eval transform as the mapping the data module takes, so ``config.yaml`` records it."""
@@ -277,7 +285,7 @@ class VisattnCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config[self.subcommand] if self.subcommand else self.config
-        if self._held_ckpt_path is not None:  # see parse_arguments
+        if self._held_ckpt_path is not None:  # see _hold_ckpt_path
             cfg.ckpt_path, self._held_ckpt_path = self._held_ckpt_path, None
         resolve_eval_transform(cfg)
         trainer = cfg.trainer
@@ -362,8 +370,7 @@ class VisattnCLI(LightningCLI):
                 )
                 or False
             )
-        callbacks = given.get("callbacks") or []
-        callbacks = list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
+        callbacks = _as_list(given.get("callbacks"))
         if given.get("fast_dev_run"):
             callbacks = [*callbacks, RunSummary()]
         else:
@@ -373,8 +380,7 @@ class VisattnCLI(LightningCLI):
                 run_dir = [RunDirectory(path), RememberRunIds(path), FlushLoggersOnCheckpoint()]
             callbacks = [*run_dir, *callbacks, EpochMetricsCSV(), RunSummary()]
         kwargs["callbacks"] = callbacks + _default_progress_bar(given, callbacks)
-        plugins = given.get("plugins") or []
-        plugins = list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
+        plugins = _as_list(given.get("plugins"))
         if not any(isinstance(p, CheckpointIO) for p in plugins):  # a user's own one stays
             kwargs["plugins"] = [*plugins, SealedCheckpointIO()]
         return super().instantiate_trainer(**kwargs)
