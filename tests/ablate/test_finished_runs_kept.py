@@ -185,9 +185,10 @@ def test_the_run_line_shows_the_sweeps_metric(tmp_path: Path, fake) -> None:
     lines: list[str] = []
     fake_test = fake
 
-    def with_test(args):
-        summary = fake_test(args)
+    def with_test(args, *, test=None, then=None):
+        summary = fake_test(args, test=test)
         summary["test_acc"] = 0.5
+        then(None, None, summary)
         return summary
 
     run_sweep(path, tmp_path / "out", train_fn=with_test, echo=lines.append)

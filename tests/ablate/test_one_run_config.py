@@ -16,6 +16,7 @@ import visattn.ablate.runner as runner_mod
 from visattn.ablate import run_sweep
 from visattn.ablate.job import completed, resume_point
 from visattn.ablate.sweep import load_sweep
+from visattn.models.resnet import ResNet
 from visattn.training import config as run_config
 
 CIFAR_SWEEP = REPO / "configs/ablations/cifar10_cpu.yaml"
@@ -68,6 +69,40 @@ def test_one_parse_per_run_in_the_driver_and_none_in_the_worker(
     rows = run_sweep(path, tmp_path / "out", echo=lambda s: None)  # real training, validated
     assert [r["status"] for r in rows] == ["ok"] and rows[0]["test/acc"] is not None
     assert counts == {"driver": 1, "worker": 0}
+
+
+def test_a_run_builds_its_network_at_most_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two variants, two seeds, real training with a test and the evaluation: each network is
+    built once per variant for the check before anything trains, and once per run for its fit,
+    which the test and the evaluation reuse."""
+    builds: list[str] = []
+    original = ResNet.__init__
+
+    def counted(self, *a, **k):
+        builds.append("built")
+        original(self, *a, **k)
+
+    monkeypatch.setattr(ResNet, "__init__", counted)
+    sweep = {
+        "name": "builds",
+        "base": [str(REPO / "configs/quickstart.yaml")],
+        "seeds": [0, 1],
+        "set": {**TINY_SET, "trainer.max_epochs": 1, "trainer.logger": False},
+        "test": "last",
+        "variants": [
+            {"name": "none", "set": {"model.attention": None}},
+            {"name": "se", "set": {"model.attention": {"name": "se"}}},
+        ],
+    }
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(sweep))
+    rows = run_sweep(path, tmp_path / "out", echo=lambda s: None)
+    assert [r["status"] for r in rows] == ["ok"] * 4
+    assert all(r["test/acc"] is not None and r["latency_ms"] for r in rows)
+    assert len(builds) == 2 + 4  # the two variants' checks, the four fits
+    assert len(builds) <= 2 * len(rows)
 
 
 #: every committed real-data sweep: (sweep file, results folder, the --set it ran with)

@@ -29,6 +29,7 @@ from visattn.ablate import load_sweep, overrides_to_args, run_sweep
 from visattn.ablate.__main__ import main as ablate_main
 from visattn.ablate.results import atomic_write_text
 from visattn.models.placement import placements_to_config
+from visattn.training.cli import checkpoint_to_test
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PLOTS = (
@@ -488,11 +489,11 @@ def test_an_interrupted_sweep_stops_and_loses_only_the_run_in_progress(
     )
     out = tmp_path / "out"
 
-    def train(args: list[str]) -> dict:
+    def train(args: list[str], **kw) -> dict:
         if len(fake.calls) == 2:
             fake.calls.append(args)
             raise interrupt()
-        return fake(args)
+        return fake(args, **kw)
 
     with pytest.raises((KeyboardInterrupt, SystemExit)):
         run_sweep(path, out, train_fn=train, echo=lambda s: None)
@@ -579,39 +580,47 @@ def test_report_only_computes_the_differences_for_the_baseline_as_it_is_now(
     _check_report_against_csv(out, "se")
 
 
-def test_test_subcommand_runs_on_the_best_checkpoint_when_asked(
-    tmp_path: Path, fake: FakeTrainer
+@pytest.mark.parametrize(("given", "asked"), [(True, "best"), ("best", "best"), ("last", "last")])
+def test_a_sweeps_test_is_asked_of_the_fit_itself(
+    tmp_path: Path, fake: FakeTrainer, given: object, asked: str
 ) -> None:
-    def train(args: list[str]) -> dict:
-        if args[0] == "test":
-            assert arg(args, "ckpt_path").endswith("last.ckpt")
-            assert arg(args, "trainer.default_root_dir").endswith("seed0/test")
-            return {"test_acc": 0.42}
-        return fake(args)
+    """One call per run: the fit tests its own network on the checkpoint the sweep names (no
+    second process or network for the test), and its test_acc is the row's."""
 
-    path = write_sweep(tmp_path, [{"name": "none"}], seeds=(0,), test=True)
+    def train(args: list[str], *, test=None, then=None) -> dict:
+        summary = fake(args, test=test)
+        summary["test_acc"] = {"best": 0.1, "last": 0.9}[test]
+        then(None, None, summary)
+        return summary
+
+    path = write_sweep(tmp_path, [{"name": "none"}], seeds=(0,), test=given)
     rows = run_sweep(path, tmp_path / "out", train_fn=train, echo=lambda s: None)
-    assert rows[0]["test/acc"] == 0.42
+    assert fake.tests == [asked] and len(fake.calls) == 1 and fake.calls[0][0] == "fit"
+    assert rows[0]["test/acc"] == {"best": 0.1, "last": 0.9}[asked]
     assert "test/acc (%)" in (tmp_path / "out" / "report.md").read_text()
 
 
-@pytest.mark.parametrize(("test", "ckpt"), [("best", "best.ckpt"), ("last", "last.ckpt")])
-def test_test_runs_on_the_checkpoint_the_sweep_names(
-    tmp_path: Path, fake: FakeTrainer, test: str, ckpt: str
-) -> None:
-    """``test: last`` scores the final network, whatever the best epoch on val was."""
+def test_a_sweep_without_test_asks_for_none(tmp_path: Path, fake: FakeTrainer) -> None:
+    path = write_sweep(tmp_path, [{"name": "none"}], seeds=(0,))
+    rows = run_sweep(path, tmp_path / "out", train_fn=fake, echo=lambda s: None)
+    assert fake.tests == [None] and rows[0]["test/acc"] in (None, "")
 
-    def train(args: list[str]) -> dict:
-        if args[0] == "test":
-            return {"test_acc": 0.9 if arg(args, "ckpt_path").endswith("last.ckpt") else 0.1}
-        summary = fake(args)
-        best = Path(summary["log_dir"]) / "checkpoints" / "best.ckpt"
-        best.write_bytes(b"best")
-        return {**summary, "best_ckpt": str(best)}
 
-    path = write_sweep(tmp_path, [{"name": "none"}], seeds=(0,), test=test)
-    rows = run_sweep(path, tmp_path / "out", train_fn=train, echo=lambda s: None)
-    assert rows[0]["test/acc"] == (0.9 if ckpt == "last.ckpt" else 0.1)
+@pytest.mark.parametrize(
+    ("which", "summary", "expected"),
+    [
+        ("last", {"best_ckpt": "b.ckpt", "last_ckpt": "l.ckpt"}, "l.ckpt"),
+        ("best", {"best_ckpt": "b.ckpt", "last_ckpt": "l.ckpt"}, "b.ckpt"),
+        ("best", {"best_ckpt": None, "last_ckpt": "l.ckpt"}, "l.ckpt"),
+    ],
+)
+def test_the_tested_checkpoint_is_the_one_named(which: str, summary: dict, expected: str) -> None:
+    assert checkpoint_to_test(summary, which) == expected
+
+
+def test_testing_the_last_checkpoint_of_a_fit_without_one_is_refused() -> None:
+    with pytest.raises(RuntimeError, match=r"test: last needs last.ckpt"):
+        checkpoint_to_test({"best_ckpt": "b.ckpt", "last_ckpt": None}, "last")
 
 
 @pytest.mark.parametrize("bad", ["final", 1, "yes"])
@@ -722,9 +731,9 @@ def test_tiny_real_sweep_end_to_end(
     calls: list[list[str]] = []
     real_run = real_cli.run
 
-    def counting_run(args: list[str]) -> dict:
+    def counting_run(args: list[str], **kw) -> dict:
         calls.append(args)
-        return real_run(args)
+        return real_run(args, **kw)
 
     monkeypatch.setattr(real_cli, "run", counting_run)  # the runner calls cli.run at run time
     broken = {

@@ -291,8 +291,8 @@ def test_a_sweep_folder_moved_mid_sweep_is_noticed_before_results_are_written(
     path = write_sweep(tmp_path, VARIANTS)
     out, moved = tmp_path / "out", tmp_path / "moved"
 
-    def move_during_second_run(args: list[str]) -> dict:
-        summary = fake(args)
+    def move_during_second_run(args: list[str], **kw) -> dict:
+        summary = fake(args, **kw)
         if len(fake.calls) == 2:
             shutil.move(out, moved)
         return summary
@@ -326,13 +326,13 @@ def test_a_run_cut_off_mid_training_goes_on_from_its_last_checkpoint(tmp_path: P
     path = write_sweep(tmp_path, [{"name": "none"}], seeds=(0, 1))
     out = tmp_path / "out"
 
-    def interrupted(args: list[str]) -> dict:
+    def interrupted(args: list[str], **kw) -> dict:
         if arg(args, "seed_everything") == "1":
             ckpt = Path(arg(args, "trainer.default_root_dir")) / "lightning_logs/version_0"
             (ckpt / "checkpoints").mkdir(parents=True)
             torch.save({"epoch": 1, "global_step": 6}, ckpt / "checkpoints/last.ckpt")
             raise KeyboardInterrupt
-        return fake(args)
+        return fake(args, **kw)
 
     with pytest.raises(KeyboardInterrupt):
         run_sweep(path, out, train_fn=interrupted, echo=lambda s: None)
@@ -343,13 +343,15 @@ def test_a_run_cut_off_mid_training_goes_on_from_its_last_checkpoint(tmp_path: P
 
     resumed: list[list[str]] = []
 
-    def resume(args: list[str]) -> dict:
+    def resume(args: list[str], *, test=None, then=None) -> dict:
         resumed.append(args)
         root = Path(arg(args, "trainer.default_root_dir"))
         assert (root / "lightning_logs/version_0/checkpoints/last.ckpt").is_file()  # kept
         shutil.rmtree(root / "lightning_logs")  # the fake trainer writes a fresh run
-        summary = fake([a for a in args if a != "--ckpt_path=last"])
-        return {**summary, "earlier_s": 100.0}  # the checkpoint's training time (RunSummary)
+        summary = fake([a for a in args if a != "--ckpt_path=last"], test=test)
+        summary["earlier_s"] = 100.0  # the checkpoint's training time (RunSummary)
+        then(None, None, summary)
+        return summary
 
     rows = run_sweep(path, out, train_fn=resume, echo=lambda s: None)
     assert [a[-1] for a in resumed] == ["--ckpt_path=last"]

@@ -59,9 +59,14 @@ class FakeTrainer:
 
     def __init__(self) -> None:
         self.calls: list[list[str]] = []
+        self.tests: list[str | None] = []  # what each call was asked to test when fit ends
 
-    def __call__(self, args: list[str]) -> dict[str, Any]:
+    def __call__(
+        self, args: list[str], *, test: str | None = None, then: Any = None
+    ) -> dict[str, Any]:
+        """``visattn.training.cli.run``'s signature: ``then`` sees the summary (no network)."""
         self.calls.append(args)
+        self.tests.append(test)
         attention = yaml.safe_load(arg(args, "model.attention") or "null")
         if isinstance(attention, str):  # a block name alone
             attention = {"name": attention}
@@ -81,7 +86,7 @@ class FakeTrainer:
             for e, a in enumerate(accs):
                 w.writerow([e, 1.0, 1.0, a, 1.0])
         (log_dir / "checkpoints" / "last.ckpt").write_bytes(b"ckpt")
-        return {
+        summary = {
             "log_dir": str(log_dir),
             "metrics_csv": str(log_dir / "metrics.csv"),
             "best_val_acc": max(accs),
@@ -94,6 +99,9 @@ class FakeTrainer:
             "last_ckpt": str(log_dir / "checkpoints/last.ckpt"),
             "epochs": 3,
         }
+        if then is not None:
+            then(None, None, summary)
+        return summary
 
 
 def parse_report(text: str) -> dict[str, dict[str, str]]:

@@ -217,3 +217,75 @@ def test_the_core_needs_no_optional_extra(module: str) -> None:
     """The blocks, models, datasets and export import only torch, torchvision and timm (and the
     standard library, numpy and PIL); their extras are imported where they are used."""
     assert _extras_needed(module) == frozenset()
+
+
+#: the layers, lowest first: a module imports only from its own layer or a lower one. A module
+#: takes the layer of the longest prefix listed; the package's and its subpackages' ``__init__``
+#: files and ``__main__`` modules are front doors above every layer (not listed).
+LAYERS: tuple[tuple[str, ...], ...] = (
+    (
+        "visattn._registry",
+        "visattn._values",
+        "visattn._nets",
+        "visattn._extras",
+        "visattn.constants",
+        "visattn.files",
+        "visattn.locks",
+    ),
+    ("visattn.blocks", "visattn.profile"),
+    ("visattn.models", "visattn.export"),
+    (
+        "visattn.data",
+        "visattn.integrations",
+        "visattn.visualize.maps",
+        "visattn.visualize.localization",
+        "visattn.visualize.figures",
+    ),
+    ("visattn.training",),
+    ("visattn.ablate", "visattn.visualize.command"),
+)
+
+
+def _layer(module: str) -> int | None:
+    """The layer of ``module`` (None: a front door, above every layer)."""
+    best: tuple[int, int] | None = None  # (prefix length, layer)
+    for layer, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and (
+                best is None or len(prefix) > best[0]
+            ):
+                best = (len(prefix), layer)
+    return None if best is None else best[1]
+
+
+def _front_door(module: str) -> bool:
+    """The package's ``__init__`` and ``__main__`` and those of ``visattn.visualize``, whose
+    facade lends names from the layers under it."""
+    return module in ("visattn", "visattn.visualize") or module.endswith(".__main__")
+
+
+def test_every_module_has_a_layer() -> None:
+    unplaced = [m for m in _package() if not _front_door(m) and _layer(m) is None]
+    assert not unplaced, f"modules in no layer of LAYERS: {unplaced}"
+
+
+def test_the_layer_check_sees_an_upward_import() -> None:
+    assert (
+        _layer("visattn.ablate.job")
+        > _layer("visattn.training.cli")
+        > _layer("visattn.visualize.maps")
+    )
+    assert _layer("visattn.visualize.command") > _layer("visattn.visualize.figures")
+
+
+def test_no_module_imports_a_higher_layer() -> None:
+    """Imports go down or sideways, never up: at module level and inside functions alike (a
+    lower module that needs a higher one is in the wrong place)."""
+    upward = []
+    for imp in _all_imports():
+        inner = _module(imp.target)
+        if inner is None or _front_door(imp.source.module) or _front_door(inner):
+            continue
+        if _layer(inner) > _layer(imp.source.module):
+            upward.append(f"{imp} (layer {_layer(imp.source.module)} -> {_layer(inner)})")
+    assert not upward, "imports of a higher layer:\n" + "\n".join(upward)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pickle
 from pathlib import Path
@@ -50,6 +51,8 @@ def test_a_yaml_flags_and_a_sweep_set_give_byte_identical_dumps(tmp_path: Path) 
         name: run_config.RunConfig.parse(args).canonical_dump() for name, args in routes.items()
     }
     assert len(set(dumps.values())) == 1, dumps
+    specs = [run_config.RunConfig.parse(args).spec for args in routes.values()]
+    assert specs[0] == specs[1] == specs[2]
     dump = dumps["yaml"]
     assert "model.lr: 0.05\n" in dump and '"args": {"reduction": 8}' in dump
     assert "data.root" not in dump and "config:" not in dump  # locations are not settings
@@ -72,6 +75,32 @@ def test_settings_name_a_changed_option_with_the_default_it_left() -> None:
     assert run_config.describe_changes(base.settings, changed.settings) == base.describe_changes(
         changed
     )
+
+
+def test_a_run_spec_is_a_typed_frozen_value_compared_in_its_canonical_form() -> None:
+    spec = run_config.RunConfig.parse(["fit", *overrides_to_args(OPTIONS)]).spec
+    # another spelling of the same placement and a location: the same spec
+    respelt = {
+        **OPTIONS,
+        "model.attention": [{**OPTIONS["model.attention"], "position": "standard"}],
+    }
+    moved = run_config.RunConfig.parse(
+        ["fit", *overrides_to_args(respelt), "--data.root=/elsewhere", "--data.num_workers=3"]
+    ).spec
+    assert moved == spec and spec.changes(moved) == ""
+    changed = run_config.RunConfig.parse(
+        ["fit", *overrides_to_args({**OPTIONS, "model.lr": 0.2, "seed_everything": 4})]
+    ).spec
+    assert changed != spec
+    assert spec.changes(changed) == "model.lr: 0.05 -> 0.2; seed_everything: 0 -> 4"
+    assert (spec.seed, changed.seed) == (0, 4)
+    assert spec.value("model.lr") == 0.05 and spec.value("model.momentum") == 0.9  # default
+    assert spec.attention == [{"name": "se", "args": {"reduction": 8}, "stages": [2, 3]}]
+    assert dict(spec.model)["model.lr"] == "0.05" and spec.value("model.model") == "resnet20_cifar"
+    assert dict(spec.trainer) == {"trainer.max_epochs": "7"}
+    assert run_config.RunSpec.from_json(spec.to_json()) == spec
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.model = ()  # a value
 
 
 def test_a_run_config_travels_pickled_and_derives_without_parsing(

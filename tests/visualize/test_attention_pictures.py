@@ -10,7 +10,8 @@ import torch
 from helpers.paths import REPO
 
 import visattn
-from visattn.visualize import MAX_COLS, PANEL_PX, attention_panels, visualize, visualize_model
+from visattn.visualize import MAX_COLS, PANEL_PX, attention_panels, visualize_model
+from visattn.visualize.command import main, visualize
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -114,8 +115,6 @@ def test_visualize_from_a_training_checkpoint(
     for p in paths:
         assert _png_size(p) == (size[0] * PANEL_PX, size[1] * PANEL_PX)
     # the command line does the same
-    from visattn.visualize import main
-
     assert main(["--ckpt", ckpt, "--out", str(tmp_path / "cli"), "--indices", "5"]) == 0
     assert _png_size(tmp_path / "cli" / "attention_val00005.png") == (
         size[0] * PANEL_PX,

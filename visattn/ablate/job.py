@@ -44,7 +44,7 @@ from ..training import config as run_config
 from ..training.load import load_run, load_weights
 from ..training.resume import checkpoint_progress, find_last_checkpoint
 from ..visualize.localization import score_gradcam, score_model
-from .resolve import build_run, error_summary
+from .resolve import error_summary
 from .results import read_results
 from .sweep import Run, Sweep, load_sweep
 
@@ -66,7 +66,9 @@ MARKER = "result.json"
 CHANGED = "its settings changed: "
 #: written when a run starts: its settings, so a run cut off later can resume if they still hold
 STARTED = "started.json"
-TrainFn = Callable[[list[str]], dict[str, Any]]
+#: how a run trains: ``visattn.training.cli.run``'s signature (``args``, then ``test`` and
+#: ``then`` by keyword)
+TrainFn = Callable[..., dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -328,13 +330,13 @@ def completed(run: Run, out: Path) -> tuple[dict[str, Any] | None, str]:
 
 @torch.no_grad()
 def evaluate_run(
-    summary: dict[str, Any], sweep: Sweep, resolved: Sequence[str] | None = None
+    summary: dict[str, Any], sweep: Sweep, built: tuple[Any, Any] | None = None
 ) -> dict[str, Any]:
     """Columns measured on the trained network of one run (``summary`` from ``cli.run``).
 
-    Loads the best (else the last) checkpoint into the network and data module built from the
-    run's ``resolved`` options (:func:`~visattn.ablate.resolve.build_run`; nothing parsed), or
-    without them with :func:`~visattn.training.load.load_run` (rebuilt from the
+    Loads the best (else the last) checkpoint into ``built``, the run's own
+    ``(ClassificationModule, VisattnDataModule)`` (the ones it trained: nothing is built
+    again), or without them with :func:`~visattn.training.load.load_run` (rebuilt from the
     hyper-parameters saved in the checkpoint), then measures
     latency at batch 1 and at ``sweep.profile["batch"]`` (``visattn.profile.measure_latency``,
     eval mode, the validation images' size) and, when the validation set has ``boxes``, the
@@ -351,7 +353,7 @@ def evaluate_run(
             "the run saved no checkpoint; the sweep needs one to measure the trained network "
             "(keep trainer.enable_checkpointing on)"
         )
-    loaded = load_run(ckpt) if resolved is None else load_weights(*build_run(resolved), ckpt)
+    loaded = load_run(ckpt) if built is None else load_weights(*built, ckpt)
     net, hp, dm = loaded.net, loaded.hparams, loaded.datamodule
     dm.setup("validate")
     val = dm.val_dataset
@@ -421,15 +423,6 @@ def _last_losses(metrics_csv: str | None) -> dict[str, float | None]:
     return {"train/loss": last.get("train/loss"), "val/loss": last.get("val/loss")}
 
 
-def _tested_checkpoint(summary: dict[str, Any], which: str) -> str | None:
-    """The checkpoint ``test`` runs on: the final network (``"last"``) or the best by val/acc."""
-    if which == "last":
-        if not summary.get("last_ckpt"):
-            raise RuntimeError("test: last needs last.ckpt (keep checkpoint.save_last on)")
-        return summary["last_ckpt"]
-    return summary.get("best_ckpt") or summary.get("last_ckpt")
-
-
 def _train_one(
     run: Run, sweep: Sweep, out: Path, train_fn: TrainFn, resume: bool = False
 ) -> dict[str, Any]:
@@ -439,16 +432,17 @@ def _train_one(
     without a marker so that the next pass retries it."""
     row: dict[str, Any] = {"run": run.key, "variant": run.variant, "seed": run.seed}
     t0 = time.perf_counter()
+    measured: dict[str, Any] = {}
+
+    def evaluate(module: Any, datamodule: Any, summary: dict[str, Any]) -> None:
+        measured["wall"] = time.perf_counter() - t0 + (summary.get("earlier_s") or 0.0)
+        measured["cols"] = evaluate_run(summary, sweep, (module, datamodule))
+
     try:
         args = run.resolved
-        summary = train_fn(args.but(options={"ckpt_path": "last"}) if resume else args)
-        if sweep.test and summary.get("test_acc") is None:
-            ckpt = _tested_checkpoint(summary, sweep.test)
-            test_root = str(run.root / "test")
-            test = args.but("test", {"trainer.default_root_dir": test_root, "ckpt_path": ckpt})
-            summary["test_acc"] = train_fn(test).get("test_acc")
-        wall = time.perf_counter() - t0 + (summary.get("earlier_s") or 0.0)
-        cols = evaluate_run(summary, sweep, args)
+        given = args.but(options={"ckpt_path": "last"}) if resume else args
+        summary = train_fn(given, test=sweep.test or None, then=evaluate)
+        wall, cols = measured["wall"], measured["cols"]
     except Exception as exc:
         row.update(status="failed", error=error_summary(exc), wall_s=time.perf_counter() - t0)
         return row

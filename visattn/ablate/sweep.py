@@ -20,9 +20,9 @@ that backbone's plain version in one sweep), a variant's ``match`` (an equal-bud
 ``{name: resnet20_wide, match: {params: resnet20_gsop}}`` trains the variant's baseline with its
 channels widened until it has as many parameters, or ``macs``, as ``resnet20_gsop``, within 2%;
 see :func:`visattn.ablate.resolve.match_width`),
-``test`` (also run the ``test`` subcommand when ``fit`` did not test: ``true`` or ``best`` on
-the best checkpoint by val/acc, ``last`` on the final network, so that nothing is chosen on the
-data that val/acc is measured on),
+``test`` (test each run's network when its fit ends, in the same process: ``true`` or ``best``
+on the best checkpoint by val/acc, ``last`` on the final network, so that nothing is chosen on
+the data that val/acc is measured on),
 ``profile`` (``{device, batch, warmup, repeats}`` of the latency measurement), ``localization``
 (``{max_images, tolerance}`` or ``false``), ``order`` (``variant``, the default: every seed of
 a variant, then the next variant; ``seed``: every variant of a seed, then the next seed, so that

@@ -30,7 +30,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +80,32 @@ from .resume import (
     next_version,
 )
 
-__all__ = ["SaveConfigInRun", "VisattnCLI", "cli_main", "resolve_eval_transform", "run"]
+__all__ = [
+    "TESTED_CHECKPOINTS",
+    "SaveConfigInRun",
+    "VisattnCLI",
+    "checkpoint_to_test",
+    "cli_main",
+    "resolve_eval_transform",
+    "run",
+]
+
+#: the checkpoints a fit can be tested on when it ends (:func:`run`'s ``test``): the final
+#: network, or the best by ``val/acc`` (the last where none was ranked)
+TESTED_CHECKPOINTS = ("best", "last")
+
+
+def checkpoint_to_test(summary: dict[str, Any], which: str) -> str | None:
+    """The checkpoint of a finished fit (``summary``: :func:`run`'s) that ``which`` names.
+
+    Raises:
+        RuntimeError: ``"last"`` for a fit that wrote no ``last.ckpt``.
+    """
+    if which == "last":
+        if not summary.get("last_ckpt"):
+            raise RuntimeError("test: last needs last.ckpt (keep checkpoint.save_last on)")
+        return summary["last_ckpt"]
+    return summary.get("best_ckpt") or summary.get("last_ckpt")
 
 
 def _local_ckpt_path(cfg: Namespace) -> str | None:
@@ -187,7 +212,8 @@ class SaveConfigInRun(SaveConfigCallback):
 class VisattnCLI(LightningCLI):
     """LightningCLI for visattn (see the module docstring)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, test_after_fit: str | None = None, **kwargs: Any) -> None:
+        self._test_after_fit = test_after_fit  # a fit's checkpoint to test when it ends
         self._logger_spec: Any = None  # --trainer.logger, built in instantiate_trainer
         self._root: Path | None = None  # --trainer.default_root_dir
         self._resuming = False  # --ckpt_path last: the run and its logger runs continue
@@ -385,6 +411,19 @@ class VisattnCLI(LightningCLI):
             kwargs["plugins"] = [*plugins, SealedCheckpointIO()]
         return super().instantiate_trainer(**kwargs)
 
+    def after_fit(self) -> None:
+        """LightningCLI's ``after_<subcommand>`` hook: with ``test_after_fit`` (``"best"`` or
+        ``"last"``) the same trainer tests the fitted module on that checkpoint (its seal
+        checked as every read's), so one network serves both; the summary stays the fit's,
+        with its ``test_acc``."""
+        if self._test_after_fit is None:
+            return
+        summary = next(c for c in self.trainer.callbacks if isinstance(c, RunSummary))
+        fitted = dict(summary.summary)
+        ckpt = checkpoint_to_test(fitted, self._test_after_fit)
+        self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt)
+        summary.summary = {**fitted, "test_acc": summary.summary.get("test_acc")}
+
     @property
     def summary(self) -> dict[str, Any]:
         """The run's summary (see :func:`run`)."""
@@ -456,7 +495,12 @@ def resolved_namespace(args: Any) -> Namespace | None:
     return namespace if isinstance(args, tuple) and isinstance(namespace, Namespace) else None
 
 
-def run(args: Sequence[str]) -> dict[str, Any]:
+def run(
+    args: Sequence[str],
+    *,
+    test: str | None = None,
+    then: Callable[[ClassificationModule, VisattnDataModule, dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
     """Run one subcommand in-process, exactly as ``python train_cls.py <args>`` would; a
     :class:`~visattn.training.config.RunConfig` is taken as resolved, without parsing it
     again.
@@ -464,12 +508,19 @@ def run(args: Sequence[str]) -> dict[str, Any]:
     Example: ``run(["fit", "--config", "configs/quickstart.yaml", "--trainer.max_epochs=2",
     "--trainer.default_root_dir=DIR", '--model.attention={"name": "se"}'])``.
 
+    Args:
+        test: for ``fit``, test the network when the fit ends on its ``"best"`` or ``"last"``
+            checkpoint (:data:`TESTED_CHECKPOINTS`), in the same process and trainer: the
+            network is built once for both (``test_acc`` in the summary).
+        then: called with the run's module, data module and summary once the subcommand (and
+            its test) ended, to measure the trained network without building it again.
+
     Returns:
         ``log_dir``, ``metrics_csv`` (None when no epoch ran, e.g. ``test``), ``best_val_acc``,
-        ``best_epoch``, ``last_val_acc``, ``test_acc`` (``test`` only), ``params``, ``macs`` (per
-        image at the data's image size), ``wall_s`` (a resumed ``fit``'s counts the earlier
-        pieces, ``earlier_s``), ``best_ckpt``, ``last_ckpt``, ``epochs`` (completed, counting
-        those before a resume).
+        ``best_epoch``, ``last_val_acc``, ``test_acc`` (``test``, or ``fit`` with ``test``),
+        ``params``, ``macs`` (per image at the data's image size), ``wall_s`` (a resumed
+        ``fit``'s counts the earlier pieces, ``earlier_s``; a test after the fit is not in it),
+        ``best_ckpt``, ``last_ckpt``, ``epochs`` (completed, counting those before a resume).
 
     Raises:
         Errors propagate: argument errors as ``jsonargparse.ArgumentError`` (no ``SystemExit``),
@@ -477,9 +528,16 @@ def run(args: Sequence[str]) -> dict[str, Any]:
     """
     if not args or args[0] not in ("fit", "test"):
         raise ValueError(f"run() needs the subcommand 'fit' or 'test' first; got {args!r}")
+    if test is not None and (args[0] != "fit" or test not in TESTED_CHECKPOINTS):
+        raise ValueError(
+            f"run(test=...) tests a fit on one of {TESTED_CHECKPOINTS}; got {test!r} for "
+            f"{args[0]!r}"
+        )
     given = args if resolved_namespace(args) is not None else list(args)
-    cli = VisattnCLI(args=given, parser_kwargs={"exit_on_error": False})
+    cli = VisattnCLI(args=given, parser_kwargs={"exit_on_error": False}, test_after_fit=test)
     summary = dict(cli.summary)
     if not summary:
         raise RuntimeError(f"subcommand {args[0]!r} produced no summary")
+    if then is not None:
+        then(cli.model, cli.datamodule, summary)
     return summary

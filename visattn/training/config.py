@@ -16,17 +16,20 @@ second parse). :attr:`RunConfig.settings` is the run's canonical form: every opt
 differs from the parser's default, as ``{dotted key: JSON}``, leaving out the options that only
 say where files live (:data:`LOCATION_KEYS`). Any two routes to the same options (a YAML file,
 the same values as flags, a sweep's ``set``) give the same settings and the same
-:meth:`RunConfig.canonical_dump`; a sweep's completion marker records them, and
-:func:`same_settings` compares a marker with a run, recognising the markers written before this
-module existed.
+:meth:`RunConfig.canonical_dump`, and the same :class:`RunSpec` (the settings as a typed, frozen
+value: ``!=`` is "changed", :meth:`RunSpec.changes` says how); a sweep's completion marker
+records them, and :func:`changed_settings` compares a marker with a run, recognising the
+markers written before this module existed.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import yaml
@@ -55,6 +58,7 @@ __all__ = [
     "SETTINGS_FORMAT",
     "Built",
     "RunConfig",
+    "RunSpec",
     "canonical_settings",
     "changed_settings",
     "describe_changes",
@@ -219,6 +223,11 @@ class RunConfig(tuple):
         """What decides the run's result (:func:`settings` of its options)."""
         return settings(self.config, self.subcommand)
 
+    @property
+    def spec(self) -> RunSpec:
+        """What the run computes, as a :class:`RunSpec` (its :attr:`settings`, typed)."""
+        return RunSpec.of(self.settings)
+
     def canonical_dump(self) -> str:
         """:attr:`settings` as YAML text (one ``key: JSON`` line each): equal options, equal
         bytes."""
@@ -240,6 +249,87 @@ class RunConfig(tuple):
         instantiate = getattr(parser, "instantiate", None) or parser.instantiate_classes  # renamed
         init = instantiate(namespace)[sub]  # in jsonargparse 4.49
         return Built(init.model, init.data, namespace[sub])
+
+
+#: a section of a :class:`RunSpec`: ``(dotted key, JSON)`` pairs, sorted
+Section = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What a run computes, as an immutable value: its settings (:func:`settings`: the resolved
+    options that differ from the defaults, placements in their normal form, without where files
+    live or how the run executes) in typed sections.
+
+    Two specs are equal when their canonical forms are: ``a != b`` is "the settings changed",
+    and :meth:`changes` says how (``key: old -> new; ...``). A YAML file, the same options as
+    flags and a sweep's ``set`` give equal specs; a spec travels as JSON (:meth:`to_json`).
+
+    - ``model``: ``model.*``, the network with its placements, the optimizer and the schedule;
+    - ``data``: ``data.*``; ``trainer``: ``trainer.*``; ``checkpoint``: ``checkpoint.*``;
+    - ``other``: the rest (``seed_everything``, ``ckpt_path``).
+    """
+
+    model: Section = ()
+    data: Section = ()
+    trainer: Section = ()
+    checkpoint: Section = ()
+    other: Section = ()
+
+    @classmethod
+    def of(cls, flat: Mapping[str, str]) -> RunSpec:
+        """The spec of settings ``flat`` (``{dotted key: JSON}``, a run's or a marker's), put in
+        :func:`canonical_settings` form first."""
+        sections: dict[str, list[tuple[str, str]]] = {f.name: [] for f in dataclasses.fields(cls)}
+        for key, value in canonical_settings(flat).items():
+            head = key.split(".")[0]
+            sections[head if head in sections and head != "other" else "other"].append(
+                (key, value)
+            )
+        return cls(**{name: tuple(pairs) for name, pairs in sections.items()})
+
+    @classmethod
+    def of_record(cls, record: Mapping[str, Any]) -> RunSpec:
+        """The spec a marker or a run's start record was written with (an older visattn's
+        record resolved as one config, :func:`changed_settings`).
+
+        Raises:
+            UntrustedClassError: the record names a class outside the trusted packages.
+            ValueError, jsonargparse.ArgumentError: the record no longer resolves.
+        """
+        return cls.of(_settings_of_record(record))
+
+    @property
+    def settings(self) -> dict[str, str]:
+        """The flat canonical form, ``{dotted key: JSON}``, sorted."""
+        pairs = [pair for f in dataclasses.fields(self) for pair in getattr(self, f.name)]
+        return dict(sorted(pairs))
+
+    def value(self, key: str) -> Any:
+        """The option ``key`` (dotted) as the run has it: its setting, else the default."""
+        given = self.settings
+        return json.loads(given[key]) if key in given else _default_leaves("fit").get(key)
+
+    @property
+    def seed(self) -> int | None:
+        """``seed_everything``."""
+        return self.value("seed_everything")
+
+    @property
+    def attention(self) -> list[dict[str, Any]]:
+        """The placements, in their normal form (``[]``: the plain network)."""
+        return self.value("model.attention") or []
+
+    def changes(self, other: RunSpec) -> str:
+        """``key: this -> other; ...`` for every setting that differs (``""``: equal)."""
+        return describe_changes(self.settings, other.settings)
+
+    def to_json(self) -> str:
+        return json.dumps(self.settings, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunSpec:
+        return cls.of(json.loads(text))
 
 
 # --------------------------------------------------------------------------- canonical form
@@ -372,12 +462,13 @@ def _settings_of_record(record: Mapping[str, Any]) -> dict[str, str]:
 
 def changed_settings(record: Mapping[str, Any], current: Mapping[str, str]) -> str:
     """What differs between the settings the marker or start record ``record`` was written with
-    and ``current`` (``key: old -> new; ...``); ``""`` when nothing does. Both sides are
-    compared in :func:`canonical_settings` form."""
+    and ``current`` (``key: old -> new; ...``); ``""`` when nothing does: their
+    :class:`RunSpec` compared with ``!=``."""
     try:
-        old = _settings_of_record(record)
+        old = RunSpec.of_record(record)
     except UntrustedClassError:
         raise  # a record that would import foreign code stops the sweep, nothing is replaced
     except Exception as exc:  # an option that no longer exists, a record from long ago
         return f"its recorded settings no longer resolve ({str(exc).splitlines()[0]})"
-    return describe_changes(old, canonical_settings(current))
+    new = RunSpec.of(current)
+    return old.changes(new) if old != new else ""

@@ -6,12 +6,14 @@
 * :mod:`visattn.visualize.localization`: does a map look at the right place? The pointing game
   and the energy in a target's box, for attention maps and for Grad-CAM; the ablation runner's
   ``loc/*`` and ``gradcam/*`` columns.
-* :mod:`visattn.visualize.figures`: matplotlib pictures of a checkpoint's validation images
-  (``python -m visattn.visualize --ckpt PATH --out DIR``) or of a network in memory.
+* :mod:`visattn.visualize.figures`: matplotlib pictures of a network in memory.
+* :mod:`visattn.visualize.command`: ``python -m visattn.visualize --ckpt PATH --out DIR``, the
+  pictures of a training checkpoint's validation images (:func:`~.command.visualize`).
 
-The first two sit below :mod:`visattn.training` and need torch, torchvision and the blocks (and
-the ``grad-cam`` package for Grad-CAM); the figures need matplotlib, and loading a checkpoint
-needs the ``train`` extra, so their names load on first use.
+The first three sit below :mod:`visattn.training` and need torch, torchvision and the blocks
+(and the ``grad-cam`` package for Grad-CAM; matplotlib for the figures, whose names load on
+first use); the command sits above it (reading a checkpoint needs the ``train`` extra) and is
+imported from its own module.
 """
 
 from __future__ import annotations
@@ -52,4 +54,9 @@ def __getattr__(name: str) -> Any:
 
         if name in figures.__all__:
             return getattr(figures, name)
+    if name in ("visualize", "main"):  # above training: not loaded from below it
+        raise AttributeError(
+            f"visattn.visualize.{name} is visattn.visualize.command.{name} (it reads "
+            "checkpoints: the train extra)"
+        )
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,9 +1,9 @@
 """``python -m visattn.visualize --ckpt PATH --out DIR``: attention pictures of a checkpoint's
-validation images (:func:`visattn.visualize.figures.visualize`)."""
+validation images (:func:`visattn.visualize.command.visualize`)."""
 
 import sys
 
-from .figures import main
+from .command import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,9 +1,9 @@
-"""Pictures of what attention blocks look at, from a checkpoint or a network in memory.
+"""Pictures of what attention blocks look at, for a network in memory.
 
-``python -m visattn.visualize --ckpt PATH --out DIR`` (or :func:`visualize`) loads a training
-checkpoint (:func:`visattn.training.load.load_run`: the network and the data module rebuilt from
-the hyper-parameters saved in it), runs a few validation images through the network
-inside :func:`visattn.capture_attention` and writes one PNG per image, a grid of panels:
+:func:`visualize_model` runs images through the network inside
+:func:`visattn.capture_attention` and writes one PNG per image, a grid of panels (``python -m
+visattn.visualize --ckpt PATH --out DIR``, :mod:`visattn.visualize.command`, draws a training
+checkpoint's validation images with it):
 
 * the image (with the target's box when the data set has ``boxes``, and label / prediction),
 * one panel per block with a spatial map, ``(N, 1, h, w)`` spatial gates and ``(N, C, h, w)``
@@ -27,11 +27,9 @@ below :mod:`visattn.training`, whose ``AttentionPictures`` callback logs them.
 
 from __future__ import annotations
 
-import argparse
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import matplotlib
 
@@ -45,15 +43,13 @@ from matplotlib.patches import Rectangle
 
 from .._nets import last_stage
 from .localization import gradcam as _gradcam
-from .maps import attention_panels, run_and_capture, validation_pictures
+from .maps import attention_panels, run_and_capture
 
 __all__ = [
     "MAX_COLS",
     "PANEL_PX",
     "attention_figures",
-    "main",
     "plot_attention",
-    "visualize",
     "visualize_model",
 ]
 
@@ -269,73 +265,3 @@ def visualize_model(
         plt.close(fig)
         paths.append(path)
     return paths
-
-
-def visualize(
-    ckpt_path: str | Path,
-    out_dir: str | Path,
-    num_images: int = 4,
-    *,
-    indices: Sequence[int] | None = None,
-    data_overrides: Mapping[str, Any] | None = None,
-    device: str = "cpu",
-) -> list[Path]:
-    """Attention pictures of validation images for a training checkpoint.
-
-    Args:
-        ckpt_path: a checkpoint written by train_cls.py (or the ablation runner).
-        out_dir: output folder; files ``attention_val<index>.png``.
-        num_images: how many validation images (the first ones) when ``indices`` is not given.
-        indices: validation-set indices to draw.
-        data_overrides: data-module options to change, e.g. ``{"root": "/data/cifar"}`` when
-            the data lives elsewhere than at training time.
-        device: where to run the network.
-
-    Returns:
-        The PNG paths, one per image.
-    """
-    from ..training.load import load_run  # the train extra, needed for checkpoints only
-
-    loaded = load_run(ckpt_path, data_overrides=data_overrides, device=device)
-    net, dm = loaded.net, loaded.datamodule
-    if dm is None:
-        raise ValueError(f"{ckpt_path} holds no data-module options to draw validation images from")
-    dm.setup("validate")
-    if indices is None:
-        if num_images < 1:
-            raise ValueError(f"num_images must be >= 1, got {num_images}")
-        indices = list(range(min(num_images, len(dm.val_dataset))))
-    pictures = validation_pictures(dm, indices)
-    return visualize_model(
-        net,
-        pictures.pop("images"),
-        out_dir,
-        names=[f"attention_val{i:05d}" for i in indices],
-        **pictures,
-    )
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m visattn.visualize",
-        description="Write attention-map pictures of validation images for a checkpoint.",
-    )
-    parser.add_argument("--ckpt", required=True, help="checkpoint written by train_cls.py")
-    parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--num-images", type=int, default=4)
-    parser.add_argument("--indices", type=int, nargs="+", help="validation indices to draw")
-    parser.add_argument("--data-root", help="data root, when it moved since training")
-    parser.add_argument("--device", default="cpu")
-    args = parser.parse_args(argv)
-    overrides = {"root": args.data_root} if args.data_root else None
-    paths = visualize(
-        args.ckpt,
-        args.out,
-        args.num_images,
-        indices=args.indices,
-        data_overrides=overrides,
-        device=args.device,
-    )
-    for p in paths:
-        print(p)
-    return 0
