@@ -1,4 +1,5 @@
-"""The CIFAR-10 leaderboard of the zoo, generated from the sweep's results.
+"""The CIFAR-10 leaderboard of the zoo and the regimes that test it, generated from the sweeps'
+results.
 
     python docs/make_leaderboard.py           # docs/leaderboard.md, its plots, the README table
     python docs/make_leaderboard.py --check   # exit 1 when a written file differs from its data
@@ -14,6 +15,10 @@ family from the registry, and writes:
   difference to the plain network with its 95% interval, the detectable difference, the Holm
   p-value and whether the difference is resolved; the capacity control (GSoP against ResNet-20
   widened to its parameters); what the table can and cannot tell, from the same figures;
+* the same page, after it: a table for each other regime of :data:`REGIMES` (CIFAR-10 at 30
+  epochs, Imagenette at 112 px; each from its own sweep's ``results.csv``, with its own Holm
+  family), and "What holds across regimes": every comparison resolved in any table, its Δ in
+  each table where it ran, whether its sign holds and where it resolves;
 * ``docs/assets/leaderboard/``: a forest plot of the paired differences and accuracy against
   cost (step time and MACs);
 * the README's compact table, between ``<!-- leaderboard:start -->`` and ``<!-- leaderboard:end
@@ -100,6 +105,67 @@ class Row:
 Pairs = Mapping[tuple[str, str], Row]
 
 
+@dataclass(frozen=True)
+class Regime:
+    """One table of the page: a sweep, its results folder, the network its variants train
+    and their names' common prefix (a block in two regimes is the same name after it:
+    ``resnet20_gsop``, ``resnet18h_gsop``)."""
+
+    title: str
+    sweep: Path
+    results: Path
+    prefix: str
+    network: str
+    steps: Path | None = None
+    #: where its data is (``data.root``): the width-matched control's runs resolve with it
+    data: Path | None = None
+
+    @property
+    def extra(self) -> dict[str, str]:
+        """The ``--set`` the sweep's runs are resolved with here (the data's place)."""
+        return {} if self.data is None else {"data.root": str(self.data)}
+
+    @property
+    def baseline(self) -> str:
+        return f"{self.prefix}none"
+
+    @property
+    def pairs(self) -> dict[tuple[str, str], str]:
+        """:data:`PAIRS` under this regime's names."""
+        return {
+            (self.prefix + a[len(CIFAR_PREFIX) :], self.prefix + b[len(CIFAR_PREFIX) :]): label
+            for (a, b), label in PAIRS.items()
+        }
+
+    def comparison(self, variant: str) -> str:
+        """The name a comparison has in every regime: the variant without the prefix, or
+        ``a - b`` for a pair's row."""
+        return " - ".join(v.strip()[len(self.prefix) :] for v in variant.split(" - "))
+
+
+CIFAR_PREFIX = "resnet20_"
+#: the page's tables: the leaderboard (every block) first, then the regimes that test its
+#: findings
+REGIMES = (
+    Regime("CIFAR-10, 10 epochs", SWEEP, RESULTS, CIFAR_PREFIX, "ResNet-20", STEPS),
+    Regime(
+        "CIFAR-10, 30 epochs",
+        ROOT / "configs" / "ablations" / "cifar10_long_cpu.yaml",
+        ROOT / "benchmarks" / "results" / "cifar10_long_cpu",
+        CIFAR_PREFIX,
+        "ResNet-20",
+    ),
+    Regime(
+        "Imagenette, 112 px",
+        ROOT / "configs" / "ablations" / "imagenette112_cpu.yaml",
+        ROOT / "benchmarks" / "results" / "imagenette112",
+        "resnet18h_",
+        "half-width ResNet-18",
+        data=ROOT.parent / "shared" / "data" / "imagenette-112",
+    ),
+)
+
+
 def _attention_names(spec: Any) -> list[str]:
     from visattn.models.placement import normalize_placements
 
@@ -148,17 +214,17 @@ def _placements(spec: Any) -> list[tuple[str, str]]:
     return out
 
 
-def _describe(variant: Any) -> tuple[str, str]:
+def _describe(variant: Any, network: str = "ResNet-20") -> tuple[str, str]:
     """``(label, family)`` of a sweep variant, from its attention spec and the registry: the
     blocks and where they sit (``+ `simam` at `inner`, every block``)."""
     import visattn
 
     if variant.match is not None:
-        return f"ResNet-20, wider, at `{variant.match[1]}`'s {variant.match[0]}", "control"
+        return f"{network}, wider, at `{variant.match[1]}`'s {variant.match[0]}", "control"
     spec = variant.overrides.get("model.attention")
     names = sorted(set(_attention_names(spec)))
     if not names:
-        return "ResNet-20", "none"
+        return network, "none"
     families = sorted({visattn.block_info(n).family for n in names})
     where = "; ".join(f"`{p}`, {w}" for p, w in _placements(spec))
     return "+ " + ", ".join(f"`{n}`" for n in names) + f" at {where}", "/".join(families)
@@ -173,25 +239,34 @@ def read_steps(path: Path = STEPS) -> dict[str, float]:
 
 
 def build_rows(
-    results: Path = RESULTS, steps: Path = STEPS
+    results: Path = RESULTS, steps: Path | None = STEPS, regime: Regime = REGIMES[0]
 ) -> tuple[list[Row], dict[tuple[str, str], Row], dict]:
-    """The leaderboard's rows (sorted by mean, best first), the comparisons of :data:`PAIRS`
-    whose both sides have finished runs (each a :class:`Row` of differences) and facts for the
-    text."""
+    """The rows of ``regime``'s table (sorted by mean, best first; its results read from
+    ``results``), the comparisons of :data:`PAIRS` whose both sides have finished runs (each a
+    :class:`Row` of differences) and facts for the text. Holm's correction runs over the
+    table's own comparisons. A regime without a ``results.csv`` yet has no rows."""
     from visattn.ablate.report import compare, summarize
     from visattn.ablate.results import read_results
     from visattn.ablate.stats import holm
 
-    sweep = load_sweep_file()
+    sweep = load_sweep_file(regime.sweep)
     variants = {v.name: v for v in sweep.variants}
-    check_results(results, sweep)
-    rows_in = read_results(results / "results.csv")
+    if (results / "results.csv").is_file():
+        if regime.data is not None and not regime.data.is_dir():
+            raise ValueError(
+                f"{regime.title}: its data is not at {regime.data}; the width-matched "
+                f"control's runs in {results} resolve with it (the network's class count)"
+            )
+        check_results(results, sweep, regime.extra)
+        rows_in = read_results(results / "results.csv")
+    else:
+        rows_in = []
     summaries = {s.name: s for s in summarize(rows_in)}
-    ratios = read_steps(steps)
-    comparisons = compare(list(summaries.values()), BASELINE, METRIC)
+    ratios = read_steps(steps) if steps is not None else {}
+    comparisons = compare(list(summaries.values()), regime.baseline, METRIC) if rows_in else {}
     rows = []
     for name, s in summaries.items():
-        label, family = _describe(variants[name])
+        label, family = _describe(variants[name], regime.network)
         st = s.stats[METRIC]
         row = Row(
             name,
@@ -210,19 +285,23 @@ def build_rows(
             row.diff, row.low, row.high = 100 * p.diff, 100 * p.low, 100 * p.high
             row.pairs, row.detectable, row.p = p.n, 100 * p.detectable, p.t_p
         rows.append(row)
-    pairs = {k: row for k in PAIRS if (row := _pair_row(summaries, k)) is not None}
+    pairs = {
+        k: row
+        for k, label in regime.pairs.items()
+        if (row := _pair_row(summaries, k, label)) is not None
+    }
     family = {r.variant: r.p for r in [*rows, *pairs.values()] if not math.isnan(r.p)}
     adjusted = holm(family)
     for r in [*rows, *pairs.values()]:
         r.holm = adjusted.get(r.variant, math.nan)
     rows.sort(key=lambda r: -r.mean)
-    step_md = read_step_md(steps)
+    step_md = read_step_md(steps) if steps is not None else {}
     facts = {
         "planned": len(sweep.seeds) * len(sweep.variants),
         "ok": sum(r["status"] == "ok" for r in rows_in),
         "seeds": len(sweep.seeds),
         "comparisons": len(family),
-        "train_acc": _final_train_acc(results, rows_in, BASELINE),
+        "train_acc": _final_train_acc(results, rows_in, regime.baseline),
         "step_run": _step_run(step_md),
         "step_cpu": step_md.get("cpu", "a machine not recorded"),
         "step_elsewhere": _elsewhere(ratios, step_md),
@@ -234,18 +313,18 @@ def build_rows(
     return rows, pairs, facts
 
 
-def load_sweep_file() -> Any:
-    """The leaderboard's sweep (:data:`SWEEP`)."""
+def load_sweep_file(path: Path = SWEEP) -> Any:
+    """A table's sweep (the leaderboard's: :data:`SWEEP`)."""
     from visattn.ablate.sweep import load_sweep
 
-    return load_sweep(SWEEP)
+    return load_sweep(path)
 
 
 #: the columns that hold a fraction (an accuracy): a percentage or a count there is an error
 FRACTIONS = ("val/acc", "val/acc_last", "test/acc")
 
 
-def check_results(results: Path, sweep: Any) -> None:
+def check_results(results: Path, sweep: Any, extra: Mapping[str, str] | None = None) -> None:
     """Refuse a ``results.csv`` the page would count wrong: a (variant, seed) twice (it would
     count as another seed), a variant the sweep does not have, an accuracy that is not a
     fraction in [0, 1] (``85.0`` for ``0.85``, ``0.85%``), or an ok run whose completion marker
@@ -262,7 +341,7 @@ def check_results(results: Path, sweep: Any) -> None:
         raw = list(csv.DictReader(f))
     variants = {v.name for v in sweep.variants}
     seen: dict[tuple[str, str], int] = {}
-    runs = {r.key: r for r in sweep.runs(results)}
+    runs = {r.key: r for r in sweep.runs(results, dict(extra or {}))}
     for line, row in enumerate(raw, 2):
         where = f"{path} line {line}"
         key = (row.get("variant") or "", row.get("seed") or "")
@@ -274,7 +353,8 @@ def check_results(results: Path, sweep: Any) -> None:
         seen[key] = line
         if key[0] not in variants:
             raise ValueError(
-                f"{where}: variant {key[0]!r} is not one of {SWEEP.name}'s ({', '.join(variants)})"
+                f"{where}: variant {key[0]!r} is not one of {sweep.path.name}'s "
+                f"({', '.join(variants)})"
             )
         for column in FRACTIONS:
             text = (row.get(column) or "").strip()
@@ -297,12 +377,12 @@ def check_results(results: Path, sweep: Any) -> None:
             if why.startswith(CHANGED):
                 raise ValueError(
                     f"{where}: run {run.key} was trained with other settings than "
-                    f"{SWEEP.name}'s recipe gives it ({why[len(CHANGED) :]}); the page "
+                    f"{sweep.path.name}'s recipe gives it ({why[len(CHANGED) :]}); the page "
                     "compares runs of one recipe: train it again with the sweep, or leave it out"
                 )
 
 
-def _pair_row(summaries: Mapping[str, Any], pair: tuple[str, str]) -> Row | None:
+def _pair_row(summaries: Mapping[str, Any], pair: tuple[str, str], label: str) -> Row | None:
     """The paired comparison of one of :data:`PAIRS` (``None`` until both have runs)."""
     from visattn.ablate.stats import paired_ci
 
@@ -311,7 +391,7 @@ def _pair_row(summaries: Mapping[str, Any], pair: tuple[str, str]) -> Row | None
         return None
     p = paired_ci(summaries[a].by_seed[METRIC], summaries[b].by_seed[METRIC])
     nan = math.nan
-    row = Row(f"{a} - {b}", PAIRS[pair], "", nan, nan, nan, nan, nan, 0)
+    row = Row(f"{a} - {b}", label, "", nan, nan, nan, nan, nan, 0)
     row.diff, row.low, row.high = 100 * p.diff, 100 * p.low, 100 * p.high
     row.pairs, row.detectable, row.p = p.n, 100 * p.detectable, p.t_p
     return row
@@ -417,7 +497,7 @@ def _p(x: float) -> str:
 
 
 def _delta(r: Row) -> str:
-    if r.variant == BASELINE:
+    if r.family == "none":  # the plain network
         return "baseline"
     if r.pairs < 2:
         return f"{_f(r.diff, sign=True)} (n < 2)" if not math.isnan(r.diff) else "-"
@@ -434,7 +514,7 @@ def _acc(r: Row) -> str:
 
 
 def _resolved(r: Row) -> str:
-    if r.variant == BASELINE:
+    if r.family == "none":
         return ""
     if r.pairs < 2:
         return "-"
@@ -780,14 +860,151 @@ def _reproduce() -> list[str]:
     ]
 
 
-def page(rows: Sequence[Row], pairs: Pairs, facts: Mapping[str, Any]) -> str:
+#: a table built: its regime, rows, pairs and facts (:func:`build_rows`)
+Table = tuple[Regime, Sequence[Row], Pairs, Mapping[str, Any]]
+
+
+def _comparisons(table: Table) -> dict[str, Row]:
+    """A table's comparisons by their name in every regime (:meth:`Regime.comparison`): each
+    variant against the plain network, and the pairs."""
+    regime, rows, pairs, _ = table
+    found = [r for r in rows if r.family != "none" and not math.isnan(r.diff)]
+    return {regime.comparison(r.variant): r for r in [*found, *pairs.values()]}
+
+
+def regime_section(table: Table) -> list[str]:
+    """A regime's own table under its heading, or what is planned where nothing finished."""
+    regime, rows, pairs, facts = table
+    sweep = load_sweep_file(regime.sweep)
+    where = f"`{regime.sweep.relative_to(ROOT)}`"
+    lines = [f"## {regime.title}", "", f"{sweep.description} Sweep: {where}.", ""]
+    if not rows:
+        return [
+            *lines,
+            f"Runs: 0 of {facts['planned']} finished: this table fills in as the sweep runs.",
+            "",
+        ]
+    between = "; ".join(r.label for r in pairs.values() if not math.isnan(r.p))
+    return [
+        *lines,
+        f"Runs: {facts['ok']} of {facts['planned']} finished ({facts['seeds']} seeds per "
+        "variant planned).",
+        "",
+        *full_table(rows, facts["seeds"]),
+        "",
+        *(
+            f"- {r.label}: {_delta(r)} over {r.pairs} pairs (Holm p {_p(r.holm)})."
+            for r in pairs.values()
+        ),
+        "",
+        f"Holm's correction here runs over this table's {facts['comparisons']} comparisons "
+        f"(each variant against the plain network{'; ' + between if between else ''}); step "
+        "time: - (not measured for this network).",
+        "",
+    ]
+
+
+def _cell(r: Row | None) -> str:
+    if r is None:
+        return "not run"
+    return f"{_delta(r)} ({r.pairs} pairs)"
+
+
+def _sign(cells: Sequence[Row]) -> str:
+    signs = {math.copysign(1, r.diff) for r in cells if r.pairs >= 2}
+    if len(cells) < 2:
+        return "one table"
+    return "holds" if len(signs) == 1 else "**flips**"
+
+
+def _capacity_across(tables: Sequence[Table]) -> list[str]:
+    """Whether GSoP's gain is capacity, table by table: GSoP minus its width-matched control,
+    in words that follow the figures' sign and resolution."""
+    name = REGIMES[0].comparison(" - ".join(CONTROL))
+    said = []
+    for table in tables:
+        r = _comparisons(table).get(name)
+        if r is None or r.pairs < 2:
+            continue
+        if r.resolved:
+            verdict = (
+                "GSoP gains more than its parameters give a wider plain network"
+                if r.diff > 0
+                else "GSoP gains less than its parameters give a wider plain network"
+            )
+        else:
+            verdict = "unresolved: these pairs cannot tell GSoP from its parameters"
+        said.append(f"{table[0].title}: {_delta(r)} over {r.pairs} pairs, {verdict}")
+    if not said:
+        return []
+    return ["GSoP minus its width-matched control, by table: " + "; ".join(said) + "."]
+
+
+def across_regimes(tables: Sequence[Table]) -> list[str]:
+    """The section "What holds across regimes": every comparison resolved in any table, with
+    its Δ in every table where it ran, whether its sign holds and where it resolves; and the
+    plain network's accuracy at each schedule beside the anchor."""
+    found = [_comparisons(t) for t in tables]
+    names = [
+        n
+        for n in dict.fromkeys(n for f in found for n in f)
+        if any(n in f and f[n].resolved for f in found)
+    ]
+    head = ["comparison", *(t[0].title for t in tables), "sign", "resolved in"]
+    lines = [
+        "## What holds across regimes",
+        "",
+        "Each comparison resolved in any table, with its paired Δ (pp) [95% CI] in every table "
+        "where it ran (Holm's correction within each table); **sign**: whether every table "
+        "with two or more pairs gives it the same sign.",
+        "",
+        _line(head),
+        _line(["---"] * len(head)),
+    ]
+    for name in names:
+        cells = [f.get(name) for f in found]
+        ran = [c for c in cells if c is not None]
+        resolved = [t[0].title for t, c in zip(tables, cells, strict=True) if c and c.resolved]
+        label = f"`{name}` - `none`" if " - " not in name else f"`{name.replace(' - ', '` - `')}`"
+        lines.append(
+            _line(
+                [
+                    label,
+                    *(_cell(c) for c in cells),
+                    _sign(ran),
+                    f"{len(resolved)} of {len(ran)}",
+                ]
+            )
+        )
+    lines += ["", *_capacity_across(tables)]
+    plain = [(t[0].title, _baseline(t[1])) for t in tables if t[0].prefix == CIFAR_PREFIX]
+    said = "; ".join(
+        f"{title}: {_f(b.mean)}% ({b.n} seeds)" if b is not None else f"{title}: not run yet"
+        for title, b in plain
+    )
+    lines += [
+        "",
+        f"The plain ResNet-20 on the CIFAR-10 test set: {said}. Anchors: He et al. (2016) "
+        "91.25% at 164 epochs (64k steps); later reproductions 91.7-92.6% at 164-200 epochs.",
+        "",
+    ]
+    return lines
+
+
+def page(
+    rows: Sequence[Row], pairs: Pairs, facts: Mapping[str, Any], others: Sequence[Table] = ()
+) -> str:
+    """The page: the leaderboard (``rows``), then each of ``others``' tables and what holds
+    across them all."""
     seeds = facts["seeds"]
+    tables: list[Table] = [(REGIMES[0], rows, pairs, facts), *others]
     between = "; ".join(r.label for r in pairs.values() if not math.isnan(r.p))
     lines = [
-        "# Leaderboard: the zoo on CIFAR-10",
+        "# Leaderboard: the zoo on CIFAR-10, and what holds on a longer schedule and on Imagenette",
         "",
-        "<!-- generated by docs/make_leaderboard.py from benchmarks/results/cifar10_cpu/"
-        "results.csv; do not edit by hand -->",
+        "<!-- generated by docs/make_leaderboard.py from the results.csv of "
+        + ", ".join(f"{r.results.relative_to(ROOT)}/" for r in REGIMES)
+        + "; do not edit by hand -->",
         "",
         "Every block on the same recipe, data and seeds, in the same network: ResNet-20 trained "
         "on all 50,000 CIFAR-10 training images for 10 epochs of one-cycle SGD (3,910 steps: "
@@ -826,6 +1043,8 @@ def page(rows: Sequence[Row], pairs: Pairs, facts: Mapping[str, Any]) -> str:
         *_across_families(rows),
         "",
         *_limits(rows, pairs, facts),
+        *(line for table in others for line in regime_section(table)),
+        *(across_regimes(tables) if others else []),
         *_reproduce(),
         "## Plots",
         "",
@@ -965,8 +1184,9 @@ def with_readme_block(text: str, block: str) -> str:
 def outputs(results: Path = RESULTS) -> dict[Path, str]:
     """Every text file this script writes, as it would write it now."""
     rows, pairs, facts = build_rows(results)
+    others = [(r, *build_rows(r.results, r.steps, r)) for r in REGIMES[1:]]
     return {
-        PAGE: page(rows, pairs, facts),
+        PAGE: page(rows, pairs, facts, others),
         README: with_readme_block(README.read_text(), readme_block(rows, pairs, facts)),
     }
 

@@ -35,8 +35,18 @@ def board():
     return module
 
 
-def test_the_page_and_the_readme_table_are_written_from_the_results(board) -> None:
-    for path, text in board.outputs().items():
+@pytest.fixture(scope="module")
+def every_table(board):
+    """The page's module, where every table's data is here (the Imagenette sweep's control
+    resolves its runs with the images: ``../shared/data``)."""
+    missing = [r.title for r in board.REGIMES if r.data is not None and not r.data.is_dir()]
+    if missing:
+        pytest.skip(f"the data of {', '.join(missing)} is absent (../shared/data)")
+    return board
+
+
+def test_the_page_and_the_readme_table_are_written_from_the_results(every_table) -> None:
+    for path, text in every_table.outputs().items():
         assert path.read_text() == text, f"{path.name} is stale: run docs/make_leaderboard.py"
 
 
@@ -357,3 +367,58 @@ def test_a_run_trained_off_the_recipe_is_refused(board, tmp_path) -> None:
     marker.write_text(json.dumps(record))
     with pytest.raises(ValueError, match=r"resnet20_se/seed0 was trained with other settings"):
         board.check_results(out, board.load_sweep_file())
+
+
+def _paired(a: dict[int, float], b: dict[int, float]) -> tuple[float, float, float, int]:
+    """Mean paired difference with its 95% t interval, by hand (scipy's t quantile)."""
+    diffs = [a[s] - b[s] for s in a if s in b]
+    d, n = statistics.fmean(diffs), len(diffs)
+    half = stats.t.ppf(0.975, n - 1) * statistics.stdev(diffs) / math.sqrt(n)
+    return d, d - half, d + half, n
+
+
+def _accuracies_of(path) -> dict[str, dict[int, float]]:
+    out: dict[str, dict[int, float]] = {}
+    with path.open() as f:
+        for r in csv.DictReader(f):
+            if r["status"] == "ok":
+                out.setdefault(r["variant"], {})[int(r["seed"])] = 100 * float(r["test/acc"])
+    return out
+
+
+def test_what_holds_across_regimes_is_each_tables_results_file(every_table) -> None:
+    """Every cell of "What holds across regimes" recomputed from its table's results.csv, and
+    its sign column from those figures; the plain network's accuracy at each CIFAR-10
+    schedule."""
+    board = every_table
+    text = board.outputs()[board.PAGE]
+    section = text.split("## What holds across regimes", 1)[1].split("\n## ", 1)[0]
+    lines = [ln for ln in section.splitlines() if ln.startswith("| ")]
+    head = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert head[1:-2] == [r.title for r in board.REGIMES]
+    assert len(lines) > 2, "no comparison resolved in any table"
+    for line in lines[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        a, _, b = cells[0].replace("`", "").partition(" - ")
+        signs = set()
+        for regime, cell in zip(board.REGIMES, cells[1:-2], strict=True):
+            path = regime.results / "results.csv"
+            acc = _accuracies_of(path) if path.is_file() else {}
+            left, right = acc.get(regime.prefix + a), acc.get(regime.prefix + b)
+            if not left or not right:
+                assert cell == "not run", (cells[0], regime.title)
+                continue
+            d, low, high, n = _paired(left, right)
+            assert f"{d:+.2f} [{low:+.2f}, {high:+.2f}]" in cell and f"({n} pairs)" in cell
+            signs.add(d > 0)
+        ran = sum(c != "not run" for c in cells[1:-2])
+        expected = "one table" if ran < 2 else ("holds" if len(signs) == 1 else "**flips**")
+        assert cells[-2] == expected, cells[0]
+    plain = section.split("The plain ResNet-20 on the CIFAR-10 test set:", 1)[1]
+    for regime in board.REGIMES:
+        if regime.prefix != board.CIFAR_PREFIX:
+            continue
+        path = regime.results / "results.csv"
+        runs = _accuracies_of(path).get(regime.baseline, {}) if path.is_file() else {}
+        said = f"{statistics.fmean(runs.values()):.2f}% ({len(runs)} seeds)" if runs else "not run"
+        assert f"{regime.title}: {said}" in plain
