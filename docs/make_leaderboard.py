@@ -119,6 +119,10 @@ class Regime:
     steps: Path | None = None
     #: where its data is (``data.root``): the width-matched control's runs resolve with it
     data: Path | None = None
+    #: the README block it writes (``<!-- NAME:start -->`` ... ``<!-- NAME:end -->``), if any,
+    #: and the seeds every variant needs before the block shows its table
+    readme: str = ""
+    readme_seeds: int = 3
 
     @property
     def extra(self) -> dict[str, str]:
@@ -154,6 +158,7 @@ REGIMES = (
         ROOT / "benchmarks" / "results" / "cifar10_long_cpu",
         CIFAR_PREFIX,
         "ResNet-20",
+        readme="long",
     ),
     Regime(
         "Imagenette, 112 px",
@@ -162,6 +167,8 @@ REGIMES = (
         "resnet18h_",
         "half-width ResNet-18",
         data=ROOT.parent / "shared" / "data" / "imagenette-112",
+        readme="imagenette",
+        readme_seeds=2,  # its table has been in the README since its first pairs
     ),
 )
 
@@ -567,10 +574,13 @@ def full_table(rows: Sequence[Row], seeds: int) -> list[str]:
     return out
 
 
-def readme_table(rows: Sequence[Row], pairs: Pairs, seeds: int) -> list[str]:
-    """The top rows, the plain network and the control, in the leaderboard's order, then the
+def readme_table(
+    rows: Sequence[Row], pairs: Pairs, seeds: int, regime: Regime = REGIMES[0]
+) -> list[str]:
+    """The top rows, the plain network and the control, in the table's order, then the
     comparisons between two variants (:data:`PAIRS`) that have pairs."""
-    keep = {r.variant for r in rows[:README_TOP]} | {BASELINE, CONTROL[1], CONTROL[0]}
+    control = {regime.prefix + v[len(CIFAR_PREFIX) :] for v in CONTROL}
+    keep = {r.variant for r in rows[:README_TOP]} | {regime.baseline, *control}
     head = [
         "variant",
         "family",
@@ -1174,21 +1184,53 @@ def readme_block(rows: Sequence[Row], pairs: Pairs, facts: Mapping[str, Any]) ->
     )
 
 
-def with_readme_block(text: str, block: str) -> str:
-    if START not in text or END not in text:
-        raise ValueError(f"README.md has no {START} ... {END} block")
-    head, rest = text.split(START, 1)
-    return head + block + rest.split(END, 1)[1]
+def _anchor(title: str) -> str:
+    """The page's anchor of a heading, as GitHub and mkdocs make it."""
+    kept = "".join(c for c in title.lower() if c.isalnum() or c in " -")
+    return kept.replace(" ", "-")
+
+
+def regime_readme_block(table: Table) -> str:
+    """A regime's README block: its compact table once every variant has
+    ``regime.readme_seeds`` seeds (before that, how far it has come), GSoP against its control,
+    and the link to its table on the page."""
+    regime, rows, pairs, facts = table
+    start, end = f"<!-- {regime.readme}:start -->", f"<!-- {regime.readme}:end -->"
+    finished = facts["finished"].values()
+    link = f"[leaderboard](docs/leaderboard.md#{_anchor(regime.title)})"
+    if not rows or min(finished, default=0) < regime.readme_seeds:
+        body = [
+            f"{facts['ok']} of {facts['planned']} runs finished; the table shows here once every "
+            f"variant has {regime.readme_seeds} seeds, and fills in on the {link} as it runs."
+        ]
+    else:
+        body = [
+            *readme_table(rows, pairs, facts["seeds"], regime),
+            "",
+            f"{facts['ok']} of {facts['planned']} runs finished; the full table and what holds "
+            f"across regimes: {link}.",
+        ]
+    return "\n".join([start, *body, end])
+
+
+def with_readme_block(text: str, block: str, start: str = START, end: str = END) -> str:
+    if start not in text or end not in text:
+        raise ValueError(f"README.md has no {start} ... {end} block")
+    head, rest = text.split(start, 1)
+    return head + block + rest.split(end, 1)[1]
 
 
 def outputs(results: Path = RESULTS) -> dict[Path, str]:
     """Every text file this script writes, as it would write it now."""
     rows, pairs, facts = build_rows(results)
     others = [(r, *build_rows(r.results, r.steps, r)) for r in REGIMES[1:]]
-    return {
-        PAGE: page(rows, pairs, facts, others),
-        README: with_readme_block(README.read_text(), readme_block(rows, pairs, facts)),
-    }
+    readme = with_readme_block(README.read_text(), readme_block(rows, pairs, facts))
+    for table in others:
+        if table[0].readme:
+            block = regime_readme_block(table)
+            start, end = block.splitlines()[0], block.splitlines()[-1]
+            readme = with_readme_block(readme, block, start, end)
+    return {PAGE: page(rows, pairs, facts, others), README: readme}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -51,12 +51,7 @@ def test_the_page_and_the_readme_table_are_written_from_the_results(every_table)
 
 
 def _accuracies() -> dict[str, dict[int, float]]:
-    out: dict[str, dict[int, float]] = {}
-    with RESULTS.open() as f:
-        for r in csv.DictReader(f):
-            if r["status"] == "ok":
-                out.setdefault(r["variant"], {})[int(r["seed"])] = 100 * float(r["test/acc"])
-    return out
+    return _accuracies_of(RESULTS)
 
 
 def _readme_rows() -> dict[str, list[str]]:
@@ -422,3 +417,37 @@ def test_what_holds_across_regimes_is_each_tables_results_file(every_table) -> N
         runs = _accuracies_of(path).get(regime.baseline, {}) if path.is_file() else {}
         said = f"{statistics.fmean(runs.values()):.2f}% ({len(runs)} seeds)" if runs else "not run"
         assert f"{regime.title}: {said}" in plain
+
+
+def test_each_regimes_readme_block_is_its_results_file(every_table) -> None:
+    """The README blocks of the other regimes: each row's mean ± std and paired interval
+    recomputed from that regime's results.csv (or, before its table shows, the count of
+    finished runs)."""
+    board = every_table
+    text = (REPO / "README.md").read_text()
+    for regime in board.REGIMES[1:]:
+        if not regime.readme:
+            continue
+        block = text.split(f"<!-- {regime.readme}:start -->", 1)[1].split(
+            f"<!-- {regime.readme}:end -->"
+        )[0]
+        path = regime.results / "results.csv"
+        acc = _accuracies_of(path) if path.is_file() else {}
+        ok = sum(len(seeds) for seeds in acc.values())
+        assert f"{ok} of " in block, regime.title
+        lines = [ln for ln in block.splitlines() if ln.startswith("| ")]
+        if not lines:
+            assert min((len(v) for v in acc.values()), default=0) < regime.readme_seeds
+            continue
+        rows = {r.label: r.variant for r in board.build_rows(regime.results, None, regime)[0]}
+        base = acc[regime.baseline]
+        for line in lines[2:]:
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if cells[0] not in rows:  # a pair's row
+                continue
+            values = list(acc[rows[cells[0]]].values())
+            mean, sd = statistics.fmean(values), statistics.stdev(values)
+            assert cells[4] == f"{mean:.2f} ± {sd:.2f}", cells[0]
+            if rows[cells[0]] != regime.baseline and len(values) >= 2:
+                d, low, high, _ = _paired(acc[rows[cells[0]]], base)
+                assert f"{d:+.2f} [{low:+.2f}, {high:+.2f}]" in cells[6], cells[0]
