@@ -15,7 +15,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakeTrainer:
     """A :class:`~helpers.ablate.FakeTrainer` to pass as the runner's ``train_fn``; a run's
     evaluation (latency, throughput) gives fixed figures."""
 
-    def fake_evaluate(summary: dict, sweep: Any, resolved: Any = None) -> dict:
+    def fake_evaluate(summary: dict, sweep: Any, built: Any = None) -> dict:
         return {
             "model": "resnet20_cifar",
             "attention": "null",

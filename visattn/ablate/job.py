@@ -442,6 +442,8 @@ def _train_one(
         args = run.resolved
         given = args.but(options={"ckpt_path": "last"}) if resume else args
         summary = train_fn(given, test=sweep.test or None, then=evaluate)
+        if "cols" not in measured:
+            raise RuntimeError("the train function returned without calling then(...)")
         wall, cols = measured["wall"], measured["cols"]
     except Exception as exc:
         row.update(status="failed", error=error_summary(exc), wall_s=time.perf_counter() - t0)
