@@ -25,9 +25,13 @@ CIFAR_RESULTS = REPO / "benchmarks/results/cifar10_cpu"
 CIFAR_SET = {"data.root": "../shared/data", "data.verify": False}
 
 
-def test_one_parse_per_run_in_the_driver_and_none_in_the_worker(
+def test_a_tiny_sweep_parses_each_run_once_and_builds_each_network_at_most_twice(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Two variants, two seeds, real training with a test and the evaluation: each run's options
+    are parsed once, in the driver (none in the worker that trains it); each network is built
+    once per variant for the check before anything trains and once per run for its fit, which
+    the test and the evaluation reuse (4 builds a run before they did)."""
     counts = {"driver": 0, "worker": 0}
     phase, depth = ["driver"], [0]
     for sub in ("fit", "test"):  # the parser's defaults, once per process: not a run's parse
@@ -56,37 +60,16 @@ def test_one_parse_per_run_in_the_driver_and_none_in_the_worker(
             phase[0] = "driver"
 
     monkeypatch.setattr(runner_mod, "train_and_mark", in_the_worker)
+    builds: list[str] = []
+    build = ResNet.__init__
+
+    def counted_build(self, *a, **k):
+        builds.append(phase[0])
+        build(self, *a, **k)
+
+    monkeypatch.setattr(ResNet, "__init__", counted_build)
     sweep = {
         "name": "parses",
-        "base": [str(REPO / "configs/quickstart.yaml")],
-        "seeds": [0],
-        "set": {**TINY_SET, "trainer.max_epochs": 1, "trainer.logger": False},
-        "test": "last",
-        "variants": [{"name": "se", "set": {"model.attention": {"name": "se"}}}],
-    }
-    path = tmp_path / "sweep.yaml"
-    path.write_text(yaml.safe_dump(sweep))
-    rows = run_sweep(path, tmp_path / "out", echo=lambda s: None)  # real training, validated
-    assert [r["status"] for r in rows] == ["ok"] and rows[0]["test/acc"] is not None
-    assert counts == {"driver": 1, "worker": 0}
-
-
-def test_a_run_builds_its_network_at_most_twice(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Two variants, two seeds, real training with a test and the evaluation: each network is
-    built once per variant for the check before anything trains, and once per run for its fit,
-    which the test and the evaluation reuse."""
-    builds: list[str] = []
-    original = ResNet.__init__
-
-    def counted(self, *a, **k):
-        builds.append("built")
-        original(self, *a, **k)
-
-    monkeypatch.setattr(ResNet, "__init__", counted)
-    sweep = {
-        "name": "builds",
         "base": [str(REPO / "configs/quickstart.yaml")],
         "seeds": [0, 1],
         "set": {**TINY_SET, "trainer.max_epochs": 1, "trainer.logger": False},
@@ -98,10 +81,11 @@ def test_a_run_builds_its_network_at_most_twice(
     }
     path = tmp_path / "sweep.yaml"
     path.write_text(yaml.safe_dump(sweep))
-    rows = run_sweep(path, tmp_path / "out", echo=lambda s: None)
+    rows = run_sweep(path, tmp_path / "out", echo=lambda s: None)  # real training, validated
     assert [r["status"] for r in rows] == ["ok"] * 4
     assert all(r["test/acc"] is not None and r["latency_ms"] for r in rows)
-    assert len(builds) == 2 + 4  # the two variants' checks, the four fits
+    assert counts == {"driver": 4, "worker": 0}
+    assert builds == ["driver"] * 2 + ["worker"] * 4  # the checks, then one per run
     assert len(builds) <= 2 * len(rows)
 
 
