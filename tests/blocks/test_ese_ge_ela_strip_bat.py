@@ -345,6 +345,28 @@ def test_bat_transforms_are_normalised_and_map_is_received_attention() -> None:
     torch.testing.assert_close(m, r / r.sum((2, 3), keepdim=True))
 
 
+def test_bat_transforms_stay_finite_where_every_sigmoid_of_a_row_underflows() -> None:
+    """Logits of -1000 make sigmoid 0 (in float64 as in float32): the paper's P / P.sum() is
+    0/0 there (an untrained ResNet-56 in eval mode gave NaN); the same normalised sigmoid,
+    computed as a softmax of log sigmoid, is the uniform row, and equals P / P.sum() where
+    that is finite."""
+    blk = randomized("bat", 32, groups=4, block_size=4).eval()
+    x = randn64(2, 32, 8, 12)
+    with torch.no_grad():
+        xl = blk.conv1(x)
+        p, _ = blk.ba.transforms(xl)
+        z = blk.ba.conv_p(F.adaptive_max_pool2d(blk.ba.conv1(xl), (4, 1)))
+        direct = z.view(2, 4, 4, 4).sigmoid()
+        torch.testing.assert_close(p, direct / direct.sum(3, keepdim=True))
+        blk.ba.conv_p.bias.fill_(-1000.0)
+        blk.ba.conv_p.weight.zero_()
+        zero = torch.zeros(1, 4, 4, 1, dtype=x.dtype)
+        assert (blk.ba.conv_p(zero).sigmoid() == 0).all()  # it underflows
+        p, _ = blk.ba.transforms(xl)
+        torch.testing.assert_close(p, torch.full_like(p, 0.25))
+        assert torch.isfinite(blk(x)).all()
+
+
 @pytest.mark.parametrize(
     ("channels", "options"), [(32, {}), (256, {}), (72, {"groups": 3, "block_size": 4})]
 )

@@ -17,6 +17,7 @@ from helpers.weights import randomize
 from torchvision.models.feature_extraction import create_feature_extractor, get_graph_node_names
 
 import visattn
+from visattn.profile import calibrate_batch_norm
 
 # Blocks or models that cannot be scripted, with the reason (shown in the README too). Empty.
 SCRIPT_EXCLUDED: dict[str, str] = {}
@@ -98,9 +99,16 @@ def _models() -> list:
 
 
 def _model(name: str) -> tuple[nn.Module, torch.Tensor]:
-    model = randomize(visattn.create_model(name, num_classes=10), 1).eval()
+    """The model with random weights and batch-norm statistics calibrated on random batches
+    (random statistics let 56 layers of lambda, halo, MHSA, LSK or BAT blocks overflow to
+    NaN, which no comparison can check), and an input; its output is finite."""
+    model = randomize(visattn.create_model(name, num_classes=10), 1)
     c, h, w = model.default_input_size
-    return model, torch.randn(2, c, h, w)
+    calibrate_batch_norm(model, (8, c, h, w))
+    x = torch.randn(2, c, h, w)
+    with torch.no_grad():
+        assert torch.isfinite(model(x)).all(), f"{name}: the calibrated model is not finite"
+    return model, x
 
 
 def _stages(model: nn.Module) -> list[str]:
@@ -143,7 +151,15 @@ def test_named_model_compiles_with_torchscript_and_matches_eager(name: str) -> N
     model, x = _model(name)
     scripted = _script(model, name)
     with torch.no_grad():
-        torch.testing.assert_close(scripted(x), model(x), rtol=1e-5, atol=1e-5)
+        got, ref = scripted(x), model(x)
+        if not torch.allclose(got, ref, rtol=1e-5, atol=1e-5):
+            # other float32 kernels through 27 attention blocks of random weights (halo: 1e-2,
+            # MHSA: 8e-4 on outputs of about 1): the rounding bound, the scripted model no
+            # farther from a float64 run than twice the eager float32 result is
+            exact = copy.deepcopy(model).double()(x.double())
+            near = float((got.double() - exact).abs().max())
+            own = float((ref.double() - exact).abs().max())
+            assert near <= 2 * own + 1e-5, f"{name}: scripted {near:.3g}, eager {own:.3g}"
     # scripting does not change the eager model's structure
     stage = getattr(model, "layer1", None)
     if stage is not None:

@@ -54,7 +54,10 @@ class BilinearAttnTransform(nn.Module):
     * ``P = sigmoid(conv_p(MaxPool_{s x 1}(A)))``, ``Q = sigmoid(conv_q(MaxPool_{1 x s}(A)))``:
       each group ``g`` gets an ``s x s`` row transform and an ``s x s`` column transform (convs
       ``G -> s^2 G`` with kernels ``(s, 1)`` and ``(1, s)``, with bias);
-    * ``P`` is normalised so each row sums to 1, ``Q`` so each column sums to 1;
+    * ``P`` is normalised so each row sums to 1, ``Q`` so each column sums to 1 (computed as a
+      softmax of ``log sigmoid``, the same value, which stays finite where every sigmoid of a
+      row underflows to 0: the authors' ``P / P.sum()`` gives 0/0 there, as an untrained
+      ResNet-56 in eval mode met);
     * block-level transform: ``H`` is split into ``s`` blocks of ``t = H / s`` rows, and output
       row ``i t + a`` is ``sum_j P_ij x_{j t + a}`` (``P kron I_t``); columns likewise with
       ``Q kron I_u``; the channels of group ``g`` share its ``P`` and ``Q``;
@@ -77,9 +80,9 @@ class BilinearAttnTransform(nn.Module):
         """``P`` (rows sum to 1) and ``Q`` (columns sum to 1), each ``(N, G, s, s)``."""
         n, s, g = x.shape[0], self.block_size, self.groups
         a = self.conv1(x)
-        p = self.conv_p(_adaptive_max(a, s, 2)).view(n, g, s, s).sigmoid()
-        q = self.conv_q(_adaptive_max(a, s, 3)).view(n, g, s, s).sigmoid()
-        return p / p.sum(dim=3, keepdim=True), q / q.sum(dim=2, keepdim=True)
+        p = F.logsigmoid(self.conv_p(_adaptive_max(a, s, 2)).view(n, g, s, s))
+        q = F.logsigmoid(self.conv_q(_adaptive_max(a, s, 3)).view(n, g, s, s))
+        return p.softmax(dim=3), q.softmax(dim=2)
 
     def apply_transforms(self, x: torch.Tensor, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         """``(P kron I_t) X (Q kron I_u)`` per group, without building the ``H x H`` matrices."""
