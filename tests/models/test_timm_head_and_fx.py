@@ -7,6 +7,8 @@ scripted fx feature extractors against the eager model's stage outputs.
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import timm
 import torch
@@ -125,8 +127,31 @@ def test_fx_feature_extractor_then_torchscript_matches_eager(name: str) -> None:
             h.remove()
         out = scripted(x)
     assert list(out) == names
+    exact: dict[str, torch.Tensor] = {}
     for n in names:
-        torch.testing.assert_close(out[n], seen[n], rtol=1e-5, atol=1e-5)
+        if torch.allclose(out[n], seen[n], rtol=1e-5, atol=1e-5):
+            continue
+        # TorchScript's own float32 kernels (botnet50's last stage at its initialisation: 2.9e-3
+        # on features of about 1): the rounding bound, the scripted features no farther from
+        # a float64 run than twice the eager float32 ones are
+        if not exact:
+            exact = _float64_features(model, names, x)
+        near = float((out[n].double() - exact[n]).abs().max())
+        own = float((seen[n].double() - exact[n]).abs().max())
+        assert near <= 2 * own + 1e-5, f"{name} {n}: scripted {near:.3g}, eager {own:.3g}"
+
+
+def _float64_features(
+    model: torch.nn.Module, names: list[str], x: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """The feature modules' outputs of a float64 copy of ``model`` at ``x``."""
+    ref = copy.deepcopy(model).double()
+    got: dict[str, torch.Tensor] = {}
+    for n in names:
+        ref.get_submodule(n).register_forward_hook(lambda m, i, o, n=n: got.__setitem__(n, o))
+    with torch.no_grad():
+        ref(x.double())
+    return got
 
 
 def test_timm_features_only_fx_then_torchscript() -> None:

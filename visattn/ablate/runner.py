@@ -809,10 +809,7 @@ def run_sweep(
             same ones).
         dry_run: only print each run's state and ``train_cls.py`` arguments, after checking
             every variant as the real pass does (unless ``validate`` is ``False``).
-        train_fn: the training call, ``visattn.training.cli.run`` unless given (tests): called
-            once per run as ``train_fn(args, test=..., then=...)``, it tests the fit itself
-            when the sweep asks and calls ``then(module, datamodule, summary)`` before it
-            returns.
+        train_fn: the training call (tests), ``visattn.training.cli.run``'s signature.
         echo: where progress lines go.
         validate: before the first run, parse and build one run of every variant that has runs
             to do, and load its validation data (:func:`visattn.ablate.resolve.check_variants`),
