@@ -31,7 +31,12 @@ def board():
     spec.loader.exec_module(module)
     # built once per argument set: every test reads the same committed results (outputs()
     # calls the module's build_rows by name, so it shares the cache)
-    module.build_rows = functools.cache(module.build_rows)
+    cached = functools.cache(module.build_rows)
+
+    def build_rows(results=module.RESULTS, steps=module.STEPS, regime=module.REGIMES[0]):
+        return cached(results, steps, regime)  # one key however the arguments are given
+
+    module.build_rows = build_rows
     return module
 
 
