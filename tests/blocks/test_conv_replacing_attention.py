@@ -17,6 +17,8 @@ import torch.nn.functional as F
 from helpers.reference import bn_eval, close, conv1x1, n_params, randn64, randomized, recorded
 
 import visattn
+from visattn.blocks import acmix as acmix_module
+from visattn.blocks._utils import window_gather, window_slices
 from visattn.blocks.cot import local_aggregation
 
 
@@ -226,6 +228,32 @@ def test_acmix_attention_path_matches_equation_on_any_map(options: dict, size) -
     close(y, ref)
     close(got, received)
     close(got.sum((1, 2, 3)), torch.ones(2, dtype=torch.float64))
+
+
+@pytest.mark.parametrize(
+    "options, size",
+    [({}, (9, 7)), ({"heads": 2}, (1, 4)), ({"stride": 2, "kernel_att": 3}, (5, 6))],
+)
+def test_acmix_exporters_form_is_the_equation(monkeypatch, options: dict, size) -> None:
+    """Under an exporter the attention path gathers each window in one node
+    (``window_gather``) instead of ``k_a^2`` slices; both are the equation (float64)."""
+    blk = randomized("acmix", 16, **options)
+    with torch.no_grad():
+        blk.rate2.zero_()
+        blk.rate1.fill_(1.0)
+    x = randn64(2, 16, *size)
+    monkeypatch.setattr(acmix_module, "exporting", lambda: True)
+    with torch.no_grad():
+        close(blk(x), _eq_acmix_attention(blk, x)[0])
+
+
+@pytest.mark.parametrize("kernel, stride, size", [(7, 1, (7, 9)), (3, 2, (6, 5)), (5, 3, (11, 11))])
+def test_window_gather_stacks_the_window_slices(kernel: int, stride: int, size) -> None:
+    padded = torch.randn(2, 3, *size)
+    out_h = (size[0] - kernel) // stride + 1
+    out_w = (size[1] - kernel) // stride + 1
+    views = window_slices(padded, kernel, out_h, out_w, stride)
+    assert torch.equal(window_gather(padded, kernel, out_h, out_w, stride), torch.stack(views, 2))
 
 
 def test_acmix_convolution_path_starts_as_the_shift_kernels() -> None:

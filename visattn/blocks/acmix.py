@@ -7,7 +7,14 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ._utils import check_positive_int, init_conv_io, same_memory_format, window_slices
+from ._utils import (
+    check_positive_int,
+    exporting,
+    init_conv_io,
+    same_memory_format,
+    window_gather,
+    window_slices,
+)
 from .capture import is_capturing, record_attention
 from .registry import register_block
 
@@ -166,6 +173,9 @@ class ACmix(nn.Module):
         kh = k.reshape(n * heads, d, h, w).index_select(2, idx_h).index_select(3, idx_w)
         vh = v.reshape(n * heads, d, h, w).index_select(2, idx_h).index_select(3, idx_w)
         pe_pad = pe.index_select(2, idx_h).index_select(3, idx_w)
+        if not torch.jit.is_scripting():  # noqa: SIM102 (scripting skips the inner test)
+            if exporting():
+                return self._attention_gathered(qh, pe[:, :, ::s, ::s], kh, pe_pad, vh, n)
         keys = window_slices(kh, ka, ho, wo, s)
         rel = window_slices(pe_pad, ka, ho, wo, s)
         values = window_slices(vh, ka, ho, wo, s)
@@ -176,6 +186,30 @@ class ACmix(nn.Module):
         o = torch.zeros_like(qh)
         for p, view in enumerate(values):
             o = o + a[:, p : p + 1].to(view.dtype) * view
+        return o.reshape(n, self.out_channels, ho, wo)
+
+    def _attention_gathered(
+        self,
+        q: torch.Tensor,
+        q_pe: torch.Tensor,
+        keys: torch.Tensor,
+        rel: torch.Tensor,
+        values: torch.Tensor,
+        n: int,
+    ) -> torch.Tensor:
+        """The attention path on stacked windows (:func:`window_gather`): the same sums as the
+        sliced path in a few graph nodes per block, for the exporters; it holds ``k_a^2``
+        copies of the keys and values, which training does not need."""
+        ka, s = self.kernel_att, self.stride
+        ho, wo = q.shape[2], q.shape[3]
+        dt = torch.promote_types(q.dtype, torch.float32)
+        k_win = window_gather(keys, ka, ho, wo, s).to(dt)  # (N heads, d, k_a^2, Ho, Wo)
+        pe_win = window_gather(rel, ka, ho, wo, s).to(dt)
+        qs = (q.to(dt) * self.scale)[:, :, None]
+        logits = (qs * (k_win + q_pe.to(dt)[:, :, None] - pe_win)).sum(1)
+        a = torch.softmax(logits, dim=1)  # (N heads, k_a^2, Ho, Wo)
+        v_win = window_gather(values, ka, ho, wo, s)
+        o = (a[:, None].to(values.dtype) * v_win).sum(2)
         return o.reshape(n, self.out_channels, ho, wo)
 
     def _attend(
