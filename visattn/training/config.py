@@ -299,9 +299,10 @@ class RunSpec:
         """
         return cls.of(_settings_of_record(record))
 
-    @property
+    @functools.cached_property
     def settings(self) -> dict[str, str]:
-        """The flat canonical form, ``{dotted key: JSON}``, sorted."""
+        """The flat canonical form, ``{dotted key: JSON}``, sorted (computed once; equality
+        and hashing use the sections alone)."""
         pairs = [pair for f in dataclasses.fields(self) for pair in getattr(self, f.name)]
         return dict(sorted(pairs))
 
