@@ -47,13 +47,21 @@ def _text(path: Path) -> str:
     return path.read_text() if path.is_file() else ""
 
 
+def _without_group(nodeid: str) -> str:
+    """The node id without the ``@<group>`` that ``--dist loadgroup`` appends to a test marked
+    ``xdist_group`` (an ``@`` after the last ``]``, as pytest-xdist reads it): the list names
+    tests as collection sees them."""
+    at = nodeid.rfind("@")
+    return nodeid[:at] if at > nodeid.rfind("]") else nodeid
+
+
 def durations(text: str) -> Counter[str]:
     """Seconds per node id (setup, call and teardown added) from pytest's ``--durations=0``."""
     out: Counter[str] = Counter()
     for line in text.splitlines():
         m = _LINE.match(line)
         if m:
-            out[m.group(2)] += float(m.group(1))
+            out[_without_group(m.group(2))] += float(m.group(1))
     return out
 
 

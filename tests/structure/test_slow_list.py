@@ -24,6 +24,21 @@ def test_durations_add_setup_call_and_teardown_and_skip_other_lines() -> None:
     }
 
 
+def test_durations_name_grouped_tests_as_collection_does() -> None:
+    """``--dist loadgroup`` reports a grouped test as ``<id>@<group>``; an ``@`` inside the
+    parameters stays."""
+    text = (
+        "4.00s call     tests/a/test_x.py::test_one[SIGKILL]@multiprocess\n"
+        "1.00s setup    tests/a/test_x.py::test_two@docs_site\n"
+        "0.50s call     tests/a/test_x.py::test_three[a@b]\n"
+    )
+    assert slow_list.durations(text) == {
+        "tests/a/test_x.py::test_one[SIGKILL]": 4.0,
+        "tests/a/test_x.py::test_two": 1.0,
+        "tests/a/test_x.py::test_three[a@b]": 0.5,
+    }
+
+
 def test_the_list_skips_comments_and_names_files_that_exist(tmp_path: Path) -> None:
     listed = tmp_path / "slow.txt"
     listed.write_text("# header\n\ntests/a.py::test_b\n")
