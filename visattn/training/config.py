@@ -283,9 +283,7 @@ class RunSpec:
         sections: dict[str, list[tuple[str, str]]] = {f.name: [] for f in dataclasses.fields(cls)}
         for key, value in canonical_settings(flat).items():
             head = key.split(".")[0]
-            sections[head if head in sections and head != "other" else "other"].append(
-                (key, value)
-            )
+            sections[head if head in sections and head != "other" else "other"].append((key, value))
         return cls(**{name: tuple(pairs) for name, pairs in sections.items()})
 
     @classmethod
