@@ -116,6 +116,31 @@ def test_every_committed_sweeps_finished_runs_stay_finished(name: str) -> None:
         assert row is not None and why.startswith("done"), (run.key, why)
 
 
+@pytest.mark.parametrize("name", sorted(COMMITTED))
+def test_a_worker_receives_each_runs_spec_as_json_and_finds_its_finished_runs_done(
+    name: str,
+) -> None:
+    """What a ``--jobs`` worker receives is JSON (no pickle): the run's :class:`RunSpec` and its
+    resolved namespace. The run it rebuilds has the driver's settings byte for byte, so a
+    finished run is as done in the worker as in the driver."""
+    from visattn.ablate.job import RunTask
+    from visattn.training.config import RunSpec
+
+    sweep_file, results, extra = COMMITTED[name]
+    if not results.is_dir():
+        pytest.skip(f"no committed {name} results")
+    sweep = load_sweep(sweep_file)
+    firsts = {r.variant: r for r in reversed(sweep.runs(results, extra))}  # each variant's first
+    for run in firsts.values():
+        text = RunTask.of(run, sweep, results, 1, 1, None).to_json()
+        task = RunTask.from_json(text)
+        assert RunSpec.from_json(task.spec) == run.resolved.spec
+        assert task.run.settings == run.settings and list(task.run.settings) == list(run.settings)
+        if (run.root / "result.json").is_file():
+            row, why = completed(task.run, results)
+            assert row is not None and why.startswith("done"), (run.key, why)
+
+
 @pytest.mark.skipif(not CIFAR_RESULTS.is_dir(), reason="no committed CIFAR-10 results")
 def test_the_committed_cifar10_cut_off_runs_resume_and_a_changed_option_trains_again() -> None:
     """Beside the finished runs (each still done: the test above): a committed run that was cut

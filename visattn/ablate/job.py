@@ -15,8 +15,8 @@ that differ from the defaults, ``_base_`` pieces of base configs included, indep
 files live) and the checkpoint's size and SHA-256. A run is done when its marker says ``ok``,
 its settings are unchanged and its ``metrics.csv`` and intact checkpoint still exist
 (:func:`completed`); any other run is trained again from scratch in a clean folder. The driver
-resolves each run once; a worker receives the resolved namespace in its :class:`RunTask` and
-parses nothing.
+resolves each run once; a worker receives the run's spec and resolved namespace, as JSON, in its
+:class:`RunTask` and parses nothing.
 """
 
 from __future__ import annotations
@@ -90,7 +90,9 @@ class RunTask:
     threads: int | None = None
     #: the run's namespace as the driver resolved it (JSON): the worker parses nothing
     resolved: str = ""
-    settings: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: what the run computes, :class:`~visattn.training.config.RunSpec` as JSON: the settings
+    #: the worker's marker records and compares
+    spec: str = ""
     #: the driver's :class:`Sweep` (JSON): the worker does not read the sweep file
     sweep_state: str = ""
 
@@ -108,7 +110,7 @@ class RunTask:
             str(run.root),
             threads,
             namespace,
-            run.settings,
+            run_config.RunSpec.of(run.settings).to_json(),
             sweep.to_json(),
         )
 
@@ -127,8 +129,8 @@ class RunTask:
         if self.resolved:
             args = run_config.RunConfig(args, _namespace_from_json(self.resolved))
         run = Run(self.variant, int(self.seed), args, Path(self.root))
-        if self.settings:
-            run.__dict__["settings"] = dict(self.settings)  # Run.settings, as the driver had it
+        if self.spec:  # Run.settings, as the driver had them
+            run.__dict__["settings"] = dict(run_config.RunSpec.from_json(self.spec).settings)
         return run
 
     @property
