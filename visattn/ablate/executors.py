@@ -52,6 +52,7 @@ __all__ = [
     "run_local",
     "run_ray",
     "run_task",
+    "run_task_json",
 ]
 
 #: Environment variable naming the driver's pid to a ``--jobs`` worker (:func:`die_with_parent`).
@@ -127,6 +128,13 @@ def run_task(task: RunTask) -> dict[str, Any]:
     attempts = _read_attempts(counter) + 1
     atomic_write_text(counter, str(attempts))
     return train_and_mark(task, task.load_sweep(), default_train_fn(), print, attempts=attempts)
+
+
+def run_task_json(text: str) -> dict[str, Any]:
+    """:func:`run_task` of a task given as JSON (:meth:`RunTask.to_json`): what a ``--jobs``
+    worker and a Ray task receive, so that a run reaches another process or a cluster node as
+    data, not as a pickled object."""
+    return run_task(RunTask.from_json(text))
 
 
 def _failed_row(task: RunTask, error: str, **extra: Any) -> dict[str, Any]:
@@ -345,7 +353,7 @@ def _ray_loop(
             while pending and len(inflight) < limit:
                 task = pending.popleft()
                 threads = int(task.threads or 1)
-                ref = remote.options(num_cpus=threads, num_gpus=num_gpus).remote(task)
+                ref = remote.options(num_cpus=threads, num_gpus=num_gpus).remote(task.to_json())
                 inflight[ref] = task
                 on_start(task, "ray")
             ready, _ = ray.wait(list(inflight), num_returns=1)
@@ -395,7 +403,7 @@ def run_ray(
         started_here = _ray_init(ray, address, num_cpus)
         try:
             gpus = ray.cluster_resources().get("GPU", 0)
-            remote = ray.remote(max_retries=retries, retry_exceptions=False)(run_task)
+            remote = ray.remote(max_retries=retries, retry_exceptions=False)(run_task_json)
             num_gpus = (1.0 / runs_per_device) if gpus else 0
             _ray_loop(ray, remote, tasks, jobs, on_start, on_done, num_gpus)
         finally:

@@ -6,8 +6,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .executors import DRIVER_ENV, die_with_parent, run_task
-from .job import RunTask
+from .executors import DRIVER_ENV, die_with_parent, run_task_json
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,7 +16,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if os.environ.get(DRIVER_ENV):
         die_with_parent(int(os.environ[DRIVER_ENV]))
-    row = run_task(RunTask.from_json(args[0]))
+    row = run_task_json(args[0])
     return 0 if row.get("status") == "ok" else 1
 
 
