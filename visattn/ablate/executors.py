@@ -133,7 +133,7 @@ def run_task(task: RunTask) -> dict[str, Any]:
 def run_task_json(text: str) -> dict[str, Any]:
     """:func:`run_task` of a task given as JSON (:meth:`RunTask.to_json`): what a ``--jobs``
     worker and a Ray task receive, so that a run reaches another process or a cluster node as
-    data, not as a pickled object."""
+    JSON data, not as a Python object for Ray to serialise."""
     return run_task(RunTask.from_json(text))
 
 
