@@ -31,6 +31,17 @@ def close(a: torch.Tensor, b: torch.Tensor) -> None:
     torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
 
 
+def assert_within_rounding(
+    got: torch.Tensor, eager: torch.Tensor, exact: torch.Tensor, slack: float, what: str
+) -> None:
+    """The rounding bound, for a result that other float32 kernels computed (TorchScript's,
+    onnxruntime's): ``got`` no farther from a float64 run ``exact`` than twice the eager float32
+    result ``eager`` is, plus ``slack``."""
+    near = float((got.double() - exact).abs().max())
+    own = float((eager.double() - exact).abs().max())
+    assert near <= 2 * own + slack, f"{what}: {near:.3g} from float64, eager float32 {own:.3g}"
+
+
 def n_params(m: torch.nn.Module) -> int:
     """The number of parameters of ``m``."""
     return sum(p.numel() for p in m.parameters())

@@ -12,6 +12,7 @@ import io
 import pytest
 import torch
 import torch.nn as nn
+from helpers.reference import assert_within_rounding
 from helpers.tiers import REPRESENTATIVE_MODELS, tiered
 from helpers.weights import randomize
 from torchvision.models.feature_extraction import create_feature_extractor, get_graph_node_names
@@ -157,9 +158,7 @@ def test_named_model_compiles_with_torchscript_and_matches_eager(name: str) -> N
             # MHSA: 8e-4 on outputs of about 1): the rounding bound, the scripted model no
             # farther from a float64 run than twice the eager float32 result is
             exact = copy.deepcopy(model).double()(x.double())
-            near = float((got.double() - exact).abs().max())
-            own = float((ref.double() - exact).abs().max())
-            assert near <= 2 * own + 1e-5, f"{name}: scripted {near:.3g}, eager {own:.3g}"
+            assert_within_rounding(got, ref, exact, 1e-5, f"{name} scripted")
     # scripting does not change the eager model's structure
     stage = getattr(model, "layer1", None)
     if stage is not None:

@@ -12,6 +12,7 @@ import copy
 import pytest
 import timm
 import torch
+from helpers.reference import assert_within_rounding
 from helpers.tiers import tiered
 from timm.models import create_feature_extractor
 
@@ -136,9 +137,7 @@ def test_fx_feature_extractor_then_torchscript_matches_eager(name: str) -> None:
         # a float64 run than twice the eager float32 ones are
         if not exact:
             exact = _float64_features(model, names, x)
-        near = float((out[n].double() - exact[n]).abs().max())
-        own = float((seen[n].double() - exact[n]).abs().max())
-        assert near <= 2 * own + 1e-5, f"{name} {n}: scripted {near:.3g}, eager {own:.3g}"
+        assert_within_rounding(out[n], seen[n], exact[n], 1e-5, f"{name} {n} scripted")
 
 
 def _float64_features(
