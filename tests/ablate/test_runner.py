@@ -518,6 +518,27 @@ def test_progress_lines_count_runs_and_estimate_time_left(
     assert "ETA ?" in starts[0] and "ETA ?" not in starts[1]
 
 
+def test_the_eta_goes_by_a_resumed_runs_whole_time_not_its_last_piece(
+    tmp_path: Path, fake: FakeTrainer
+) -> None:
+    """A run that went on from its checkpoint finishes in minutes after hours of earlier pieces;
+    the runs after it take the hours, and so does the estimate (its row's ``wall_s``)."""
+    path = write_sweep(tmp_path, [{"name": "none"}], seeds=(0, 1, 2))
+
+    def resumed_first(args: list[str], *, test=None, then=None) -> dict:
+        summary = fake(args, test=test)
+        if arg(args, "seed_everything") == "0":
+            summary["earlier_s"] = 3600.0  # the checkpoint's training time
+        then(None, None, summary)
+        return summary
+
+    lines: list[str] = []
+    run_sweep(path, tmp_path / "out", train_fn=resumed_first, echo=lines.append)
+    starts = [ln for ln in lines if "elapsed" in ln]
+    # two runs left of about an hour each, one at a time
+    assert starts[1].rsplit("ETA ", 1)[1].startswith("2h00m")
+
+
 def test_the_eta_shares_the_runs_left_among_the_sweeps_slots() -> None:
     """Two runs at a time, 33 minutes each: when the first ends and the second is about to, the
     5 left take three more rounds (99 minutes), not 6 x 33 (the finished runs' rate alone)."""

@@ -365,3 +365,55 @@ def test_a_run_cut_off_mid_training_goes_on_from_its_last_checkpoint(tmp_path: P
     lines.clear()
     run_sweep(changed, out, train_fn=fake, dry_run=True, echo=lines.append)
     assert any("none/seed1 (cut off before it finished)" in ln for ln in lines)
+
+
+def test_each_markers_cost_splits_a_resumed_runs_time_by_processor_and_the_report_sums_it(
+    tmp_path: Path, fake
+) -> None:
+    """A run resumed on another machine: the marker's ``cost`` keeps the earlier pieces' seconds
+    under the processor the checkpoint names and adds this piece's under this one; the report
+    gives the run-hours by processor with thread-hours, and a marker of an older visattn (no
+    ``cost``) under the processor that timed it, threads not recorded."""
+    import torch
+
+    from visattn.profile import device_description
+
+    path = write_sweep(tmp_path, [{"name": "none"}], seeds=(0, 1, 2))
+    out = tmp_path / "out"
+    elsewhere = "Other CPU (avx512f, amx_tile)"
+
+    def resumed_elsewhere(args: list[str], *, test=None, then=None) -> dict:
+        summary = fake(args, test=test)
+        if arg(args, "seed_everything") == "1":
+            summary.update(earlier_s=7200.0, earlier_s_by_device={elsewhere: 7200.0})
+        then(None, None, summary)
+        return summary
+
+    run_sweep(path, out, train_fn=resumed_elsewhere, echo=lambda s: None)
+    here = device_description("cpu")
+    markers = {
+        s: json.loads((out / f"runs/none/seed{s}/result.json").read_text()) for s in (0, 1, 2)
+    }
+    cost = markers[1]["cost"]
+    assert cost["threads"] == torch.get_num_threads()
+    assert set(cost["wall_s_by_device"]) == {elsewhere, here}
+    assert cost["wall_s_by_device"][elsewhere] == 7200.0
+    this_piece = cost["wall_s_by_device"][here]
+    assert 0 < this_piece < 60
+    # the row's wall time is the sum of the pieces, as before
+    assert markers[1]["row"]["wall_s"] == pytest.approx(7200.0 + this_piece, abs=1e-3)
+    assert list(markers[0]["cost"]["wall_s_by_device"]) == [here]
+
+    # seed 2 as an older visattn wrote it: no cost, timed on a third processor
+    old = markers[2]
+    del old["cost"]
+    old["row"].update(wall_s=3600.0, profile_cpu="Old CPU")
+    (out / "runs/none/seed2/result.json").write_text(json.dumps(old))
+    assert ablate_main([str(path), "--out", str(out), "--report-only"]) == 0
+    report = (out / "report.md").read_text()
+    line = next(ln for ln in report.splitlines() if ln.startswith("- **Compute spent** by"))
+    threads = torch.get_num_threads()
+    assert f"{elsewhere}: 2.0 h x {threads} thread(s) = {2.0 * threads:.1f} thread-hours" in line
+    assert "Old CPU: 1.0 h, threads not recorded" in line
+    assert f"{here}: 0.0 h x {threads} thread(s)" in line
+    assert "3.0 run-hours" in line

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from helpers.files import read_csv
 from helpers.training import TINY, tiny_fit
 
 from visattn.models.placement import Placement
+from visattn.profile import device_description
 from visattn.training import ClassificationModule, NonFiniteLossError, lr_factor, run
 
 # -------------------------------------------------------------------------------------- schedule
@@ -156,8 +158,13 @@ def test_resume_from_last_continues_the_same_run_to_the_planned_epoch(tmp_path: 
     ckpt = torch.load(first["last_ckpt"], map_location="cpu", weights_only=False)
     recorded = ckpt["callbacks"]["RunSummary"]["fit_s"]  # the training time up to that save
     assert first["earlier_s"] == 0 and 0 < recorded <= first["wall_s"]
+    # and by processor: all of it on this machine's
+    by_device = ckpt["callbacks"]["RunSummary"]["fit_s_by_device"]
+    assert by_device == {first["device"]: recorded}
+    assert first["device"] == device_description("cpu") and first["earlier_s_by_device"] == {}
     resumed = tiny_fit(tmp_path, "--trainer.max_epochs=3", "--ckpt_path=last")
     assert resumed["earlier_s"] == recorded and resumed["wall_s"] > recorded
+    assert resumed["earlier_s_by_device"] == by_device
     assert resumed["log_dir"] == first["log_dir"]  # same version dir, same metrics.csv
     rows = read_csv(resumed["metrics_csv"])
     assert [r["epoch"] for r in rows] == ["0", "1", "2"]
@@ -214,3 +221,35 @@ def test_adamw_cosine_with_warmup_runs_and_lr_rises(tmp_path: Path) -> None:
     # lr logged at each epoch's start: 0.1 * lr, then the full lr after the 1-epoch warm-up
     assert float(rows[0]["lr"]) == pytest.approx(1e-4)
     assert float(rows[1]["lr"]) == pytest.approx(1e-3)
+
+
+@pytest.mark.parametrize("recorded", ["another machine", "total only"])
+def test_a_checkpoint_carries_the_training_time_by_processor_across_machines(
+    tmp_path: Path, recorded: str
+) -> None:
+    """A run resumed from a checkpoint written elsewhere keeps that machine's seconds apart
+    from this one's, in the summary and in its next checkpoint; a checkpoint of an older visattn
+    (the total only) gives its seconds under ``RunSummary.UNRECORDED_DEVICE``."""
+    from visattn.training.callbacks import RunSummary
+
+    first = tiny_fit(tmp_path, "--trainer.max_epochs=1")
+    last = Path(first["last_ckpt"])
+    ckpt = torch.load(last, map_location="cpu", weights_only=False)
+    state = ckpt["callbacks"]["RunSummary"]
+    if recorded == "another machine":
+        state.update(fit_s=50.0, fit_s_by_device={"Other CPU (avx512f)": 50.0})
+        earlier = {"Other CPU (avx512f)": 50.0}
+    else:
+        state.pop("fit_s_by_device")
+        state["fit_s"] = 50.0
+        earlier = {RunSummary.UNRECORDED_DEVICE: 50.0}
+    torch.save(ckpt, last)
+    data = last.read_bytes()  # sealed again, as the run would have written it
+    Path(f"{last}.sha256").write_text(f"{hashlib.sha256(data).hexdigest()}  {len(data)}\n")
+    resumed = tiny_fit(tmp_path, "--trainer.max_epochs=2", "--ckpt_path=last")
+    assert resumed["earlier_s"] == 50.0 and resumed["earlier_s_by_device"] == earlier
+    carried = torch.load(resumed["last_ckpt"], map_location="cpu", weights_only=False)
+    by_device = carried["callbacks"]["RunSummary"]["fit_s_by_device"]
+    here = device_description("cpu")
+    assert set(by_device) == {*earlier, here} and by_device[here] > 0
+    assert {k: v for k, v in by_device.items() if k != here} == earlier

@@ -10,7 +10,8 @@ Layout of one run under the sweep's output folder ``DIR``::
     DIR/runs/<variant>/.seed<k>.attempts     how often a worker started it
 
 The marker is written atomically once a run has finished (``ok`` or ``failed``). It records
-the run's arguments, its settings (:func:`visattn.training.config.settings`: the resolved options
+what the run cost (``cost``: CPU threads, and the seconds of its pieces by processor), the
+run's arguments, its settings (:func:`visattn.training.config.settings`: the resolved options
 that differ from the defaults, ``_base_`` pieces of base configs included, independent of where
 files live) and the checkpoint's size and SHA-256. A run is done when its marker says ``ok``,
 its settings are unchanged and its ``metrics.csv`` and intact checkpoint still exist
@@ -41,6 +42,7 @@ from ..locks import RunLock
 from ..profile import device_description, measure_latency
 from ..training import cli
 from ..training import config as run_config
+from ..training.callbacks import RunSummary
 from ..training.load import load_run, load_weights
 from ..training.resume import checkpoint_progress, find_last_checkpoint
 from ..visualize.localization import score_gradcam, score_model
@@ -221,6 +223,29 @@ def read_marker(root: Path) -> dict[str, Any] | None:
         return record
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def spent(runs: Sequence[Run]) -> dict[tuple[str, int | None], float]:
+    """Seconds the finished (``ok``) runs among ``runs`` trained, by ``(processor, threads)``,
+    from their markers' ``cost`` (:func:`run_cost`). A marker written before visattn recorded
+    the cost counts its ``wall_s`` under the processor that timed the run (``profile_cpu``)
+    with threads ``None`` (not recorded)."""
+    total: dict[tuple[str, int | None], float] = {}
+    for run in runs:
+        record = read_marker(run.root)
+        if record is None or record["row"].get("status") != "ok":
+            continue
+        cost = record.get("cost")
+        if isinstance(cost, dict) and isinstance(cost.get("wall_s_by_device"), dict):
+            threads = cost.get("threads")
+            pieces = [((str(d), threads), float(s)) for d, s in cost["wall_s_by_device"].items()]
+        else:
+            row = record["row"]
+            processor = str(row.get("profile_cpu") or RunSummary.UNRECORDED_DEVICE)
+            pieces = [((processor, None), float(row.get("wall_s") or 0.0))]
+        for key, seconds in pieces:
+            total[key] = total.get(key, 0.0) + seconds
+    return total
 
 
 def _damaged_checkpoint(row: dict[str, Any], out: Path) -> str:
@@ -427,17 +452,19 @@ def _last_losses(metrics_csv: str | None) -> dict[str, float | None]:
 
 def _train_one(
     run: Run, sweep: Sweep, out: Path, train_fn: TrainFn, resume: bool = False
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Train (``resume``: go on from the run's last checkpoint), test (if asked) and evaluate
     one run. An ``Exception`` makes a ``failed`` row; ``KeyboardInterrupt`` and ``SystemExit``
     (Ctrl+C, and SIGTERM, which the sweep turns into Ctrl+C) stop the sweep, leaving the run
-    without a marker so that the next pass retries it."""
+    without a marker so that the next pass retries it. Returns the row and what the run cost
+    (:func:`run_cost`)."""
     row: dict[str, Any] = {"run": run.key, "variant": run.variant, "seed": run.seed}
     t0 = time.perf_counter()
     measured: dict[str, Any] = {}
 
     def evaluate(module: Any, datamodule: Any, summary: dict[str, Any]) -> None:
         measured["wall"] = time.perf_counter() - t0 + (summary.get("earlier_s") or 0.0)
+        measured["cost"] = run_cost(summary, time.perf_counter() - t0)
         measured["cols"] = evaluate_run(summary, sweep, (module, datamodule))
 
     try:
@@ -448,8 +475,9 @@ def _train_one(
             raise RuntimeError("the train function returned without calling then(...)")
         wall, cols = measured["wall"], measured["cols"]
     except Exception as exc:
-        row.update(status="failed", error=error_summary(exc), wall_s=time.perf_counter() - t0)
-        return row
+        piece = time.perf_counter() - t0
+        row.update(status="failed", error=error_summary(exc), wall_s=piece)
+        return row, run_cost({}, piece)
     row.update(
         status="ok",
         error="",
@@ -468,7 +496,22 @@ def _train_one(
         ckpt=_rel(summary.get("best_ckpt") or summary.get("last_ckpt"), out),
         **cols,
     )
-    return row
+    return row, measured["cost"]
+
+
+def run_cost(summary: dict[str, Any], piece_s: float) -> dict[str, Any]:
+    """What a run cost, for its marker's ``cost``: ``threads`` (the CPU threads this process
+    trains with) and ``wall_s_by_device``, the seconds of its pieces by the processor that ran
+    them (:func:`visattn.profile.device_description`). The earlier pieces' come from the
+    summary (``earlier_s_by_device``, which the checkpoint carried; a bare ``earlier_s`` counts
+    under ``RunSummary.UNRECORDED_DEVICE``), this piece's ``piece_s`` under the summary's
+    ``device`` (this process's CPU where the train function names none)."""
+    by_device = {str(k): float(v) for k, v in (summary.get("earlier_s_by_device") or {}).items()}
+    if not by_device and summary.get("earlier_s"):
+        by_device[RunSummary.UNRECORDED_DEVICE] = float(summary["earlier_s"])
+    here = summary.get("device") or device_description("cpu")
+    by_device[here] = by_device.get(here, 0.0) + piece_s
+    return {"threads": torch.get_num_threads(), "wall_s_by_device": by_device}
 
 
 def _settings_record(run: Run) -> dict[str, Any]:
@@ -519,7 +562,7 @@ def train_and_mark(
             run.root.mkdir(parents=True)
             started = _settings_record(run)
             atomic_write_text(run.root / STARTED, json.dumps(started, indent=1))
-        row = _train_one(run, sweep, out, train_fn, resume)
+        row, cost = _train_one(run, sweep, out, train_fn, resume)
         if not run.root.is_dir():  # writing the marker would recreate the folder elsewhere
             raise RuntimeError(
                 f"run {run.key}: its folder {run.root} disappeared while it trained (the sweep "
@@ -529,7 +572,7 @@ def train_and_mark(
         if row["status"] == "ok" and row.get("ckpt") and (out / row["ckpt"]).is_file():
             digest = file_digest(out / row["ckpt"])
             row.update(ckpt_size=digest["size"], ckpt_sha256=digest["sha256"])
-        record = {"row": row, **_settings_record(run)}
+        record = {"row": row, "cost": cost, **_settings_record(run)}
         atomic_write_text(run.root / MARKER, json.dumps(record, indent=1, default=str))
     tag = f"[{sweep.name}] run {task.i}/{task.n} {run.key}"
     if row["status"] == "ok":

@@ -58,6 +58,7 @@ from .job import (
     fmt_time,
     read_marker,
     run_mode,
+    spent,
     train_and_mark,
 )
 from .plots import write_plots
@@ -226,10 +227,36 @@ def write_outputs(
         write_results(out / "results.csv", [*rows, *kept], baseline=sweep.baselines)
     reported, left_out = _reported_rows(read_results(out / "results.csv"), runs)
     kwargs = report_kwargs(sweep, overrides)
-    kwargs["notes"] = [*kwargs["notes"], *left_out, *notes]
+    kwargs["notes"] = [*kwargs["notes"], *left_out, *notes, *cost_note(spent(runs))]
     write_report(reported, out / "report.md", planned=len(runs), **kwargs)
     if plots and reported:
         write_plots(reported, out, baseline=sweep.baselines, metric=sweep.metric)
+
+
+def cost_note(total: Mapping[tuple[str, int | None], float]) -> list[str]:
+    """The report's line on what the finished runs spent (:func:`~visattn.ablate.job.spent`):
+    run-hours by processor, with thread-hours where the markers recorded the threads."""
+    if not total:
+        return []
+    parts = []
+    for (processor, threads), seconds in sorted(total.items(), key=lambda kv: -kv[1]):
+        hours = seconds / 3600
+        if threads is None:
+            parts.append(
+                f"{processor}: {hours:.1f} h, threads not recorded (markers of an older visattn: "
+                "the processor that timed the run, which may not have run all of it)"
+            )
+        else:
+            parts.append(
+                f"{processor}: {hours:.1f} h x {threads} thread(s) = "
+                f"{hours * threads:.1f} thread-hours"
+            )
+    return [
+        f"**Compute spent** by the finished runs: {sum(total.values()) / 3600:.1f} run-hours "
+        "(the time after a cut-off piece's last checkpoint is not counted); "
+        + "; ".join(parts)
+        + "."
+    ]
 
 
 def _readable_rows(path: Path) -> list[dict[str, Any]]:
@@ -517,14 +544,26 @@ def _train_here(session: _Session, plan: ExecutionPlan, train_fn: TrainFn) -> No
     if threads is not None:  # as a worker would: the same figures
         torch.set_num_threads(threads)
     todo = session.todo
+    took: list[float] = []  # the finished runs' durations (_run_duration)
     for done, task in enumerate(session.tasks(threads)):
         elapsed = time.perf_counter() - session.start
-        eta = estimate_eta(elapsed / done if done else math.nan, [], len(todo) - done, 1)
+        eta = estimate_eta(sum(took) / done if done else math.nan, [], len(todo) - done, 1)
         session.echo(
             f"{session.tag} run {task.i}/{task.n} {task.key} ({todo[done][2]}) | {done}/"
             f"{len(todo)} trained this session | elapsed {fmt_time(elapsed)} | ETA {fmt_time(eta)}"
         )
-        session.record(train_and_mark(task, session.sweep, train_fn, session.echo))
+        t0 = time.perf_counter()
+        row = train_and_mark(task, session.sweep, train_fn, session.echo)
+        took.append(_run_duration(row, time.perf_counter() - t0))
+        session.record(row)
+
+
+def _run_duration(row: dict[str, Any], here_s: float) -> float:
+    """What a finished run took, for the ETA: its row's ``wall_s``, which counts the pieces
+    before a resume (a run that went on from its checkpoint took longer than its last piece),
+    or how long it ran here where the row has none."""
+    wall = row.get("wall_s")
+    return float(wall) if row.get("status") == "ok" and wall else here_s
 
 
 def _outcome(row: dict[str, Any], metric: str) -> str:
@@ -543,7 +582,7 @@ def _train_elsewhere(session: _Session, plan: ExecutionPlan) -> None:
     why = {run.key: w for _, run, w in session.todo}
     finished = 0
     running: dict[str, float] = {}  # key: when it started
-    took: list[float] = []  # the finished runs' durations
+    took: list[float] = []  # the finished runs' durations (_run_duration)
     at_once = 1  # the most runs seen running together: the sweep's slots
 
     def eta(now: float) -> float:
@@ -566,7 +605,7 @@ def _train_elsewhere(session: _Session, plan: ExecutionPlan) -> None:
         finished += 1
         session.record(row)
         now = time.perf_counter()
-        took.append(now - running.pop(task.key, session.start))
+        took.append(_run_duration(row, now - running.pop(task.key, session.start)))
         elapsed = now - session.start
         state = _outcome(row, session.sweep.metric)
         session.echo(

@@ -22,7 +22,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 from .._nets import last_stage
 from ..blocks import is_block
 from ..files import atomic_write_text, read_metrics_csv
-from ..profile import count_macs, count_params
+from ..profile import count_macs, count_params, device_description
 from ..visualize.maps import logger_pictures, validation_pictures
 from .loggers import log_image, takes_images
 from .parameters import attention_modules, split_parameters
@@ -293,26 +293,46 @@ class RunSummary(Callback):
 
     ``wall_s`` of a ``fit`` resumed from a checkpoint adds the earlier pieces' time, which the
     checkpoint carries (``earlier_s`` in the summary; the time after a piece's last checkpoint
-    is not counted); a checkpoint written before it was recorded adds nothing.
+    is not counted); a checkpoint written before it was recorded adds nothing. The checkpoint
+    also carries that time by the processor that spent it
+    (:func:`visattn.profile.device_description` of the trainer's device): ``earlier_s_by_device``
+    in the summary, with ``device`` this piece's (a piece can run on another machine than the
+    one before). A checkpoint that recorded only the total gives it under
+    :data:`UNRECORDED_DEVICE`.
     """
+
+    #: the processor of time a checkpoint recorded without saying where it was spent
+    UNRECORDED_DEVICE = "(processor not recorded)"
 
     def __init__(self) -> None:
         self.summary: dict[str, Any] = {}
         self._t0: float | None = None
         self._earlier = 0.0
+        self._earlier_by: dict[str, float] = {}
+        self._device = device_description("cpu")
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._t0 = time.perf_counter()
         self._earlier = 0.0
+        self._earlier_by = {}
+        self._device = device_description(trainer.strategy.root_device)
 
     def _elapsed(self) -> float:
         return time.perf_counter() - (self._t0 or time.perf_counter())
 
     def state_dict(self) -> dict[str, Any]:
-        return {"fit_s": self._earlier + self._elapsed()}
+        elapsed = self._elapsed()
+        by_device = dict(self._earlier_by)
+        by_device[self._device] = by_device.get(self._device, 0.0) + elapsed
+        return {"fit_s": self._earlier + elapsed, "fit_s_by_device": by_device}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._earlier = float(state_dict.get("fit_s", 0.0))
+        by_device = state_dict.get("fit_s_by_device")
+        if isinstance(by_device, dict):
+            self._earlier_by = {str(k): float(v) for k, v in by_device.items()}
+        else:
+            self._earlier_by = {self.UNRECORDED_DEVICE: self._earlier} if self._earlier else {}
 
     def _profile(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule
@@ -350,6 +370,8 @@ class RunSummary(Callback):
             "macs": macs,
             "wall_s": wall,
             "earlier_s": earlier,
+            "earlier_s_by_device": dict(self._earlier_by) if stage == "fit" else {},
+            "device": self._device,
             "best_ckpt": (ckpt.best_model_path or None) if ckpt else None,
             "last_ckpt": (ckpt.last_model_path or None) if ckpt else None,
             "epochs": len(rows) if stage == "fit" else 0,

@@ -519,7 +519,9 @@ def run(
         ``log_dir``, ``metrics_csv`` (None when no epoch ran, e.g. ``test``), ``best_val_acc``,
         ``best_epoch``, ``last_val_acc``, ``test_acc`` (``test``, or ``fit`` with ``test``),
         ``params``, ``macs`` (per image at the data's image size), ``wall_s`` (a resumed
-        ``fit``'s counts the earlier pieces, ``earlier_s``; a test after the fit is not in it),
+        ``fit``'s counts the earlier pieces, ``earlier_s``, by processor in
+        ``earlier_s_by_device``; ``device``: this piece's processor; a test after the fit is not
+        in it),
         ``best_ckpt``, ``last_ckpt``, ``epochs`` (completed, counting those before a resume).
 
     Raises:
