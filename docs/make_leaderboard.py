@@ -252,8 +252,10 @@ def build_rows(
     ``results``), the comparisons of :data:`PAIRS` whose both sides have finished runs (each a
     :class:`Row` of differences) and facts for the text. Holm's correction runs over the
     table's own comparisons. A regime without a ``results.csv`` yet has no rows."""
+    from visattn.ablate.job import read_marker, spent
     from visattn.ablate.report import compare, summarize
     from visattn.ablate.results import read_results
+    from visattn.ablate.runner import cost_note
     from visattn.ablate.stats import holm
 
     sweep = load_sweep_file(regime.sweep)
@@ -316,6 +318,7 @@ def build_rows(
         "finished": {
             v: sum(r["variant"] == v and r["status"] == "ok" for r in rows_in) for v in variants
         },
+        "compute": cost_note(spent(read_marker(results / "runs" / r["run"]) for r in rows_in)),
     }
     return rows, pairs, facts
 
@@ -902,6 +905,7 @@ def regime_section(table: Table) -> list[str]:
         "",
         *full_table(rows, facts["seeds"]),
         "",
+        *(f"- {line}" for line in facts["compute"]),
         *(
             f"- {r.label}: {_delta(r)} over {r.pairs} pairs (Holm p {_p(r.holm)})."
             for r in pairs.values()
@@ -1041,6 +1045,7 @@ def page(
         "80% power; **Holm p**: the paired-t p-value adjusted by Holm's step-down method over "
         f"all {facts['comparisons']} comparisons on this page (each variant against the plain "
         f"network{'; ' + between if between else ''}); **resolved**: Holm p below 0.05.",
+        *(f"- {line}" for line in facts["compute"]),
         "",
         "## The capacity control",
         "",

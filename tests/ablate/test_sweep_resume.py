@@ -414,6 +414,7 @@ def test_each_markers_cost_splits_a_resumed_runs_time_by_processor_and_the_repor
     line = next(ln for ln in report.splitlines() if ln.startswith("- **Compute spent** by"))
     threads = torch.get_num_threads()
     assert f"{elsewhere}: 2.0 h x {threads} thread(s) = {2.0 * threads:.1f} thread-hours" in line
-    assert "Old CPU: 1.0 h, threads not recorded" in line
+    assert "(threads not recorded; each under the processor that timed it" in line
+    assert line.endswith("it): 1.0 h on Old CPU.")
     assert f"{here}: 0.0 h x {threads} thread(s)" in line
     assert "3.0 run-hours" in line

@@ -29,7 +29,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -225,14 +225,14 @@ def read_marker(root: Path) -> dict[str, Any] | None:
         return None
 
 
-def spent(runs: Sequence[Run]) -> dict[tuple[str, int | None], float]:
-    """Seconds the finished (``ok``) runs among ``runs`` trained, by ``(processor, threads)``,
-    from their markers' ``cost`` (:func:`run_cost`). A marker written before visattn recorded
-    the cost counts its ``wall_s`` under the processor that timed the run (``profile_cpu``)
-    with threads ``None`` (not recorded)."""
+def spent(records: Iterable[dict[str, Any] | None]) -> dict[tuple[str, int | None], float]:
+    """Seconds the finished (``ok``) runs trained, by ``(processor, threads)``, from their
+    markers (``records``, as :func:`read_marker` gives them; ``None`` for a run without one) and
+    their ``cost`` (:func:`run_cost`). A marker written before visattn recorded the cost counts
+    its ``wall_s`` under the processor that timed the run (``profile_cpu``) with threads ``None``
+    (not recorded)."""
     total: dict[tuple[str, int | None], float] = {}
-    for run in runs:
-        record = read_marker(run.root)
+    for record in records:
         if record is None or record["row"].get("status") != "ok":
             continue
         cost = record.get("cost")

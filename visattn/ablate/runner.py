@@ -73,6 +73,7 @@ __all__ = [
     "SweepFolderMoved",
     "SweepFolderTaken",
     "claim_folder",
+    "cost_note",
     "evaluate_run",
     "folder_owner",
     "report_kwargs",
@@ -227,7 +228,8 @@ def write_outputs(
         write_results(out / "results.csv", [*rows, *kept], baseline=sweep.baselines)
     reported, left_out = _reported_rows(read_results(out / "results.csv"), runs)
     kwargs = report_kwargs(sweep, overrides)
-    kwargs["notes"] = [*kwargs["notes"], *left_out, *notes, *cost_note(spent(runs))]
+    compute = cost_note(spent(read_marker(r.root) for r in runs))
+    kwargs["notes"] = [*kwargs["notes"], *left_out, *notes, *compute]
     write_report(reported, out / "report.md", planned=len(runs), **kwargs)
     if plots and reported:
         write_plots(reported, out, baseline=sweep.baselines, metric=sweep.metric)
@@ -238,19 +240,20 @@ def cost_note(total: Mapping[tuple[str, int | None], float]) -> list[str]:
     run-hours by processor, with thread-hours where the markers recorded the threads."""
     if not total:
         return []
-    parts = []
-    for (processor, threads), seconds in sorted(total.items(), key=lambda kv: -kv[1]):
-        hours = seconds / 3600
-        if threads is None:
-            parts.append(
-                f"{processor}: {hours:.1f} h, threads not recorded (markers of an older visattn: "
-                "the processor that timed the run, which may not have run all of it)"
-            )
-        else:
-            parts.append(
-                f"{processor}: {hours:.1f} h x {threads} thread(s) = "
-                f"{hours * threads:.1f} thread-hours"
-            )
+    ordered = sorted(total.items(), key=lambda kv: -kv[1])
+    parts = [
+        f"{processor}: {seconds / 3600:.1f} h x {threads} thread(s) = "
+        f"{seconds / 3600 * threads:.1f} thread-hours"
+        for (processor, threads), seconds in ordered
+        if threads is not None
+    ]
+    older = [(p, seconds) for (p, threads), seconds in ordered if threads is None]
+    if older:
+        parts.append(
+            "runs whose markers predate this record (threads not recorded; each under the "
+            "processor that timed it, which may not have run all of it): "
+            + ", ".join(f"{seconds / 3600:.1f} h on {p}" for p, seconds in older)
+        )
     return [
         f"**Compute spent** by the finished runs: {sum(total.values()) / 3600:.1f} run-hours "
         "(the time after a cut-off piece's last checkpoint is not counted); "
