@@ -503,7 +503,9 @@ def _count(x: float) -> str:
 
 
 def _p(x: float) -> str:
-    return "-" if math.isnan(x) else f"{x:.3f}"
+    from visattn.ablate.report import format_p
+
+    return format_p(x)
 
 
 def _delta(r: Row) -> str:

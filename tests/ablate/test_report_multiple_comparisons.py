@@ -13,7 +13,7 @@ import statistics
 
 import pytest
 
-from visattn.ablate.report import render_report
+from visattn.ablate.report import format_p, render_report
 from visattn.ablate.stats import detectable_difference, holm, paired_ci
 
 # one-sided quantiles of Student's t from a printed table: t_{0.975, df} and t_{0.80, df}
@@ -104,7 +104,7 @@ def test_report_marks_resolved_only_after_holm() -> None:
     }
     adjusted = holm(others)
     assert adjusted["small"] >= 0.05  # ... but not after Holm over the 10 comparisons
-    assert "**yes**" in lines["big"] and f"{adjusted['big']:.3f}" in lines["big"]
+    assert "**yes**" in lines["big"] and f"| {format_p(adjusted['big'])} |" in lines["big"]
     assert "**yes**" not in lines["small"] and f"{adjusted['small']:.3f}" in lines["small"]
     assert f"{raw_small.detectable * 100:.2f}" in lines["small"]
     assert "Holm" in text and "80% power" in text
@@ -156,3 +156,14 @@ def test_the_equal_budget_comparison_is_in_the_same_holm_family_as_the_table() -
     assert f"| {adjusted['big - wide']:.3f} |" in budget
     # alone in its table (m = 1) Holm would leave the raw p-value: the two differ here
     assert f"{family['big - wide']:.3f}" != f"{adjusted['big - wide']:.3f}"
+
+
+def test_a_p_value_below_what_three_decimals_show_is_not_printed_as_zero() -> None:
+    assert [format_p(p) for p in (0.0001, 0.0004999, 0.0005, 0.0123, 1.0)] == [
+        "<0.001",
+        "<0.001",
+        "0.001",
+        "0.012",
+        "1.000",
+    ]
+    assert format_p(float("nan")) == "-"

@@ -158,7 +158,8 @@ def _forest(
     comps = compare(summaries, baseline, metric)
     names = [s.name for s in summaries if s.name in comps and comps[s.name].paired.n]
     colors = _variant_colors([s.name for s in summaries])
-    fig, ax = plt.subplots(figsize=(6.4, max(2.4, 0.45 * len(names) + 1.4)))
+    # wide enough for "variant vs baseline (n=5)" labels at a readable size
+    fig, ax = plt.subplots(figsize=(8.0, max(2.4, 0.45 * len(names) + 1.4)))
     for i, name in enumerate(names):
         p = comps[name].paired
         y = len(names) - 1 - i
@@ -177,7 +178,7 @@ def _forest(
     ax.set_yticks(range(len(names)))
     ax.set_yticklabels(
         [f"{n} vs {comps[n].baseline} (n={comps[n].paired.n})" for n in reversed(names)],
-        fontsize=6,
+        fontsize=8,
     )
     ax.set_xlabel(f"Δ {metric} (pp), mean of per-seed differences, 95% paired-t CI")
     if not names:

@@ -42,6 +42,7 @@ __all__ = [
     "VariantSummary",
     "baselines_of",
     "compare",
+    "format_p",
     "render_report",
     "summarize",
     "write_report",
@@ -177,6 +178,14 @@ def _interval(diff: float, lo: float, hi: float, scale: float) -> str:
     return text + f" [{lo * scale:+.2f}, {hi * scale:+.2f}]"
 
 
+def format_p(p: float) -> str:
+    """A p-value as the tables print it: three decimals, ``<0.001`` below what three decimals
+    show (``0.000`` would read as a p of zero), ``-`` where there is none."""
+    if math.isnan(p):
+        return "-"
+    return "<0.001" if p < 0.0005 else f"{p:.3f}"
+
+
 def _paired_cells(c: Comparison | None, is_base: bool, holm_p: float = math.nan) -> list[str]:
     """Cells: paired Δ [CI], pairs, detectable Δ, Wilcoxon p, Holm p, resolved, Welch Δ [CI]."""
     if is_base:
@@ -185,8 +194,7 @@ def _paired_cells(c: Comparison | None, is_base: bool, holm_p: float = math.nan)
         return ["-"] * 7
     p = c.paired
     pairs = str(p.n) + (f" ({p.unpaired} unpaired)" if p.unpaired else "")
-    wil = "-" if math.isnan(p.wilcoxon_p) else f"{p.wilcoxon_p:.3f}"
-    adjusted = "-" if math.isnan(holm_p) else f"{holm_p:.3f}"
+    wil, adjusted = format_p(p.wilcoxon_p), format_p(holm_p)
     resolved = "-" if math.isnan(holm_p) else ("**yes**" if holm_p < ALPHA else "no")
     return [
         _interval(p.diff, p.low, p.high, 100),
