@@ -153,6 +153,22 @@ def _check_model(model: nn.Module) -> None:
         )
 
 
+def _check_symbolic_size(model: nn.Module) -> None:
+    """Refuse, before any work, a ``dynamic_size`` ONNX export of a model holding a block that
+    declares it cannot be exported so (``fixed_size_export``: why); onnxruntime's check would
+    find the wrong shapes only after exporting, and without the check the file would be wrong."""
+    for path, m in model.named_modules():
+        why = getattr(type(m), "fixed_size_export", None)
+        if why:
+            name = getattr(m, "block_name", type(m).__name__)
+            where = f" at {path}" if path else ""
+            raise ExportError(
+                f"export: block '{name}'{where} ({type(m).__name__}) {why}, so a graph with "
+                "symbolic height and width would give wrong shapes at other sizes; export for "
+                "one spatial size (dynamic_size=False; input_size chooses it)"
+            )
+
+
 def _outputs(out: Any) -> list[torch.Tensor]:
     if isinstance(out, torch.Tensor):
         return [out]
@@ -586,13 +602,15 @@ def export_onnx(
 
     Raises:
         ExportError: the export failed (the message names the attention block at fault when one
-            is) or onnxruntime's outputs differ from PyTorch's.
+            is), onnxruntime's outputs differ from PyTorch's, or ``dynamic_size`` was asked of a
+            model with a block that pads its maps to a multiple of a block size (halo, bat;
+            refused before any work).
         ImportError: onnx (and onnxscript for the dynamo exporter, onnxruntime for the check)
             is not installed.
     """
     check_tolerances(rtol, atol)
     size, exp = _check_onnx_request(
-        model, input_size, exporter, opset, check, batch_size, dynamic_batch
+        model, input_size, exporter, opset, check, batch_size, (dynamic_batch, dynamic_size)
     )
     out = _output_file(path)
     with eval_mode(model):
@@ -629,11 +647,15 @@ def _check_onnx_request(
     opset: int | None,
     check: bool,
     batch_size: int,
-    dynamic_batch: bool,
+    dynamic: tuple[bool, bool],
 ) -> tuple[tuple[int, int, int], str]:
     """The input size and exporter of an :func:`export_onnx` call, every option checked before
-    any work (the packages it needs, the opset's range, the batch)."""
+    any work (the packages it needs, the opset's range, the batch, a symbolic size that a block
+    cannot hold); ``dynamic``: whether the batch and the size are symbolic."""
+    dynamic_batch, dynamic_size = dynamic
     _check_model(model)
+    if dynamic_size:
+        _check_symbolic_size(model)
     size = _input_size(model, input_size)
     exp = _pick_exporter(model, exporter, opset)
     _require(

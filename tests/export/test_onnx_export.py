@@ -49,6 +49,30 @@ EXPORT_CASES = [*visattn.list_blocks(), *(f"{name}+defaults" for name in SMALL_G
 # tier exports every block (about 100 s more on 2 cores); bra's top-k export has its own test
 
 
+@pytest.mark.parametrize("name", sorted(PAD_TO_BLOCK))
+def test_a_symbolic_size_export_of_a_padding_block_is_refused_before_any_work(
+    name: str, tmp_path: Path
+) -> None:
+    """Even unchecked (``check=False``), where nothing else would notice the wrong graph."""
+    net = nn.Sequential(nn.Identity(), _net(name))  # the block at 1.1
+    with pytest.raises(ExportError, match=rf"block '{name}' at 1\.1 .*dynamic_size=False"):
+        export_onnx(net, tmp_path / "m.onnx", input_size=SIZE, dynamic_size=True, check=False)
+    assert not (tmp_path / "m.onnx").exists()
+
+
+@pytest.mark.heavy  # two full exports of about 10 s; the declaration is tested just above
+@pytest.mark.parametrize("name", sorted(PAD_TO_BLOCK))
+def test_why_a_padding_block_declares_a_fixed_size_export(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without its ``fixed_size_export``, the graph is exported and onnxruntime's check finds
+    it wrong at a second size: the declaration is what keeps a wrong file from being written."""
+    net = _net(name)
+    monkeypatch.setattr(type(net[1]), "fixed_size_export", None)
+    with pytest.raises(ExportError, match=f"onnxruntime.*block '{name}'"):
+        export_onnx(net, tmp_path / "m.onnx", input_size=SIZE, dynamic_size=True)
+
+
 @pytest.mark.parametrize(
     "case",
     tiered(
@@ -62,10 +86,12 @@ def test_every_block_exports_and_matches_in_onnxruntime(case: str, tmp_path: Pat
     name, _, defaults = case.partition("+")
     net = _net(name, **({} if defaults else SMALL_GRAPH.get(name, {})))
     if name in PAD_TO_BLOCK:
-        # a graph with symbolic H, W computes the wrong padding in onnxruntime; the check refuses
-        # it naming the block, and a graph for one spatial size matches
-        with pytest.raises(ExportError, match=f"block '{name}'"):
+        # a graph with symbolic H, W computes the wrong padding in onnxruntime: refused before
+        # any work, naming the block (the next test shows why), and a graph for one spatial size
+        # matches
+        with pytest.raises(ExportError, match=f"block '{name}' at 1 .*pads its maps"):
             export_onnx(net, tmp_path / f"{name}.onnx", input_size=SIZE, dynamic_size=True)
+        assert not (tmp_path / f"{name}.onnx").exists()
         report = export_onnx(net, tmp_path / f"{name}.onnx", input_size=SIZE)
         assert [s[0] for s in report.checked] == [1, 3] and report.max_abs_diff < 1e-4
         return

@@ -147,6 +147,13 @@ class BatNonLocal(nn.Module):
         act_layer: activation after each BN (name or class), ReLU.
     """
 
+    #: why an ONNX graph with symbolic height and width cannot hold this block: the export
+    #: refuses ``dynamic_size`` up front (:func:`visattn.export.export_onnx`)
+    fixed_size_export = (
+        "pads its maps to a multiple of its transform size by amounts the exporter writes as "
+        "constants of the traced size"
+    )
+
     def __init__(
         self,
         channels: int,

@@ -81,6 +81,13 @@ class HaloAttention(AttendMixin, nn.Module):
         attn_impl: ``fused`` (no weights kept) or ``math`` (the full logits per block).
     """
 
+    #: why an ONNX graph with symbolic height and width cannot hold this block: the export
+    #: refuses ``dynamic_size`` up front (:func:`visattn.export.export_onnx`)
+    fixed_size_export = (
+        "pads its maps to a multiple of its block size by amounts the exporter writes as "
+        "constants of the traced size"
+    )
+
     def __init__(
         self,
         channels: int,
