@@ -160,10 +160,8 @@ def _check_symbolic_size(model: nn.Module) -> None:
     for path, m in model.named_modules():
         why = getattr(type(m), "fixed_size_export", None)
         if why:
-            name = getattr(m, "block_name", type(m).__name__)
-            where = f" at {path}" if path else ""
             raise ExportError(
-                f"export: block '{name}'{where} ({type(m).__name__}) {why}, so a graph with "
+                f"export: {_block_label(path, m)} {why}, so a graph with "
                 "symbolic height and width would give wrong shapes at other sizes; export for "
                 "one spatial size (dynamic_size=False; input_size chooses it)"
             )
@@ -479,11 +477,16 @@ def _culprit(
     return None
 
 
-def _blame(path: str, blk: nn.Module, e: BaseException) -> str:
-    """``block '<name>' at <path> (<class>): <first line of e>``, for export errors."""
+def _block_label(path: str, blk: nn.Module) -> str:
+    """``block '<name>' at <path> (<class>)``, naming a block in export errors."""
     name = getattr(blk, "block_name", type(blk).__name__)
     where = f" at {path}" if path else ""
-    return f"block '{name}'{where} ({type(blk).__name__}): {first_line(e, limit=300)}"
+    return f"block '{name}'{where} ({type(blk).__name__})"
+
+
+def _blame(path: str, blk: nn.Module, e: BaseException) -> str:
+    """``block '<name>' at <path> (<class>): <first line of e>``, for export errors."""
+    return f"{_block_label(path, blk)}: {first_line(e, limit=300)}"
 
 
 def _fail(
@@ -610,7 +613,7 @@ def export_onnx(
     """
     check_tolerances(rtol, atol)
     size, exp = _check_onnx_request(
-        model, input_size, exporter, opset, check, batch_size, (dynamic_batch, dynamic_size)
+        model, input_size, exporter, opset, check, batch_size, dynamic_batch, dynamic_size
     )
     out = _output_file(path)
     with eval_mode(model):
@@ -647,12 +650,12 @@ def _check_onnx_request(
     opset: int | None,
     check: bool,
     batch_size: int,
-    dynamic: tuple[bool, bool],
+    dynamic_batch: bool,
+    dynamic_size: bool,
 ) -> tuple[tuple[int, int, int], str]:
     """The input size and exporter of an :func:`export_onnx` call, every option checked before
     any work (the packages it needs, the opset's range, the batch, a symbolic size that a block
-    cannot hold); ``dynamic``: whether the batch and the size are symbolic."""
-    dynamic_batch, dynamic_size = dynamic
+    cannot hold)."""
     _check_model(model)
     if dynamic_size:
         _check_symbolic_size(model)

@@ -463,8 +463,10 @@ def _train_one(
     measured: dict[str, Any] = {}
 
     def evaluate(module: Any, datamodule: Any, summary: dict[str, Any]) -> None:
-        measured["wall"] = time.perf_counter() - t0 + (summary.get("earlier_s") or 0.0)
-        measured["cost"] = run_cost(summary, time.perf_counter() - t0)
+        cost = run_cost(summary, time.perf_counter() - t0)
+        # every piece's time: this one's and the earlier ones' the checkpoint carried
+        measured["wall"] = sum(cost["wall_s_by_device"].values())
+        measured["cost"] = cost
         measured["cols"] = evaluate_run(summary, sweep, (module, datamodule))
 
     try:
