@@ -25,13 +25,14 @@ CIFAR_RESULTS = REPO / "benchmarks/results/cifar10_cpu"
 CIFAR_SET = {"data.root": "../shared/data", "data.verify": False}
 
 
-def test_a_tiny_sweep_parses_each_run_once_and_builds_each_network_at_most_twice(
+def test_a_tiny_sweep_parses_each_variant_once_and_builds_each_network_at_most_twice(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two variants, two seeds, real training with a test and the evaluation: each run's options
-    are parsed once, in the driver (none in the worker that trains it); each network is built
-    once per variant for the check before anything trains and once per run for its fit, which
-    the test and the evaluation reuse (4 builds a run before they did)."""
+    """Two variants, two seeds, real training with a test and the evaluation: each variant's
+    options are parsed once, in the driver (its other seed is that parse with the seed and the
+    folder set; none in the worker that trains it); each network is built once per variant for
+    the check before anything trains and once per run for its fit, which the test and the
+    evaluation reuse (4 builds a run before they did)."""
     counts = {"driver": 0, "worker": 0}
     phase, depth = ["driver"], [0]
     for sub in ("fit", "test"):  # the parser's defaults, once per process: not a run's parse
@@ -84,9 +85,43 @@ def test_a_tiny_sweep_parses_each_run_once_and_builds_each_network_at_most_twice
     rows = run_sweep(path, tmp_path / "out", echo=lambda s: None)  # real training, validated
     assert [r["status"] for r in rows] == ["ok"] * 4
     assert all(r["test/acc"] is not None and r["latency_ms"] for r in rows)
-    assert counts == {"driver": 4, "worker": 0}
+    assert counts == {"driver": 2, "worker": 0}
     assert builds == ["driver"] * 2 + ["worker"] * 4  # the checks, then one per run
     assert len(builds) <= 2 * len(rows)
+
+
+def _same_as_a_parse(run) -> None:
+    parsed = run_config.RunConfig.parse(run.args)
+    assert tuple(run.resolved) == tuple(parsed), run.key
+    assert run.resolved.namespace == parsed.namespace, run.key
+    assert list(run.settings.items()) == list(parsed.settings.items()), run.key
+
+
+def test_each_run_of_a_variant_resolves_as_a_parse_of_its_own_arguments() -> None:
+    """A variant's runs share one parse (the other seeds set the seed and the folder on it):
+    every run of the long CIFAR-10 rung, the equal-budget control among them, resolves to what
+    parsing its own arguments gives, arguments, namespace and settings, in order."""
+    runs = load_sweep(REPO / "configs/ablations/cifar10_long_cpu.yaml").runs("/runs", CIFAR_SET)
+    assert len({r.variant for r in runs}) < len(runs)  # some runs share their variant's parse
+    for run in runs:
+        _same_as_a_parse(run)
+
+
+def test_runs_of_a_variant_whose_arguments_differ_elsewhere_are_parsed_in_full(
+    tmp_path: Path,
+) -> None:
+    """The shared parse serves only arguments equal but for the last two (seed, folder): a run
+    given other options by hand is parsed on its own, not given its neighbour's options."""
+    from dataclasses import replace
+
+    runs = load_sweep(CIFAR_SWEEP).runs(tmp_path, CIFAR_SET)
+    first, other = runs[0], next(r for r in runs[1:] if r.variant == runs[0].variant)
+    assert first.resolved.config["model"]["lr"] != 0.3  # the variant's parse
+    changed = replace(other, args=(*other.args[:-2], "--model.lr=0.3", *other.args[-2:]))
+    assert changed.shared is first.shared
+    _same_as_a_parse(changed)
+    assert changed.resolved.config["model"]["lr"] == 0.3
+    _same_as_a_parse(other)
 
 
 #: every committed real-data sweep: (sweep file, results folder, the --set it ran with)

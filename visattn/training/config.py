@@ -204,9 +204,15 @@ class RunConfig(tuple):
     ) -> RunConfig:
         """The same run as ``subcommand`` (default: this one) with ``options`` (dotted keys:
         ``{"ckpt_path": "last"}``) set, in the arguments (an existing ``--key=`` replaced) and in
-        a copy of the namespace; nothing is parsed."""
+        a copy of the namespace (whole, as a parse of the new arguments gives it, when the
+        subcommand stays); nothing is parsed."""
         sub = subcommand or self.subcommand
-        config = copy.deepcopy(self.config)
+        namespace = (
+            copy.deepcopy(self.namespace)
+            if sub == self.subcommand
+            else Namespace({"subcommand": sub, sub: copy.deepcopy(self.config)})
+        )
+        config = namespace[sub]
         args = [sub, *self[1:]]
         for key, value in (options or {}).items():
             config[key] = value
@@ -216,7 +222,7 @@ class RunConfig(tuple):
                 args[at[-1]] = flag
             else:
                 args.append(flag)
-        return RunConfig(args, Namespace({"subcommand": sub, sub: config}))
+        return RunConfig(args, namespace)
 
     @functools.cached_property
     def settings(self) -> dict[str, str]:
