@@ -425,34 +425,34 @@ def _unverified(results: Path, rows: Sequence[dict]) -> int:
     return count
 
 
-def _epochs(results: Path, rows: Sequence[dict], variant: str) -> int:
-    """The epochs the variant's ok runs trained (the most any of their metrics.csv logs; 0
-    where none is committed)."""
-    most = 0
+def _metric_logs(results: Path, rows: Sequence[dict], variant: str) -> list[list[dict]]:
+    """The rows of each committed metrics.csv of the variant's ok runs."""
+    logs = []
     for r in rows:
         if r["variant"] != variant or r["status"] != "ok" or not r.get("metrics_csv"):
             continue
         path = results / r["metrics_csv"]
         if path.is_file():
             with path.open() as f:
-                logged = [int(row["epoch"]) for row in csv.DictReader(f) if row.get("epoch")]
-            most = max([most, *(e + 1 for e in logged)])
-    return most
+                logs.append(list(csv.DictReader(f)))
+    return logs
+
+
+def _epochs(results: Path, rows: Sequence[dict], variant: str) -> int:
+    """The epochs the variant's ok runs trained (the most any of their metrics.csv logs; 0
+    where none is committed)."""
+    logged = [int(row["epoch"]) + 1 for log in _metric_logs(results, rows, variant) for row in log]
+    return max(logged, default=0)
 
 
 def _final_train_acc(results: Path, rows: Sequence[dict], variant: str) -> float:
     """Mean over the variant's ok runs of the last epoch's training accuracy (in %), from
     their metrics.csv (nan where none is committed)."""
     values = []
-    for r in rows:
-        if r["variant"] != variant or r["status"] != "ok" or not r.get("metrics_csv"):
-            continue
-        path = results / r["metrics_csv"]
-        if path.is_file():
-            with path.open() as f:
-                accs = [row["train/acc"] for row in csv.DictReader(f) if row.get("train/acc")]
-            if accs:
-                values.append(100 * float(accs[-1]))
+    for log in _metric_logs(results, rows, variant):
+        accs = [row["train/acc"] for row in log if row.get("train/acc")]
+        if accs:
+            values.append(100 * float(accs[-1]))
     return sum(values) / len(values) if values else math.nan
 
 
