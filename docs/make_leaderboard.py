@@ -992,12 +992,16 @@ def regime_section(table: Table) -> list[str]:
 def _cell(r: Row | None) -> str:
     if r is None:
         return "not run"
+    if r.pairs < 2:  # a difference without an interval
+        return f"{_f(r.diff, sign=True)} (1 pair, no interval)"
     return f"{_delta(r)} ({r.pairs} pairs)"
 
 
 def _sign(cells: Sequence[Row]) -> str:
-    signs = {math.copysign(1, r.diff) for r in cells if r.pairs >= 2}
-    if len(cells) < 2:
+    """Whether every table with two or more pairs gives the comparison the same sign."""
+    paired = [r for r in cells if r.pairs >= 2]
+    signs = {math.copysign(1, r.diff) for r in paired}
+    if len(paired) < 2:
         return "one table"
     return "holds" if len(signs) == 1 else "**flips**"
 
