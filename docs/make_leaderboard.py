@@ -984,7 +984,7 @@ def regime_section(table: Table) -> list[str]:
             else "No comparison yet: a variant is compared once it has a pair with the plain "
             "network (Holm's correction then runs over the table's comparisons)"
         )
-        + "; step time: - (not measured for this network).",
+        + "; step time: - (not measured for this table).",
         "",
     ]
 
