@@ -305,13 +305,14 @@ def build_rows(
         r.holm = adjusted.get(r.variant, math.nan)
     rows.sort(key=lambda r: -r.mean)
     step_md = read_step_md(steps) if steps is not None else {}
+    base_logs = _metric_logs(results, rows_in, regime.baseline)
     facts = {
         "planned": len(sweep.seeds) * len(sweep.variants),
         "ok": sum(r["status"] == "ok" for r in rows_in),
         "seeds": len(sweep.seeds),
         "comparisons": len(family),
-        "train_acc": _final_train_acc(results, rows_in, regime.baseline),
-        "epochs": _epochs(results, rows_in, regime.baseline),
+        "train_acc": _final_train_acc(base_logs),
+        "epochs": _epochs(base_logs),
         "step_run": _step_run(step_md),
         "step_cpu": step_md.get("cpu", "a machine not recorded"),
         "step_elsewhere": _elsewhere(ratios, step_md),
@@ -438,18 +439,18 @@ def _metric_logs(results: Path, rows: Sequence[dict], variant: str) -> list[list
     return logs
 
 
-def _epochs(results: Path, rows: Sequence[dict], variant: str) -> int:
-    """The epochs the variant's ok runs trained (the most any of their metrics.csv logs; 0
-    where none is committed)."""
-    logged = [int(row["epoch"]) + 1 for log in _metric_logs(results, rows, variant) for row in log]
+def _epochs(logs: Sequence[list[dict]]) -> int:
+    """The epochs a variant's runs trained (the most any of their metrics.csv ``logs`` from
+    :func:`_metric_logs`; 0 where none is committed)."""
+    logged = [int(row["epoch"]) + 1 for log in logs for row in log]
     return max(logged, default=0)
 
 
-def _final_train_acc(results: Path, rows: Sequence[dict], variant: str) -> float:
-    """Mean over the variant's ok runs of the last epoch's training accuracy (in %), from
-    their metrics.csv (nan where none is committed)."""
+def _final_train_acc(logs: Sequence[list[dict]]) -> float:
+    """Mean over a variant's runs of the last epoch's training accuracy (in %), from their
+    metrics.csv ``logs`` (:func:`_metric_logs`; nan where none is committed)."""
     values = []
-    for log in _metric_logs(results, rows, variant):
+    for log in logs:
         accs = [row["train/acc"] for row in log if row.get("train/acc")]
         if accs:
             values.append(100 * float(accs[-1]))
