@@ -531,8 +531,8 @@ def _p(x: float) -> str:
 def _delta(r: Row) -> str:
     if r.family == "none":  # the plain network
         return "baseline"
-    if r.pairs < 2:
-        return f"{_f(r.diff, sign=True)} (n < 2)" if not math.isnan(r.diff) else "-"
+    if r.pairs < 2:  # a difference without an interval
+        return f"{_f(r.diff, sign=True)} (1 pair, no interval)" if not math.isnan(r.diff) else "-"
     text = f"{_f(r.diff, sign=True)} [{_f(r.low, sign=True)}, {_f(r.high, sign=True)}]"
     return f"**{text}**" if r.resolved else text
 
@@ -978,7 +978,8 @@ def regime_section(table: Table) -> list[str]:
         "",
         *(f"- {line}" for line in facts["compute"]),
         *(
-            f"- {r.label}: {_delta(r)} over {r.pairs} pairs (Holm p {_p(r.holm)})."
+            f"- {r.label}: {_delta(r)}"
+            + (f" over {r.pairs} pairs (Holm p {_p(r.holm)})." if r.pairs >= 2 else ".")
             for r in pairs.values()
         ),
         *(f"- {line}" for line in _against_the_aim(regime, rows, facts)),
@@ -995,12 +996,19 @@ def regime_section(table: Table) -> list[str]:
     ]
 
 
-def _cell(r: Row | None) -> str:
-    if r is None:
-        return "not run"
-    if r.pairs < 2:  # a difference without an interval
-        return f"{_f(r.diff, sign=True)} (1 pair, no interval)"
-    return f"{_delta(r)} ({r.pairs} pairs)"
+def _cell(r: Row | None, planned: bool) -> str:
+    if r is None:  # no pair finished: in the table's sweep, or not part of it
+        return "none finished yet" if planned else "not run"
+    return _delta(r) if r.pairs < 2 else f"{_delta(r)} ({r.pairs} pairs)"
+
+
+def _planned(table: Table, name: str) -> bool:
+    """Whether the table's sweep has both sides of the comparison ``name``
+    (:meth:`Regime.comparison`; a lone variant is compared with the plain network)."""
+    regime = table[0]
+    sides = name.split(" - ") if " - " in name else [name, regime.comparison(regime.baseline)]
+    variants = {v.name for v in load_sweep_file(regime.sweep).variants}
+    return all(regime.prefix + side in variants for side in sides)
 
 
 def _sign(cells: Sequence[Row]) -> str:
@@ -1065,7 +1073,7 @@ def across_regimes(tables: Sequence[Table]) -> list[str]:
             _line(
                 [
                     label,
-                    *(_cell(c) for c in cells),
+                    *(_cell(c, _planned(t, name)) for t, c in zip(tables, cells, strict=True)),
                     _sign(ran),
                     f"{len(resolved)} of {len(ran)}",
                 ]
