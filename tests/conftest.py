@@ -1,13 +1,17 @@
 """Fixtures and hooks of the whole suite: a seeded random state and one torch thread per test,
-the tests marked ``data`` skipped when the real data is absent, the tests listed in
-tests/slow_tests.txt marked ``slow`` (tests/helpers/slow_list.py), and the ``heavy`` tier (see
-tests/helpers/tiers.py) deselected unless ``-m`` names it."""
+no log handler left on a test's closed output stream, the tests marked ``data`` skipped when the
+real data is absent, the tests listed in tests/slow_tests.txt marked ``slow``
+(tests/helpers/slow_list.py), and the ``heavy`` tier (see tests/helpers/tiers.py) deselected
+unless ``-m`` names it."""
 
 from __future__ import annotations
+
+import sys
 
 import pytest
 import torch
 from helpers import slow_list
+from helpers.logs import rebind_closed_handlers
 from helpers.paths import SHARED_DATA
 
 
@@ -32,6 +36,15 @@ def _one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture(autouse=True)
+def _log_handlers_keep_an_open_stream():
+    """A library imported for the first time inside a test that captures its output binds its
+    log handler to that test's stream (tests/helpers/logs.py): after each test, such a handler
+    writes to the session's stream, so no test's result depends on which ran before it."""
+    yield
+    rebind_closed_handlers(sys.stderr)
 
 
 def pytest_configure(config: pytest.Config) -> None:
