@@ -1059,7 +1059,8 @@ def across_regimes(tables: Sequence[Table]) -> list[str]:
         "",
         "Each comparison resolved in any table, with its paired Δ (pp) [95% CI] in every table "
         "where it ran (Holm's correction within each table); **sign**: whether every table "
-        "with two or more pairs gives it the same sign.",
+        "with two or more pairs gives it the same sign; **resolved in**: how many of those "
+        "tables resolve it (a single pair has no interval, so it neither holds nor resolves).",
         "",
         _line(head),
         _line(["---"] * len(head)),
@@ -1067,7 +1068,7 @@ def across_regimes(tables: Sequence[Table]) -> list[str]:
     for name in names:
         cells = [f.get(name) for f in found]
         ran = [c for c in cells if c is not None]
-        resolved = [t[0].title for t, c in zip(tables, cells, strict=True) if c and c.resolved]
+        paired = [c for c in ran if c.pairs >= 2]
         label = f"`{name}` - `none`" if " - " not in name else f"`{name.replace(' - ', '` - `')}`"
         lines.append(
             _line(
@@ -1075,7 +1076,7 @@ def across_regimes(tables: Sequence[Table]) -> list[str]:
                     label,
                     *(_cell(c, _planned(t, name)) for t, c in zip(tables, cells, strict=True)),
                     _sign(ran),
-                    f"{len(resolved)} of {len(ran)}",
+                    f"{sum(c.resolved for c in paired)} of {len(paired)}",
                 ]
             )
         )

@@ -429,6 +429,8 @@ def test_what_holds_across_regimes_is_each_tables_results_file(every_table) -> N
             paired += 1
         expected = "one table" if paired < 2 else ("holds" if len(signs) == 1 else "**flips**")
         assert cells[-2] == expected, cells[0]
+        resolved = sum(c.startswith("**") and "pairs)" in c for c in cells[1:-2])
+        assert cells[-1] == f"{resolved} of {paired}", cells[0]  # of the tables with 2+ pairs
     plain = section.split("The plain ResNet-20 on the CIFAR-10 test set:", 1)[1]
     for regime in board.REGIMES:
         if regime.prefix != board.CIFAR_PREFIX:
