@@ -38,7 +38,7 @@ import csv
 import io
 import math
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -1002,12 +1002,10 @@ def _cell(r: Row | None, planned: bool) -> str:
     return _delta(r) if r.pairs < 2 else f"{_delta(r)} ({r.pairs} pairs)"
 
 
-def _planned(table: Table, name: str) -> bool:
-    """Whether the table's sweep has both sides of the comparison ``name``
+def _planned(regime: Regime, variants: Collection[str], name: str) -> bool:
+    """Whether the regime's sweep (its ``variants``) has both sides of the comparison ``name``
     (:meth:`Regime.comparison`; a lone variant is compared with the plain network)."""
-    regime = table[0]
     sides = name.split(" - ") if " - " in name else [name, regime.comparison(regime.baseline)]
-    variants = {v.name for v in load_sweep_file(regime.sweep).variants}
     return all(regime.prefix + side in variants for side in sides)
 
 
@@ -1048,6 +1046,7 @@ def across_regimes(tables: Sequence[Table]) -> list[str]:
     its Δ in every table where it ran, whether its sign holds and where it resolves; and the
     plain network's accuracy at each schedule beside the anchor."""
     found = [_comparisons(t) for t in tables]
+    planned = [{v.name for v in load_sweep_file(t[0].sweep).variants} for t in tables]
     names = [
         n
         for n in dict.fromkeys(n for f in found for n in f)
@@ -1074,7 +1073,10 @@ def across_regimes(tables: Sequence[Table]) -> list[str]:
             _line(
                 [
                     label,
-                    *(_cell(c, _planned(t, name)) for t, c in zip(tables, cells, strict=True)),
+                    *(
+                        _cell(c, _planned(t[0], variants, name))
+                        for t, variants, c in zip(tables, planned, cells, strict=True)
+                    ),
                     _sign(ran),
                     f"{sum(c.resolved for c in paired)} of {len(paired)}",
                 ]

@@ -38,13 +38,19 @@ def _one_torch_thread():
     torch.set_num_threads(n)
 
 
+#: the fixtures that give a test output streams of its own, closed when it ends
+CAPTURE_FIXTURES = frozenset({"capsys", "capsysbinary", "capfd", "capfdbinary"})
+
+
 @pytest.fixture(autouse=True)
-def _log_handlers_keep_an_open_stream():
+def _log_handlers_keep_an_open_stream(request: pytest.FixtureRequest):
     """A library imported for the first time inside a test that captures its output binds its
-    log handler to that test's stream (tests/helpers/logs.py): after each test, such a handler
-    writes to the session's stream, so no test's result depends on which ran before it."""
+    log handler to that test's stream (tests/helpers/logs.py): after such a test, such a handler
+    writes to the session's stream, so no test's result depends on which ran before it. (The
+    session's own capture stream stays open: other tests leave nothing to mend.)"""
     yield
-    rebind_closed_handlers(sys.stderr)
+    if CAPTURE_FIXTURES.intersection(request.fixturenames):
+        rebind_closed_handlers(sys.stderr)
 
 
 def pytest_configure(config: pytest.Config) -> None:
