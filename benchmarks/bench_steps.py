@@ -170,18 +170,18 @@ def _other_work_note(cores: float | None) -> str:
     return note
 
 
-def time_compiled(
-    steps: dict[str, Step], args: argparse.Namespace
-) -> tuple[dict[str, float], dict[str, float]]:
-    """Median ms per step of each network compiled with ``torch.compile``, and the seconds its
-    first compiled step took (the compilation; minutes with a cold inductor cache)."""
+def compile_steps(steps: dict[str, Step]) -> tuple[dict[str, Step], dict[str, float]]:
+    """Each network compiled with ``torch.compile`` and stepped once (the compilation), with the
+    seconds that first step took (minutes with a cold inductor cache). Done before the timed
+    span: inductor compiles in worker processes, which :class:`OtherWork` would count as other
+    work."""
     compiled, warmup_s = {}, {}
     for name, step in steps.items():
         compiled[name] = Step(torch.compile(step.net), step.x, step.y, bf16=False)
         t0 = time.perf_counter()
         compiled[name]()  # compiles here
         warmup_s[name] = time.perf_counter() - t0
-    return time_steps(compiled, args), warmup_s
+    return compiled, warmup_s
 
 
 def _repeat(fn: Callable[[], None], n: int) -> Callable[[], None]:
@@ -216,6 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"Batch {args.batch} x {shape}, {args.rounds} rounds of {args.steps} steps, interleaved."
     )
     print(f"{setting}\n")
+    compiled, warmup_s = compile_steps(fp32) if args.compile else ({}, {})
     with OtherWork() as other:
         step_ms = time_steps(fp32, args)
         bf16_ms: dict[str, float] = {}
@@ -224,7 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print("(this CPU has no AMX: bf16 matrix products have no fast path here)\n")
             bf16 = {k: Step(s.net, s.x, s.y, bf16=True) for k, s in fp32.items()}
             bf16_ms = time_steps(bf16, args)
-        compile_ms, warmup_s = time_compiled(fp32, args) if args.compile else ({}, {})
+        compile_ms = time_steps(compiled, args) if compiled else {}
         where = {}
         if args.profile:
             where = profile_growth(fp32, base, args.profile_steps, rounds=1 if args.quick else 3)

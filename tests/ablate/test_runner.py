@@ -218,6 +218,7 @@ def test_seven_studies_the_cpu_sweeps_and_the_gpu_reproduction_are_shipped(
     assert {p.stem for p in SWEEP_FILES} - {p.stem for p in STUDY_FILES} == {
         "backbones_cpu",
         "cifar10_reproduce",
+        "cifar10_bf16_check",
         "cifar10_cpu",
         "cifar10_long_cpu",
         "cifar10_recipe",
@@ -225,6 +226,15 @@ def test_seven_studies_the_cpu_sweeps_and_the_gpu_reproduction_are_shipped(
         "families_cpu_10",
         "imagenette112_cpu",
     }
+    # the bf16 check's runs are the leaderboard's plain runs of the same seeds but for the
+    # precision: benchmarks/precision_check.py pairs them and refuses any other difference
+    check = load_sweep(REPO / "configs" / "ablations" / "cifar10_bf16_check.yaml")
+    board = load_sweep(REPO / "configs" / "ablations" / "cifar10_cpu.yaml")
+    plain = {r.key: r for r in board.runs("out")}
+    for run in check.runs("out"):
+        other = dict(plain[run.key].settings)
+        assert other.pop("trainer.precision", None) is None  # the leaderboard's default: fp32
+        assert {**run.settings} == {**other, "trainer.precision": '"bf16-mixed"'}, run.key
     # the CPU sweeps: 5 seeds (a paired interval with 4 degrees of freedom), the variants
     cpu = load_sweep(REPO / "configs" / "ablations" / "families_cpu.yaml")
     assert cpu.seeds == (0, 1, 2, 3, 4) and cpu.overrides["data.dataset"] == "cues_key"

@@ -685,12 +685,17 @@ def _dry_run(session: _Session) -> list[dict[str, Any]]:
     return []
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def _plan_line(session: _Session) -> str:
     """``[name] N runs (V variants x S seeds): D done earlier, T to run; output in DIR``."""
     n, todo, sweep = len(session.runs), len(session.todo), session.sweep
     kept = f" ({session.without_ckpt} without their checkpoints)" if session.without_ckpt else ""
     return (
-        f"{session.tag} {n} runs ({len(sweep.variants)} variants x {len(sweep.seeds)} seeds): "
+        f"{session.tag} {_count(n, 'run')} ({_count(len(sweep.variants), 'variant')} x "
+        f"{_count(len(sweep.seeds), 'seed')}): "
         f"{n - todo} done earlier{kept}, {todo} to run; output in {session.out}"
     )
 

@@ -1,0 +1,96 @@
+"""benchmarks/precision_check.py: pairs two sweeps' runs of one variant by seed and decides."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+import pytest
+from helpers.benchmarks import benchmark_module
+from scipy import stats
+
+SETTINGS = {"model.model": '"resnet20_cifar"', "trainer.max_epochs": "10", "seed_everything": "0"}
+
+
+@pytest.fixture(scope="module")
+def check():
+    yield from benchmark_module("precision_check")
+
+
+def _sweep(root: Path, accs: dict[int, float], **extra: str) -> Path:
+    for seed, acc in accs.items():
+        run = root / "runs" / "resnet20_none" / f"seed{seed}"
+        run.mkdir(parents=True)
+        marker = {
+            "row": {
+                "run": f"resnet20_none/seed{seed}",
+                "seed": seed,
+                "status": "ok",
+                "test/acc": acc,
+                "wall_s": 60.0,
+                "profile_cpu": "a cpu",
+            },
+            "args": [],
+            "settings": {**SETTINGS, "seed_everything": str(seed), **extra},
+        }
+        (run / "result.json").write_text(json.dumps(marker))
+    return root
+
+
+def test_the_interval_is_the_paired_t_interval_of_the_differences(tmp_path, check):
+    ref = {0: 0.8328, 1: 0.8345, 2: 0.8330}
+    cand = {0: 0.8331, 1: 0.8341, 2: 0.8338}
+    a = _sweep(tmp_path / "bf16", cand, **{"trainer.precision": '"bf16-mixed"'})
+    b = _sweep(tmp_path / "fp32", ref)
+    rows, s = check.compare(a, b, "resnet20_none", "test/acc", 0.3)
+    d = [(cand[k] - ref[k]) * 100 for k in sorted(ref)]
+    half = stats.t.ppf(0.975, len(d) - 1) * statistics.stdev(d) / math.sqrt(len(d))
+    assert [r["seed"] for r in rows] == [0, 1, 2]
+    assert s["n"] == 3
+    assert s["diff"] == pytest.approx(statistics.fmean(d), rel=1e-9)
+    assert (s["low"], s["high"]) == pytest.approx(
+        (statistics.fmean(d) - half, statistics.fmean(d) + half), rel=1e-9
+    )
+    assert s["low"] >= -0.3 and s["high"] <= 0.3  # differences of 0.03, -0.04, 0.08 points
+    assert s["verdict"].startswith("accepted")
+    assert 'trainer.precision="bf16-mixed"' in rows[0]["candidate_mode"]
+    assert "trainer.precision=(default)" in rows[0]["reference_mode"]
+
+
+def test_a_difference_wider_than_the_margin_is_not_accepted(tmp_path, check):
+    a = _sweep(tmp_path / "a", {0: 0.80, 1: 0.84, 2: 0.81})
+    b = _sweep(tmp_path / "b", {0: 0.83, 1: 0.83, 2: 0.83})
+    _, s = check.compare(a, b, "resnet20_none", "test/acc", 0.3)
+    assert s["verdict"].startswith("not accepted")
+
+
+def test_one_pair_is_undecided_and_unpaired_seeds_are_named(tmp_path, check):
+    a = _sweep(tmp_path / "a", {0: 0.83})
+    b = _sweep(tmp_path / "b", {0: 0.83, 1: 0.84})
+    _, s = check.compare(a, b, "resnet20_none", "test/acc", 0.3)
+    assert s["verdict"].startswith("undecided") and s["unfinished"] == [1]
+
+
+def test_runs_that_differ_in_more_than_the_mode_are_refused(tmp_path, check):
+    a = _sweep(tmp_path / "a", {0: 0.83}, **{"trainer.max_epochs": "30"})
+    b = _sweep(tmp_path / "b", {0: 0.83})
+    with pytest.raises(ValueError, match=r"seed 0: the runs differ in trainer.max_epochs"):
+        check.compare(a, b, "resnet20_none", "test/acc", 0.3)
+
+
+def test_a_sweep_without_the_variant_is_a_clear_error(tmp_path, check):
+    b = _sweep(tmp_path / "b", {0: 0.83})
+    with pytest.raises(FileNotFoundError, match="no runs of resnet20_se"):
+        check.compare(b, b, "resnet20_se", "test/acc", 0.3)
+
+
+def test_main_writes_the_report(tmp_path, check, capsys):
+    a = _sweep(tmp_path / "a", {0: 0.831, 1: 0.834})
+    b = _sweep(tmp_path / "b", {0: 0.830, 1: 0.835})
+    out = tmp_path / "check.md"
+    assert check.main(["--candidate", str(a), "--reference", str(b), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "over 2 pairs" in text and "**Verdict:" in text and "| seed |" in text
+    assert capsys.readouterr().out.strip() == text.strip()
