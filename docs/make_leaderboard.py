@@ -252,7 +252,7 @@ def build_rows(
     ``results``), the comparisons of :data:`PAIRS` whose both sides have finished runs (each a
     :class:`Row` of differences) and facts for the text. Holm's correction runs over the
     table's own comparisons. A regime without a ``results.csv`` yet has no rows."""
-    from visattn.ablate.job import read_marker, spent
+    from visattn.ablate.job import read_marker, spent, spent_cpu
     from visattn.ablate.report import compare, summarize
     from visattn.ablate.results import read_results
     from visattn.ablate.runner import cost_note
@@ -270,6 +270,7 @@ def build_rows(
         rows_in = read_results(results / "results.csv")
     else:
         rows_in = []
+    markers = [read_marker(results / "runs" / r["run"]) for r in rows_in]
     summaries = {s.name: s for s in summarize(rows_in)}
     ratios = read_steps(steps) if steps is not None else {}
     comparisons = compare(list(summaries.values()), regime.baseline, METRIC) if rows_in else {}
@@ -320,7 +321,7 @@ def build_rows(
         "finished": {
             v: sum(r["variant"] == v and r["status"] == "ok" for r in rows_in) for v in variants
         },
-        "compute": cost_note(spent(read_marker(results / "runs" / r["run"]) for r in rows_in)),
+        "compute": cost_note(spent(markers), spent_cpu(markers)),
     }
     return rows, pairs, facts
 

@@ -16,6 +16,7 @@ formula for the CUDA kernels.
 from __future__ import annotations
 
 import math
+import os
 import platform
 import statistics
 import time
@@ -33,6 +34,7 @@ __all__ = [
     "calibrate_batch_norm",
     "count_macs",
     "count_params",
+    "cpu_seconds",
     "device_description",
     "measure_latency",
     "vector_extensions",
@@ -76,6 +78,15 @@ def device_description(device: torch.device | str = "cpu") -> str:
     name, flags = _cpuinfo()
     found = vector_extensions(flags)
     return f"{name} ({', '.join(found)})" if found else name
+
+
+def cpu_seconds() -> float:
+    """CPU seconds (user and system) this process and its child processes that have ended
+    (data-loader workers, for one) have spent so far; differences of two readings give a piece
+    of work's CPU time, which, unlike wall time, does not grow while the process is stopped or
+    waits for the processor. One busy thread for one second adds one second."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def count_params(module: nn.Module, *, trainable_only: bool = False) -> int:

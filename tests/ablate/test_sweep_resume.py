@@ -415,6 +415,47 @@ def test_each_markers_cost_splits_a_resumed_runs_time_by_processor_and_the_repor
     threads = torch.get_num_threads()
     assert f"{elsewhere}: 2.0 h x {threads} thread(s) = {2.0 * threads:.1f} thread-hours" in line
     assert "(threads not recorded; each under the processor that timed it" in line
-    assert line.endswith("it): 1.0 h on Old CPU.")
+    assert "it): 1.0 h on Old CPU." in line
     assert f"{here}: 0.0 h x {threads} thread(s)" in line
     assert "3.0 run-hours" in line
+    # CPU time: seed 0 recorded it; seed 1's earlier piece did not (its checkpoint carried only
+    # the wall time), so its total is left out rather than given short; seed 2 predates it
+    assert "cpu_s_by_device" in markers[0]["cost"] and "cpu_s_by_device" not in cost
+    assert line.count("CPU-hours") == 1 and "recorded by 1 of the 3 finished runs." in line
+
+
+def test_cpu_time_leaves_out_the_time_a_run_waits(tmp_path: Path, fake) -> None:
+    """The marker's ``cpu_s_by_device`` counts what the process computed, not the seconds it
+    was stopped or waiting (here a run that sleeps), which ``wall_s_by_device`` does count; a
+    resumed run adds the earlier pieces' CPU seconds the checkpoint carried."""
+    import time
+
+    from visattn.profile import device_description
+
+    path = write_sweep(tmp_path, [{"name": "none"}], seeds=(0, 1))
+    out = tmp_path / "out"
+    elsewhere = "Other CPU (avx512f)"
+
+    def sleeps(args: list[str], *, test=None, then=None) -> dict:
+        summary = fake(args, test=test)
+        time.sleep(0.5)
+        if arg(args, "seed_everything") == "1":
+            summary.update(
+                earlier_s=100.0,
+                earlier_s_by_device={elsewhere: 100.0},
+                earlier_cpu_s_by_device={elsewhere: 90.0},
+            )
+        then(None, None, summary)
+        return summary
+
+    run_sweep(path, out, train_fn=sleeps, echo=lambda s: None)
+    here = device_description("cpu")
+    cost = [
+        json.loads((out / f"runs/none/seed{s}/result.json").read_text())["cost"] for s in (0, 1)
+    ]
+    wall, cpu = cost[0]["wall_s_by_device"][here], cost[0]["cpu_s_by_device"][here]
+    assert wall >= 0.5 and 0 <= cpu < wall - 0.4
+    assert cost[1]["cpu_s_by_device"][elsewhere] == 90.0 and set(cost[1]["cpu_s_by_device"]) == {
+        elsewhere,
+        here,
+    }

@@ -165,6 +165,10 @@ def test_resume_from_last_continues_the_same_run_to_the_planned_epoch(tmp_path: 
     resumed = tiny_fit(tmp_path, "--trainer.max_epochs=3", "--ckpt_path=last")
     assert resumed["earlier_s"] == recorded and resumed["wall_s"] > recorded
     assert resumed["earlier_s_by_device"] == by_device
+    # CPU seconds too: the checkpoint's, by processor, carried into the resumed run's total
+    cpu = ckpt["callbacks"]["RunSummary"]["fit_cpu_s_by_device"]
+    assert set(cpu) == {first["device"]} and 0 < cpu[first["device"]] <= first["cpu_s"]
+    assert resumed["earlier_cpu_s_by_device"] == cpu and resumed["cpu_s"] > cpu[first["device"]]
     assert resumed["log_dir"] == first["log_dir"]  # same version dir, same metrics.csv
     rows = read_csv(resumed["metrics_csv"])
     assert [r["epoch"] for r in rows] == ["0", "1", "2"]
@@ -238,9 +242,11 @@ def test_a_checkpoint_carries_the_training_time_by_processor_across_machines(
     state = ckpt["callbacks"]["RunSummary"]
     if recorded == "another machine":
         state.update(fit_s=50.0, fit_s_by_device={"Other CPU (avx512f)": 50.0})
+        state["fit_cpu_s_by_device"] = {"Other CPU (avx512f)": 40.0}
         earlier = {"Other CPU (avx512f)": 50.0}
     else:
         state.pop("fit_s_by_device")
+        state.pop("fit_cpu_s_by_device")
         state["fit_s"] = 50.0
         earlier = {RunSummary.UNRECORDED_DEVICE: 50.0}
     torch.save(ckpt, last)
@@ -253,3 +259,13 @@ def test_a_checkpoint_carries_the_training_time_by_processor_across_machines(
     here = device_description("cpu")
     assert set(by_device) == {*earlier, here} and by_device[here] > 0
     assert {k: v for k, v in by_device.items() if k != here} == earlier
+    # CPU seconds: the other machine's were carried; an older checkpoint's are unknown, so the
+    # run has no CPU total and its next checkpoint none either (never a total short of a piece)
+    cpu = carried["callbacks"]["RunSummary"].get("fit_cpu_s_by_device")
+    if recorded == "another machine":
+        assert resumed["earlier_cpu_s_by_device"] == {"Other CPU (avx512f)": 40.0}
+        assert set(cpu) == {*earlier, here} and cpu["Other CPU (avx512f)"] == 40.0
+        assert resumed["cpu_s"] > 40.0
+    else:
+        assert resumed["earlier_cpu_s_by_device"] is None and resumed["cpu_s"] is None
+        assert cpu is None

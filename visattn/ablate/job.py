@@ -39,7 +39,7 @@ from jsonargparse import Namespace
 
 from ..files import atomic_write_text, file_digest, read_metrics_csv
 from ..locks import RunLock
-from ..profile import device_description, measure_latency
+from ..profile import cpu_seconds, device_description, measure_latency
 from ..training import cli
 from ..training import config as run_config
 from ..training.callbacks import RunSummary
@@ -246,6 +246,24 @@ def spent(records: Iterable[dict[str, Any] | None]) -> dict[tuple[str, int | Non
         for key, seconds in pieces:
             total[key] = total.get(key, 0.0) + seconds
     return total
+
+
+def spent_cpu(records: Iterable[dict[str, Any] | None]) -> tuple[dict[str, float], int, int]:
+    """CPU seconds the finished (``ok``) runs spent, by processor, from the markers that record
+    them (``cost.cpu_s_by_device``, :func:`run_cost`); with how many finished runs recorded them
+    and how many finished runs there are."""
+    total: dict[str, float] = {}
+    recorded = finished = 0
+    for record in records:
+        if record is None or record["row"].get("status") != "ok":
+            continue
+        finished += 1
+        cpu = (record.get("cost") or {}).get("cpu_s_by_device")
+        if isinstance(cpu, dict):
+            recorded += 1
+            for device, seconds in cpu.items():
+                total[str(device)] = total.get(str(device), 0.0) + float(seconds)
+    return total, recorded, finished
 
 
 def _damaged_checkpoint(row: dict[str, Any], out: Path) -> str:
@@ -459,11 +477,11 @@ def _train_one(
     without a marker so that the next pass retries it. Returns the row and what the run cost
     (:func:`run_cost`)."""
     row: dict[str, Any] = {"run": run.key, "variant": run.variant, "seed": run.seed}
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), cpu_seconds()
     measured: dict[str, Any] = {}
 
     def evaluate(module: Any, datamodule: Any, summary: dict[str, Any]) -> None:
-        cost = run_cost(summary, time.perf_counter() - t0)
+        cost = run_cost(summary, time.perf_counter() - t0, cpu_seconds() - c0)
         # every piece's time: this one's and the earlier ones' the checkpoint carried
         measured["wall"] = sum(cost["wall_s_by_device"].values())
         measured["cost"] = cost
@@ -479,7 +497,7 @@ def _train_one(
     except Exception as exc:
         piece = time.perf_counter() - t0
         row.update(status="failed", error=error_summary(exc), wall_s=piece)
-        return row, run_cost({}, piece)
+        return row, run_cost({}, piece, cpu_seconds() - c0)
     row.update(
         status="ok",
         error="",
@@ -501,19 +519,32 @@ def _train_one(
     return row, measured["cost"]
 
 
-def run_cost(summary: dict[str, Any], piece_s: float) -> dict[str, Any]:
+def run_cost(
+    summary: dict[str, Any], piece_s: float, piece_cpu_s: float | None = None
+) -> dict[str, Any]:
     """What a run cost, for its marker's ``cost``: ``threads`` (the CPU threads this process
     trains with) and ``wall_s_by_device``, the seconds of its pieces by the processor that ran
     them (:func:`visattn.profile.device_description`). The earlier pieces' come from the
     summary (``earlier_s_by_device``, which the checkpoint carried; a bare ``earlier_s`` counts
     under ``RunSummary.UNRECORDED_DEVICE``), this piece's ``piece_s`` under the summary's
-    ``device`` (this process's CPU where the train function names none)."""
+    ``device`` (this process's CPU where the train function names none).
+
+    ``cpu_s_by_device``, the same for CPU seconds (:func:`visattn.profile.cpu_seconds`: time
+    the run was stopped or waiting is not in it), only where every piece's is known: this
+    piece's ``piece_cpu_s`` and, for a resumed run, the earlier pieces' that the checkpoint
+    carried (``earlier_cpu_s_by_device``)."""
     by_device = {str(k): float(v) for k, v in (summary.get("earlier_s_by_device") or {}).items()}
     if not by_device and summary.get("earlier_s"):
         by_device[RunSummary.UNRECORDED_DEVICE] = float(summary["earlier_s"])
     here = summary.get("device") or device_description("cpu")
+    cost: dict[str, Any] = {"threads": torch.get_num_threads(), "wall_s_by_device": by_device}
+    earlier_cpu = summary.get("earlier_cpu_s_by_device", {} if not by_device else None)
+    if piece_cpu_s is not None and isinstance(earlier_cpu, dict):
+        cpu = {str(k): float(v) for k, v in earlier_cpu.items()}
+        cpu[here] = cpu.get(here, 0.0) + piece_cpu_s
+        cost["cpu_s_by_device"] = cpu
     by_device[here] = by_device.get(here, 0.0) + piece_s
-    return {"threads": torch.get_num_threads(), "wall_s_by_device": by_device}
+    return cost
 
 
 def _settings_record(run: Run) -> dict[str, Any]:

@@ -59,6 +59,7 @@ from .job import (
     read_marker,
     run_mode,
     spent,
+    spent_cpu,
     train_and_mark,
 )
 from .plots import write_plots
@@ -228,16 +229,22 @@ def write_outputs(
         write_results(out / "results.csv", [*rows, *kept], baseline=sweep.baselines)
     reported, left_out = _reported_rows(read_results(out / "results.csv"), runs)
     kwargs = report_kwargs(sweep, overrides)
-    compute = cost_note(spent(read_marker(r.root) for r in runs))
+    markers = [read_marker(r.root) for r in runs]
+    compute = cost_note(spent(markers), spent_cpu(markers))
     kwargs["notes"] = [*kwargs["notes"], *left_out, *notes, *compute]
     write_report(reported, out / "report.md", planned=len(runs), **kwargs)
     if plots and reported:
         write_plots(reported, out, baseline=sweep.baselines, metric=sweep.metric)
 
 
-def cost_note(total: Mapping[tuple[str, int | None], float]) -> list[str]:
+def cost_note(
+    total: Mapping[tuple[str, int | None], float],
+    cpu: tuple[Mapping[str, float], int, int] | None = None,
+) -> list[str]:
     """The report's line on what the finished runs spent (:func:`~visattn.ablate.job.spent`):
-    run-hours by processor, with thread-hours where the markers recorded the threads."""
+    run-hours by processor, with thread-hours where the markers recorded the threads; and, from
+    ``cpu`` (:func:`~visattn.ablate.job.spent_cpu`), the CPU-hours of the runs whose markers
+    recorded them, which leave out the time a run was stopped or waiting."""
     if not total:
         return []
     ordered = sorted(total.items(), key=lambda kv: -kv[1])
@@ -259,7 +266,21 @@ def cost_note(total: Mapping[tuple[str, int | None], float]) -> list[str]:
         "(the time after a cut-off piece's last checkpoint is not counted); "
         + "; ".join(parts)
         + "."
+        + _cpu_sentence(cpu)
     ]
+
+
+def _cpu_sentence(cpu: tuple[Mapping[str, float], int, int] | None) -> str:
+    if cpu is None or not cpu[1]:
+        return ""
+    by_device, recorded, finished = cpu
+    ordered = sorted(by_device.items(), key=lambda kv: -kv[1])
+    return (
+        f" CPU time, which leaves out the time a run was stopped or waiting: "
+        f"{sum(by_device.values()) / 3600:.1f} CPU-hours ("
+        + ", ".join(f"{seconds / 3600:.1f} on {p}" for p, seconds in ordered)
+        + f"), recorded by {recorded} of the {finished} finished runs."
+    )
 
 
 def _readable_rows(path: Path) -> list[dict[str, Any]]:

@@ -22,7 +22,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 from .._nets import last_stage
 from ..blocks import is_block
 from ..files import atomic_write_text, read_metrics_csv
-from ..profile import count_macs, count_params, device_description
+from ..profile import count_macs, count_params, cpu_seconds, device_description
 from ..visualize.maps import logger_pictures, validation_pictures
 from .loggers import log_image, takes_images
 from .parameters import attention_modules, split_parameters
@@ -299,6 +299,12 @@ class RunSummary(Callback):
     in the summary, with ``device`` this piece's (a piece can run on another machine than the
     one before). A checkpoint that recorded only the total gives it under
     :data:`UNRECORDED_DEVICE`.
+
+    ``cpu_s`` is the CPU time the fit spent, earlier pieces included (:func:`cpu_seconds`: this
+    process's and its reaped child processes', so the time a stopped or waiting process spends
+    is not counted, unlike ``wall_s``), with the earlier pieces' by processor in
+    ``earlier_cpu_s_by_device``; both are ``None`` when a checkpoint the fit resumed from did
+    not record it (an older visattn), so that a total is never short of a piece.
     """
 
     #: the processor of time a checkpoint recorded without saying where it was spent
@@ -309,22 +315,37 @@ class RunSummary(Callback):
         self._t0: float | None = None
         self._earlier = 0.0
         self._earlier_by: dict[str, float] = {}
+        self._c0 = cpu_seconds()
+        self._earlier_cpu_by: dict[str, float] | None = {}
         self._device = device_description("cpu")
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._t0 = time.perf_counter()
+        self._c0 = cpu_seconds()
         self._earlier = 0.0
         self._earlier_by = {}
+        self._earlier_cpu_by = {}
         self._device = device_description(trainer.strategy.root_device)
 
     def _elapsed(self) -> float:
         return time.perf_counter() - (self._t0 or time.perf_counter())
 
+    def _cpu_by_device(self) -> dict[str, float] | None:
+        """The fit's CPU seconds by processor so far, earlier pieces included (``None``: an
+        earlier piece's is unknown)."""
+        if self._earlier_cpu_by is None:
+            return None
+        by_device = dict(self._earlier_cpu_by)
+        by_device[self._device] = by_device.get(self._device, 0.0) + cpu_seconds() - self._c0
+        return by_device
+
     def state_dict(self) -> dict[str, Any]:
         elapsed = self._elapsed()
         by_device = dict(self._earlier_by)
         by_device[self._device] = by_device.get(self._device, 0.0) + elapsed
-        return {"fit_s": self._earlier + elapsed, "fit_s_by_device": by_device}
+        state = {"fit_s": self._earlier + elapsed, "fit_s_by_device": by_device}
+        cpu = self._cpu_by_device()
+        return state if cpu is None else {**state, "fit_cpu_s_by_device": cpu}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._earlier = float(state_dict.get("fit_s", 0.0))
@@ -333,6 +354,11 @@ class RunSummary(Callback):
             self._earlier_by = {str(k): float(v) for k, v in by_device.items()}
         else:
             self._earlier_by = {self.UNRECORDED_DEVICE: self._earlier} if self._earlier else {}
+        cpu = state_dict.get("fit_cpu_s_by_device")
+        if isinstance(cpu, dict):
+            self._earlier_cpu_by = {str(k): float(v) for k, v in cpu.items()}
+        else:  # an older checkpoint: its pieces' CPU time is unknown, unless it had none
+            self._earlier_cpu_by = None if self._earlier else {}
 
     def _profile(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule
@@ -345,6 +371,11 @@ class RunSummary(Callback):
     def _finish(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         earlier = self._earlier if stage == "fit" else 0.0
         wall = earlier + self._elapsed()
+        if stage == "fit":
+            earlier_cpu = None if self._earlier_cpu_by is None else dict(self._earlier_cpu_by)
+            cpu_by = self._cpu_by_device()
+        else:
+            earlier_cpu, cpu_by = {}, {self._device: cpu_seconds() - self._c0}
         params, macs, shape = self._profile(trainer, pl_module)
         metrics_cb = next((c for c in trainer.callbacks if isinstance(c, EpochMetricsCSV)), None)
         ckpt = (
@@ -371,6 +402,8 @@ class RunSummary(Callback):
             "wall_s": wall,
             "earlier_s": earlier,
             "earlier_s_by_device": dict(self._earlier_by) if stage == "fit" else {},
+            "cpu_s": None if cpu_by is None else sum(cpu_by.values()),
+            "earlier_cpu_s_by_device": earlier_cpu,
             "device": self._device,
             "best_ckpt": (ckpt.best_model_path or None) if ckpt else None,
             "last_ckpt": (ckpt.last_model_path or None) if ckpt else None,
