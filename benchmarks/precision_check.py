@@ -29,6 +29,7 @@ from _common import markdown_table
 from visattn.ablate.job import MODE_KEYS, read_marker, run_mode
 from visattn.ablate.stats import paired_ci
 from visattn.files import atomic_write_text
+from visattn.training.config import RunSpec
 
 HERE = Path(__file__).resolve().parent
 
@@ -47,8 +48,10 @@ def finished_runs(sweep_dir: Path, variant: str) -> dict[int, dict[str, Any]]:
 
 
 def differing_settings(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    """The settings two markers record differently, the precision and compile keys left out."""
-    sa, sb = a.get("settings") or {}, b.get("settings") or {}
+    """The settings two markers record differently, the precision and compile keys left out;
+    each marker's settings read as the runner reads them (:meth:`RunSpec.of_record`: a marker
+    of an older visattn, which recorded its options as set, resolves to the same form)."""
+    sa, sb = RunSpec.of_record(a).settings, RunSpec.of_record(b).settings
     return sorted(k for k in {*sa, *sb} - set(MODE_KEYS) if sa.get(k) != sb.get(k))
 
 
@@ -68,9 +71,9 @@ def compare(
         rows.append(
             {
                 "seed": seed,
-                "candidate": float(c[metric]) * 100,
-                "reference": float(r[metric]) * 100,
-                "diff": (float(c[metric]) - float(r[metric])) * 100,
+                "candidate": f"{float(c[metric]) * 100:.2f}",
+                "reference": f"{float(r[metric]) * 100:.2f}",
+                "diff": f"{(float(c[metric]) - float(r[metric])) * 100:+.2f}",
                 "candidate_mode": _mode(cand[seed]),
                 "reference_mode": _mode(ref[seed]),
                 "candidate_cpu": c.get("profile_cpu") or "(not recorded)",
@@ -80,15 +83,20 @@ def compare(
             }
         )
     paired = paired_ci(
-        {row["seed"]: row["candidate"] for row in rows},
-        {row["seed"]: row["reference"] for row in rows},
+        {seed: float(cand[seed]["row"][metric]) * 100 for seed in (r["seed"] for r in rows)},
+        {seed: float(ref[seed]["row"][metric]) * 100 for seed in (r["seed"] for r in rows)},
     )
+    m = f"+-{margin_points:g} points"
     if paired.n < 2:
         verdict = f"undecided: {paired.n} pair(s); an interval needs at least 2"
     elif -margin_points <= paired.low and paired.high <= margin_points:
-        verdict = f"accepted: the interval lies within +-{margin_points:g} points"
+        verdict = f"accepted: the interval lies within {m}"
+    elif paired.high < -margin_points or paired.low > margin_points:
+        verdict = (
+            f"not accepted: the interval lies wholly outside {m} (the setting moves the metric)"
+        )
     else:
-        verdict = f"not accepted: the interval reaches outside +-{margin_points:g} points"
+        verdict = f"not accepted: the interval reaches outside {m} (too wide to accept)"
     summary = {
         "n": paired.n,
         "diff": paired.diff,
@@ -99,6 +107,14 @@ def compare(
         "verdict": verdict,
     }
     return rows, summary
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the repository where it lies inside it."""
+    try:
+        return str(path.resolve().relative_to(HERE.parent))
+    except ValueError:
+        return str(path)
 
 
 def _mode(record: dict[str, Any]) -> str:
@@ -124,8 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         f"# Paired check: {args.candidate.name} against {args.reference.name}",
         "",
-        f"command: `python benchmarks/precision_check.py --candidate {args.candidate.name} "
-        f"--reference {args.reference.name} --variant {args.variant} --margin {args.margin:g}`",
+        f"command: `python benchmarks/precision_check.py --candidate {_shown(args.candidate)} "
+        f"--reference {_shown(args.reference)} --variant {args.variant} "
+        f"--metric {args.metric} --margin {args.margin:g}`",
         "",
         f"{args.variant}, {args.metric} in percent, candidate - reference, paired by seed: "
         f"{interval}.",
@@ -134,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
     ]
     if s["unfinished"]:
-        lines += [f"Seeds finished on one side only (not counted): {s['unfinished']}.", ""]
+        one_side = ", ".join(map(str, s["unfinished"]))
+        lines += [f"Seeds with a finished run on one side only (not counted): {one_side}.", ""]
     columns = [
         "seed",
         "candidate",

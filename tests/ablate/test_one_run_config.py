@@ -127,6 +127,11 @@ def test_runs_of_a_variant_whose_arguments_differ_elsewhere_are_parsed_in_full(
 #: every committed real-data sweep: (sweep file, results folder, the --set it ran with)
 COMMITTED = {
     "cifar10_cpu": (CIFAR_SWEEP, CIFAR_RESULTS, CIFAR_SET),
+    "cifar10_bf16_check": (
+        REPO / "configs/ablations/cifar10_bf16_check.yaml",
+        REPO / "benchmarks/results/cifar10_bf16_check",
+        CIFAR_SET,
+    ),
     "cifar10_long_cpu": (
         REPO / "configs/ablations/cifar10_long_cpu.yaml",
         REPO / "benchmarks/results/cifar10_long_cpu",

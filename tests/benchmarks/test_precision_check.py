@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 from helpers.benchmarks import benchmark_module
+from helpers.paths import REPO
 from scipy import stats
 
+RESULTS = REPO / "benchmarks" / "results"
 SETTINGS = {"model.model": '"resnet20_cifar"', "trainer.max_epochs": "10", "seed_everything": "0"}
 
 
@@ -33,6 +35,7 @@ def _sweep(root: Path, accs: dict[int, float], **extra: str) -> Path:
                 "profile_cpu": "a cpu",
             },
             "args": [],
+            "settings_format": 2,
             "settings": {**SETTINGS, "seed_everything": str(seed), **extra},
         }
         (run / "result.json").write_text(json.dumps(marker))
@@ -63,7 +66,23 @@ def test_a_difference_wider_than_the_margin_is_not_accepted(tmp_path, check):
     a = _sweep(tmp_path / "a", {0: 0.80, 1: 0.84, 2: 0.81})
     b = _sweep(tmp_path / "b", {0: 0.83, 1: 0.83, 2: 0.83})
     _, s = check.compare(a, b, "resnet20_none", "test/acc", 0.3)
-    assert s["verdict"].startswith("not accepted")
+    assert s["low"] < -0.3 < s["high"]
+    assert s["verdict"].startswith("not accepted") and "too wide" in s["verdict"]
+    # a shift the interval resolves: every difference about -0.6 points
+    a = _sweep(tmp_path / "c", {0: 0.8267, 1: 0.8289, 2: 0.8278})
+    b = _sweep(tmp_path / "d", {0: 0.8328, 1: 0.8345, 2: 0.8330})
+    _, s = check.compare(a, b, "resnet20_none", "test/acc", 0.3)
+    assert s["high"] < -0.3 and "wholly outside" in s["verdict"]
+
+
+@pytest.mark.skipif(not (RESULTS / "cifar10_bf16_check").is_dir(), reason="no committed check")
+def test_the_committed_check_pairs_older_markers_with_newer_ones(check):
+    # the leaderboard's fp32 markers predate the settings format the check's markers have: the
+    # check reads both as the runner does, so only the precision differs
+    rows, s = check.compare(
+        RESULTS / "cifar10_bf16_check", RESULTS / "cifar10_cpu", "resnet20_none", "test/acc", 0.3
+    )
+    assert [r["seed"] for r in rows] == [0, 1, 2] and s["unfinished"] == [3, 4]
 
 
 def test_one_pair_is_undecided_and_unpaired_seeds_are_named(tmp_path, check):
