@@ -7,6 +7,17 @@ only if the 95% paired interval of the metric's difference lies within ``+-margi
     python benchmarks/precision_check.py --candidate benchmarks/results/cifar10_bf16_check \\
         --reference benchmarks/results/cifar10_cpu --variant resnet20_none --margin 0.3
 
+The reference may also be a folder of ``train_cls.py fit`` runs, ``<folder>/seed<N>/``: the
+reference setting trained again on the candidate's host, so that the pairs differ in the
+setting and not also in the processor (float rounding differs with the vector width) or in
+the code version. Such runs have no test score of their own; compare ``--metric val/acc_last``
+(the last epoch's ``val/acc``), which is the test score where the validation set is the test
+set, as in the CIFAR-10 leaderboard's recipe.
+
+    python benchmarks/precision_check.py --metric val/acc_last \\
+        --reference benchmarks/results/cifar10_bf16_check_control \\
+        --out benchmarks/results/precision_check_bf16_same_host.md
+
 A pair counts only if its two runs trained with the same settings apart from the precision and
 compile setting (the runs' completion markers record them): anything else differing is an error
 naming the keys, since the difference would then not be the setting's. The runs may have trained
@@ -28,22 +39,45 @@ from _common import markdown_table
 
 from visattn.ablate.job import MODE_KEYS, read_marker, run_mode
 from visattn.ablate.stats import paired_ci
-from visattn.files import atomic_write_text
-from visattn.training.config import RunSpec
+from visattn.files import atomic_write_text, read_metrics_csv
+from visattn.training.config import SETTINGS_FORMAT, RunConfig, RunSpec
 
 HERE = Path(__file__).resolve().parent
+_LOGGER = "trainer.logger."
 
 
-def finished_runs(sweep_dir: Path, variant: str) -> dict[int, dict[str, Any]]:
-    """``{seed: marker}`` of the variant's runs that finished ``ok`` in the sweep's folder."""
-    runs = sweep_dir / "runs" / variant
+def finished_runs(folder: Path, variant: str) -> dict[int, dict[str, Any]]:
+    """``{seed: marker}`` of the variant's runs that finished ``ok`` in a sweep's folder, or,
+    for a folder of ``train_cls.py fit`` runs (:func:`fit_runs`), a marker-like record of each."""
+    runs = folder / "runs" / variant
     if not runs.is_dir():
-        raise FileNotFoundError(f"{sweep_dir}: no runs of {variant} (looked in {runs})")
+        if any(folder.glob("seed*/lightning_logs/version_*/config.yaml")):
+            return fit_runs(folder)
+        raise FileNotFoundError(f"{folder}: no runs of {variant} (looked in {runs})")
     found = {}
     for root in sorted(runs.glob("seed*")):
         record = read_marker(root)
         if record is not None and record["row"].get("status") == "ok":
             found[int(record["row"]["seed"])] = record
+    return found
+
+
+def fit_runs(folder: Path) -> dict[int, dict[str, Any]]:
+    """``{seed: record}`` of ``train_cls.py fit`` runs in ``folder/seed<N>/`` (for instance the
+    reference setting trained again on the candidate's host): the settings resolved from each
+    run's saved ``config.yaml`` as a marker holds them, and ``val/acc_last``, the last epoch's
+    ``val/acc`` in its ``metrics.csv`` (what a marker's row calls it). The seed is the one the
+    config gives."""
+    found = {}
+    for config in sorted(folder.glob("seed*/lightning_logs/version_*/config.yaml")):
+        settings = RunConfig.parse(["fit", "--config", str(config)]).settings
+        # the saved config spells out the logger Lightning made by default: not a setting
+        settings = {k: v for k, v in settings.items() if not k.startswith(_LOGGER)}
+        rows = read_metrics_csv(config.parent / "metrics.csv")
+        last = [r["val/acc"] for r in rows if r.get("val/acc") is not None]
+        seed = RunSpec.of(settings).seed
+        row = {"seed": seed, "status": "ok", "val/acc_last": float(last[-1]) if last else None}
+        found[seed] = {"settings_format": SETTINGS_FORMAT, "settings": settings, "row": row}
     return found
 
 

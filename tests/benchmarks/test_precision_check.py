@@ -113,3 +113,36 @@ def test_main_writes_the_report(tmp_path, check, capsys):
     text = out.read_text()
     assert "over 2 pairs" in text and "**Verdict:" in text and "| seed |" in text
     assert capsys.readouterr().out.strip() == text.strip()
+
+
+def test_a_folder_of_fit_runs_serves_as_the_reference(tmp_path, check):
+    # the reference setting trained again with train_cls.py fit (on the candidate's host): its
+    # settings come from the saved config.yaml, its metric is the last epoch's val/acc
+    from helpers.training import tiny_fit
+
+    from visattn.files import read_metrics_csv
+
+    summary = tiny_fit(tmp_path / "ctl" / "seed0", "--trainer.max_epochs=1")
+    runs = check.fit_runs(tmp_path / "ctl")
+    assert list(runs) == [0]
+    last = read_metrics_csv(summary["metrics_csv"])[-1]["val/acc"]
+    assert runs[0]["row"]["val/acc_last"] == last
+    assert not [k for k in runs[0]["settings"] if k.startswith("trainer.logger")]
+    # a candidate that differs only in precision pairs with it; one that differs elsewhere not
+    settings = {**runs[0]["settings"], "trainer.precision": '"bf16-mixed"'}
+    marker = {"row": {"seed": 0, "status": "ok", "val/acc_last": last - 0.01}, "args": []}
+    run = tmp_path / "cand" / "runs" / "resnet20_none" / "seed0"
+    run.mkdir(parents=True)
+    (run / "result.json").write_text(
+        json.dumps({**marker, "settings_format": 2, "settings": settings})
+    )
+    rows, s = check.compare(
+        tmp_path / "cand", tmp_path / "ctl", "resnet20_none", "val/acc_last", 0.3
+    )
+    assert [r["diff"] for r in rows] == ["-1.00"] and s["verdict"].startswith("undecided")
+    settings["model.lr"] = "0.5"
+    (run / "result.json").write_text(
+        json.dumps({**marker, "settings_format": 2, "settings": settings})
+    )
+    with pytest.raises(ValueError, match=r"differ in model\.lr"):
+        check.compare(tmp_path / "cand", tmp_path / "ctl", "resnet20_none", "val/acc_last", 0.3)
