@@ -56,7 +56,7 @@ def test_the_readmes_step_costs_are_the_committed_measurements() -> None:
         assert float(ratio) == round(float(on_intel[block]["ratio"]), 2), block
     bf16 = float(re.search(r"step ([\d.]+)x faster", intel).group(1))
     assert bf16 == round(float(on_intel["none"]["bf16_speedup"]), 2)
-    # and what bf16 costs in accuracy is the paired check's difference
+    # and what bf16 costs in accuracy is the same-host paired check's difference
     cost = float(re.search(r"costs ([\d.]+) points of test accuracy", intel).group(1))
-    check = (REPO / "benchmarks" / "results" / "precision_check_bf16.md").read_text()
+    check = (REPO / "benchmarks" / "results" / "precision_check_bf16_same_host.md").read_text()
     assert -cost == float(re.search(r"paired by seed: ([+-][\d.]+) points", check).group(1))
