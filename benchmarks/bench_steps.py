@@ -38,6 +38,7 @@ import argparse
 import collections
 import math
 import os
+import re
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -116,6 +117,14 @@ def build_networks(
     return nets
 
 
+def op_label(key: str) -> str:
+    """The profiler's name for an operator, with a compiled graph's call (``## Call
+    CompiledFxGraph <hash> ##``, a block's own compiled kernel) shortened to ``Inductor graph
+    <first 6 characters of the hash>``."""
+    found = re.fullmatch(r"## Call CompiledFxGraph (\w{1,6})\w* ##", key.strip())
+    return f"Inductor graph {found.group(1)}" if found else key
+
+
 def profile_growth(
     steps: dict[str, Step], base: str, n: int, rounds: int = 3, top: int = 3
 ) -> dict[str, str]:
@@ -134,7 +143,8 @@ def profile_growth(
                     step()
             for e in prof.key_averages():
                 ms = e.self_cpu_time_total / 1e3 / n
-                per_op[name][e.key] = min(ms, per_op[name].get(e.key, math.inf))
+                op = op_label(e.key)
+                per_op[name][op] = min(ms, per_op[name].get(op, math.inf))
     out = {}
     for name, ops in per_op.items():
         if name == base:

@@ -311,3 +311,27 @@ def test_bench_steps_compiles_before_it_times(tmp_path, bench_steps, monkeypatch
     assert events == ["compile", "compile", "timed"]  # the plain network and ECA, then timing
     rows = read_csv(out)
     assert all(float(r["compile_ms"]) > 0 and float(r["compile_warmup_s"]) >= 0 for r in rows)
+
+
+def test_bench_steps_steps_each_network_once_before_it_times(tmp_path, bench_steps, monkeypatch):
+    # a block that compiles its own kernel (SimAM) does so on its network's first step, in
+    # inductor's worker processes: that step comes before the timed span opens
+    events = []
+    real = bench_steps.Step.__call__
+    monkeypatch.setattr(bench_steps.Step, "__call__", lambda s: events.append("step") or real(s))
+
+    class Recorded(bench_steps.OtherWork):
+        def __enter__(self):
+            events.append("timed")
+            return super().__enter__()
+
+    monkeypatch.setattr(bench_steps, "OtherWork", Recorded)
+    argv = ["--variants", "resnet20_eca", "--rounds", "1", "--steps", "1", "--batch", "4"]
+    assert bench_steps.main([*argv, "--out", str(tmp_path / "steps.csv")]) == 0
+    assert events.index("timed") == 2  # the plain network's step and ECA's, then timing
+
+
+def test_bench_steps_names_a_compiled_graph_shortly(bench_steps):
+    label = bench_steps.op_label("## Call CompiledFxGraph fanqfe2a3sowi5wmkbjbk ##")
+    assert label == "Inductor graph fanqfe"
+    assert bench_steps.op_label("aten::mul") == "aten::mul"
