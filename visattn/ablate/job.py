@@ -29,7 +29,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -225,6 +225,12 @@ def read_marker(root: Path) -> dict[str, Any] | None:
         return None
 
 
+def _finished(records: Iterable[dict[str, Any] | None]) -> Iterator[dict[str, Any]]:
+    """The markers of the runs that finished (``ok``), from ``records`` as :func:`read_marker`
+    gives them (``None`` for a run without one)."""
+    return (r for r in records if r is not None and r["row"].get("status") == "ok")
+
+
 def spent(records: Iterable[dict[str, Any] | None]) -> dict[tuple[str, int | None], float]:
     """Seconds the finished (``ok``) runs trained, by ``(processor, threads)``, from their
     markers (``records``, as :func:`read_marker` gives them; ``None`` for a run without one) and
@@ -232,9 +238,7 @@ def spent(records: Iterable[dict[str, Any] | None]) -> dict[tuple[str, int | Non
     its ``wall_s`` under the processor that timed the run (``profile_cpu``) with threads ``None``
     (not recorded)."""
     total: dict[tuple[str, int | None], float] = {}
-    for record in records:
-        if record is None or record["row"].get("status") != "ok":
-            continue
+    for record in _finished(records):
         cost = record.get("cost")
         if isinstance(cost, dict) and isinstance(cost.get("wall_s_by_device"), dict):
             threads = cost.get("threads")
@@ -254,9 +258,7 @@ def spent_cpu(records: Iterable[dict[str, Any] | None]) -> tuple[dict[str, float
     and how many finished runs there are."""
     total: dict[str, float] = {}
     recorded = finished = 0
-    for record in records:
-        if record is None or record["row"].get("status") != "ok":
-            continue
+    for record in _finished(records):
         finished += 1
         cpu = (record.get("cost") or {}).get("cpu_s_by_device")
         if isinstance(cpu, dict):
