@@ -489,7 +489,10 @@ def _elsewhere(ratios: Mapping[str, float], found: Mapping[str, str]) -> str:
             f"on {cpu} (`{path.name}`) within {abs(theirs[far] - ratios[far]):.2f} of these, "
             f"the most for `{far.removeprefix('resnet20_')}` ({theirs[far]:.2f}x)"
         )
-    return ("; the same networks timed " + "; ".join(said)) if said else ""
+    if not said:
+        return ""
+    # those files were written by earlier code: a block's kernel may have changed since
+    return "; the same networks timed earlier, with the code of then, " + "; ".join(said)
 
 
 def _step_run(found: Mapping[str, str]) -> str:

@@ -307,8 +307,8 @@ def test_the_step_bullet_says_how_far_the_ratios_move_on_another_cpu(
     ours = {"resnet20_none": 1.0, "resnet20_se": 1.13, "resnet20_simam": 1.5}
     said = board._elsewhere(ours, {"cpu": "Intel CPU"})
     assert said == (
-        "; the same networks timed on AMD CPU (`amd.csv`) within 0.16 of these, the most for "
-        "`simam` (1.34x)"
+        "; the same networks timed earlier, with the code of then, on AMD CPU (`amd.csv`) within "
+        "0.16 of these, the most for `simam` (1.34x)"
     )
     monkeypatch.setattr(board, "OTHER_STEPS", (tmp_path / "same.csv",))
     assert board._elsewhere(ours, {"cpu": "Intel CPU"}) == ""
