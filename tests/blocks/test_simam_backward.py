@@ -57,7 +57,7 @@ def test_the_compiled_kernel_is_the_eager_one_within_float32_rounding(shape) -> 
         with visattn.capture_attention(block) as maps:
             y = block(x)
         (gx,) = torch.autograd.grad(y, x, g)
-        runs[kernel] = (y, gx, next(iter(maps.values())))
+        runs[kernel] = (y.detach(), gx, next(iter(maps.values())))
     x64 = x.detach().double().requires_grad_()
     y64 = _reference(x64, 1e-4, False)
     (g64,) = torch.autograd.grad(y64, x64, g.double())
@@ -117,18 +117,31 @@ def test_a_failing_compiler_falls_back_to_the_eager_kernel_once_with_a_warning(
         return run
 
     monkeypatch.setattr(_compiled.torch, "compile", broken_compile)
-    for name in ("_COMPILED_FORWARD", "_COMPILED_BACKWARD"):
-        fresh = _compiled.CompiledKernel(getattr(simam_mod, name)._fn, "block 'simam'", "k")
-        monkeypatch.setattr(simam_mod, name, fresh)
+    forward = _compiled.CompiledKernel(simam_mod._forward_parts, "block 'simam'", "k")
+    backward = _compiled.CompiledKernel(
+        simam_mod._grad_from_stats, "block 'simam'", "k", shares_with=forward
+    )
+    monkeypatch.setattr(simam_mod, "_COMPILED_FORWARD", forward)
+    monkeypatch.setattr(simam_mod, "_COMPILED_BACKWARD", backward)
     block = visattn.create_block("simam", 8)
     x = torch.randn(2, 8, 6, 6, requires_grad=True)
-    with pytest.warns(RuntimeWarning, match="block 'simam': torch.compile could not build"):
+    g = torch.randn(2, 8, 6, 6)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
         y = block(x)
-    want = visattn.create_block("simam", 8, kernel="eager")(x)
+        (gx,) = torch.autograd.grad(y, x, g)
+    msgs = [str(w.message) for w in said if issubclass(w.category, RuntimeWarning)]
+    assert len(msgs) == 1 and "block 'simam': torch.compile could not build" in msgs[0]
+    eager = visattn.create_block("simam", 8, kernel="eager")
+    want = eager(x)
+    (want_gx,) = torch.autograd.grad(want, x, g)
     torch.testing.assert_close(y, want, rtol=0, atol=0)  # the eager forward, exactly
+    # the backward went straight to its fallback: the hand-written formula from the statistics
+    torch.testing.assert_close(gx, want_gx)
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # warned once: the forward stays eager, silently
-        y = block(x)
+        warnings.simplefilter("error")  # warned once: both stay eager, silently
+        torch.autograd.grad(block(x), x, g)
+    assert backward.failure == forward.failure
     assert "InvalidCxxCompiler" in simam_mod._COMPILED_FORWARD.failure
     assert "more" not in simam_mod._COMPILED_FORWARD.failure  # the first line only
 

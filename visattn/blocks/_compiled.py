@@ -31,14 +31,31 @@ class CompiledKernel:
         fn: the computation; it must be traceable as one graph.
         owner: who uses it, for the warning (``"block 'simam'"``).
         eager_option: the option that skips compiling, for the warning (``"kernel='eager'"``).
+        shares_with: another kernel of the same owner (a backward's forward): a failure of
+            either turns both to their fallbacks, with one warning.
     """
 
-    def __init__(self, fn: Callable[..., Any], owner: str, eager_option: str) -> None:
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        owner: str,
+        eager_option: str,
+        *,
+        shares_with: CompiledKernel | None = None,
+    ) -> None:
         self._fn = fn
         self._owner = owner
         self._eager_option = eager_option
         self._compiled: Callable[..., Any] | None = None
-        self.failure: str | None = None  #: why compiling failed in this process, once it has
+        self._state: dict[str, str | None] = (
+            shares_with._state if shares_with is not None else {"failure": None}
+        )
+
+    @property
+    def failure(self) -> str | None:
+        """Why compiling failed in this process (this kernel or one it shares with), once it
+        has; ``None`` before."""
+        return self._state["failure"]
 
     def __call__(self, fallback: Callable[..., Any], *args: Any) -> Any:
         if self.failure is not None:
@@ -50,7 +67,7 @@ class CompiledKernel:
         except Exception as err:  # the eager run below tells the input from the compiler
             out = fallback(*args)
             first = (str(err).strip().splitlines() or [""])[0]
-            self.failure = f"{type(err).__name__}: {first[:300]}"
+            self._state["failure"] = f"{type(err).__name__}: {first[:300]}"
             warnings.warn(
                 f"{self._owner}: torch.compile could not build its kernel ({self.failure}); "
                 f"running the eager kernel for the rest of this process (pass "

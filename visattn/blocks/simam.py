@@ -74,7 +74,9 @@ def _grad_from_stats(
 #: ``kernel="compiled"``: Inductor fuses the forward into a reduction and one elementwise loop,
 #: and the backward into a reduction and one loop
 _COMPILED_FORWARD = CompiledKernel(_forward_parts, "block 'simam'", "kernel='eager'")
-_COMPILED_BACKWARD = CompiledKernel(_grad_from_stats, "block 'simam'", "kernel='eager'")
+_COMPILED_BACKWARD = CompiledKernel(
+    _grad_from_stats, "block 'simam'", "kernel='eager'", shares_with=_COMPILED_FORWARD
+)
 
 
 def _fused_applies(x: torch.Tensor) -> bool:
