@@ -1,7 +1,7 @@
 """A block's elementwise training computation compiled by ``torch.compile`` (TorchInductor) into
 fused kernels, once per process, with the block's eager code as the fallback.
 
-Blocks whose cost is a chain of elementwise passes over the feature map (SimAM: eleven of them,
+Blocks whose cost is a chain of elementwise passes over the feature map (SimAM: sixteen of them,
 forward and backward) are bound by memory traffic in eager mode; Inductor fuses the chain into a
 few loops. :class:`CompiledKernel` compiles the function on its first call with dynamic shapes
 (one graph serves every feature-map size), and where compiling fails (no C++ compiler for
