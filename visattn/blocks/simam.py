@@ -71,8 +71,8 @@ def _grad_from_stats(
     return _grad(g, x, c, _map(c, k), k, n)
 
 
-#: ``kernel="compiled"``: Inductor fuses the forward into a reduction and one elementwise loop,
-#: and the backward into a reduction and one loop
+#: ``kernel="compiled"``: Inductor fuses the forward's and the backward's passes into a few
+#: loops each (reductions over the map, then one elementwise loop)
 _COMPILED_FORWARD = CompiledKernel(_forward_parts, "block 'simam'", "kernel='eager'")
 _COMPILED_BACKWARD = CompiledKernel(
     _grad_from_stats, "block 'simam'", "kernel='eager'", shares_with=_COMPILED_FORWARD
