@@ -136,7 +136,7 @@ def test_a_failing_compiler_falls_back_to_the_eager_kernel_once_with_a_warning(
     want = eager(x)
     (want_gx,) = torch.autograd.grad(want, x, g)
     torch.testing.assert_close(y, want, rtol=0, atol=0)  # the eager forward, exactly
-    # the backward went straight to its fallback: the hand-written formula from the statistics
+    # the backward ran uncompiled at once: the hand-written formula from the statistics
     torch.testing.assert_close(gx, want_gx)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # warned once: both stay eager, silently
@@ -148,7 +148,7 @@ def test_a_failing_compiler_falls_back_to_the_eager_kernel_once_with_a_warning(
 
 def test_an_input_error_propagates_and_leaves_compiling_on(monkeypatch: pytest.MonkeyPatch) -> None:
     def bad_input(fn, **_):
-        return fn  # "compiled" as itself: it raises just as the fallback does
+        return fn  # "compiled" as itself: it raises just as the uncompiled run does
 
     monkeypatch.setattr(_compiled.torch, "compile", bad_input)
 
@@ -159,9 +159,9 @@ def test_an_input_error_propagates_and_leaves_compiling_on(monkeypatch: pytest.M
 
     kernel = _compiled.CompiledKernel(fn, "test", "k")
     with pytest.raises(ValueError, match="wants 4-D"):
-        kernel(fn, torch.zeros(3))
+        kernel(torch.zeros(3))
     assert kernel.failure is None
-    assert kernel(fn, torch.zeros(1, 1, 1, 1)).shape == (1, 1, 1, 1)
+    assert kernel(torch.zeros(1, 1, 1, 1)).shape == (1, 1, 1, 1)
 
 
 def test_the_kernel_option_is_checked() -> None:

@@ -21,18 +21,18 @@ import torch
 class CompiledKernel:
     """``fn`` compiled on first use (``torch.compile(fn, dynamic=True, fullgraph=True)``).
 
-    Calling it with ``(fallback, *args)`` returns ``fn(*args)`` from the compiled graph, or
-    ``fallback(*args)`` once compiling has failed in this process. A call whose compiled attempt
-    raises is run again through ``fallback``: if that raises too, the input was at fault and its
-    error propagates (compiling stays on); if it succeeds, the compiler was at fault, and the
-    kernel warns once naming the error and uses ``fallback`` from then on.
+    Calling it with ``*args`` returns ``fn(*args)`` from the compiled graph, or from ``fn``
+    itself, uncompiled, once compiling has failed in this process. A call whose compiled attempt
+    raises is run again uncompiled: if that raises too, the input was at fault and its error
+    propagates (compiling stays on); if it succeeds, the compiler was at fault, and the kernel
+    warns once naming the error and runs ``fn`` uncompiled from then on.
 
     Args:
         fn: the computation; it must be traceable as one graph.
         owner: who uses it, for the warning (``"block 'simam'"``).
         eager_option: the option that skips compiling, for the warning (``"kernel='eager'"``).
         shares_with: another kernel of the same owner (a backward's forward): a failure of
-            either turns both to their fallbacks, with one warning.
+            either runs both uncompiled, with one warning.
     """
 
     def __init__(
@@ -57,15 +57,15 @@ class CompiledKernel:
         has; ``None`` before."""
         return self._state["failure"]
 
-    def __call__(self, fallback: Callable[..., Any], *args: Any) -> Any:
+    def __call__(self, *args: Any) -> Any:
         if self.failure is not None:
-            return fallback(*args)
+            return self._fn(*args)
         if self._compiled is None:
             self._compiled = torch.compile(self._fn, dynamic=True, fullgraph=True)
         try:
             return self._compiled(*args)
         except Exception as err:  # the eager run below tells the input from the compiler
-            out = fallback(*args)
+            out = self._fn(*args)
             first = (str(err).strip().splitlines() or [""])[0]
             self._state["failure"] = f"{type(err).__name__}: {first[:300]}"
             warnings.warn(

@@ -24,12 +24,12 @@ def _weights(c: torch.Tensor, n: int, e_lambda: float) -> tuple[torch.Tensor, to
     ``k = 1 / (4 (sigma^2 + lambda))`` per channel, ``sigma^2 = sum(c^2) / n``."""
     d = c * c
     k = 0.25 / (d.sum((2, 3), keepdim=True) / n + e_lambda)
-    return torch.addcmul(torch.full_like(k, 0.5), d, k).sigmoid_(), k
+    return _map(d, k), k
 
 
-def _map(c: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """``sigmoid(c^2 k + 1/2)``, the map of :func:`_weights` from its ``k``."""
-    return torch.addcmul(torch.full_like(k, 0.5), c * c, k).sigmoid_()
+def _map(d: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """``sigmoid(d k + 1/2)``: the map from ``d = c^2`` and its channel's ``k``."""
+    return torch.addcmul(torch.full_like(k, 0.5), d, k).sigmoid_()
 
 
 def _grad(
@@ -68,7 +68,7 @@ def _grad_from_stats(
     """:func:`_grad` with ``c`` and ``a`` rebuilt from ``x`` and the statistics, which costs
     nothing in a fused loop and saves writing and reading them."""
     c = x - mu
-    return _grad(g, x, c, _map(c, k), k, n)
+    return _grad(g, x, c, _map(c * c, k), k, n)
 
 
 #: ``kernel="compiled"``: Inductor fuses the forward's and the backward's passes into a few
@@ -126,7 +126,7 @@ class _SimAMCompiled(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, e_lambda: float, n: int) -> Any:
-        y, mu, k = _COMPILED_FORWARD(_forward_parts, x, e_lambda, n)
+        y, mu, k = _COMPILED_FORWARD(x, e_lambda, n)
         ctx.save_for_backward(x, mu, k)
         ctx.n = n
         ctx.mark_non_differentiable(mu, k)
@@ -136,7 +136,7 @@ class _SimAMCompiled(torch.autograd.Function):
     @once_differentiable
     def backward(ctx: Any, g: torch.Tensor, *_: Any) -> Any:
         x, mu, k = ctx.saved_tensors
-        return _COMPILED_BACKWARD(_grad_from_stats, g, x, mu, k, ctx.n), None, None
+        return _COMPILED_BACKWARD(g, x, mu, k, ctx.n), None, None
 
 
 @register_block("simam", family="hybrid", paper="Yang et al., ICML 2021")
@@ -214,7 +214,8 @@ class SimAM(nn.Module):
                     return y
                 y, mu, k = _SimAMCompiled.apply(x, self.e_lambda, n)
                 if is_capturing(self):  # the map, rebuilt only when asked for
-                    record_attention(self, _map(x.detach() - mu, k))
+                    c = x.detach() - mu
+                    record_attention(self, _map(c * c, k))
                 return y
         a, _ = _weights(x - x.mean((2, 3), keepdim=True), n, self.e_lambda)
         if not torch.jit.is_scripting():
