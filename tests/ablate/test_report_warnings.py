@@ -51,6 +51,41 @@ def test_timings_under_load_on_other_processors_or_unrecorded_are_flagged() -> N
     assert "4 of 4 runs were timed before visattn recorded the conditions" in old
 
 
+def test_the_latency_plot_says_in_its_title_why_its_timings_do_not_compare(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plot has no bullets under it: a scatter of latencies taken beside other runs (where a
+    block could look faster than the plain network) carries the report's caveat in its title,
+    and names the processor where one timed every run."""
+    from visattn.ablate import plots
+
+    drawn: dict[str, tuple[str, str]] = {}
+    real_save = plots._save
+    monkeypatch.setattr(
+        plots,
+        "_save",
+        lambda fig, path: (
+            drawn.__setitem__(path.name, (fig.axes[0].get_title(), fig.axes[0].get_xlabel()))
+            or real_save(fig, path)
+        ),
+    )
+    plots.write_plots(_rows(profile_load=0.2, profile_cpu="A"), tmp_path, baseline="none")
+    assert drawn["acc_vs_latency.png"] == ("", "latency at batch 1 (ms) on A")
+    assert drawn["acc_vs_params.png"][0] == ""
+    rows = _rows(profile_load=0.2, profile_cpu="A")
+    rows[0]["profile_load"], rows[1]["profile_load"], rows[3]["profile_cpu"] = 1.9, 2.1, "B"
+    plots.write_plots(rows, tmp_path, baseline="none")
+    title, label = drawn["acc_vs_latency.png"]
+    assert " ".join(title.split()).startswith(
+        "not comparable: of 4 timed runs, 2 under load, on 2 processors"
+    )
+    assert label == "latency at batch 1 (ms)"
+    plots.write_plots(_rows(), tmp_path, baseline="none")  # rows of an older visattn
+    title, label = drawn["acc_vs_latency.png"]
+    assert "4 in unrecorded conditions" in " ".join(title.split())
+    assert label == "latency at batch 1 (ms)"  # no processor recorded: none named
+
+
 def test_a_warm_up_longer_than_the_run_is_said_before_anything_trains(tmp_path: Path) -> None:
     from visattn.ablate import run_sweep
 

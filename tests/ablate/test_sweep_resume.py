@@ -280,6 +280,12 @@ def test_a_results_row_without_a_completion_marker_is_not_trusted(tmp_path: Path
     assert "Runs: 3 ok, 0 failed, 1 not run yet (of 4 planned)" in report
     assert "1 row(s) of results.csv have no completion marker (se/seed1)" in report
     assert parse_report(report)["se"]["n"] == "1" and parse_report(clean)["se"]["n"] == "2"
+    for marker in (out / "runs").glob("*/seed*/result.json"):  # results.csv without its runs
+        marker.unlink()
+    report = _report_only(path, out)
+    assert "No finished runs yet." in report  # and it says why, not only that
+    assert "4 row(s) of results.csv have no completion marker" in report
+    assert len(read_csv(out / "results.csv")) == 4
 
 
 def test_a_sweep_folder_moved_mid_sweep_is_noticed_before_results_are_written(

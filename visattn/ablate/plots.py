@@ -3,7 +3,8 @@
 * ``acc_vs_params.png``, ``acc_vs_macs.png``, ``acc_vs_latency.png``: one point per variant at
   its mean of the sweep's metric (val/acc or test/acc, the report's headline) with the standard
   deviation over seeds as error bar (and the latency's spread as horizontal bar); baselines are
-  drawn as squares.
+  drawn as squares. The latency plot names the processor that timed the runs, and says in its
+  title when the timings do not compare (under load, conditions unrecorded, several processors).
 * ``val_curves.png``: validation accuracy per epoch, mean over seeds per variant with a ±1 std
   band, read from each ok run's ``metrics.csv``, at the epochs that validated.
 * ``paired_diff.png``: a forest plot of the paired comparison of the metric, one line per
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import io
 import math
+import textwrap
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -27,7 +29,7 @@ import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
 from ..files import atomic_write_bytes, read_metric_curve
-from .report import compare, summarize
+from .report import Timings, compare, summarize
 
 __all__ = ["write_plots"]
 
@@ -48,8 +50,13 @@ def _scatter(
     path: Path,
     metric: str,
     x_err: bool = False,
+    title: str = "",
 ) -> None:
+    """Each variant at its mean ``x_col`` and mean metric; ``title``, where given, says in red
+    why the x values do not compare."""
     fig, ax = plt.subplots(figsize=(6.4, 4.8))
+    if title:
+        ax.set_title(textwrap.fill(title, 70), fontsize=8, color="tab:red")
     colors = _variant_colors([s.name for s in summaries])
     for s in summaries:
         x, y = s.stats[x_col], s.stats[metric]
@@ -210,8 +217,18 @@ def write_plots(
     paths = [out / n for n in ("acc_vs_params.png", "acc_vs_macs.png", "acc_vs_latency.png")]
     _scatter(summaries, "params", 1e-6, "parameters (M)", bases, paths[0], metric)
     _scatter(summaries, "macs", 1e-6, "multiply-accumulates per image (M)", bases, paths[1], metric)
+    timings = Timings.of([r for r in rows if r["status"] == "ok"])
+    where = f" on {timings.processor}" if timings.processor else ""
     _scatter(
-        summaries, "latency_ms", 1.0, "latency at batch 1 (ms)", bases, paths[2], metric, x_err=True
+        summaries,
+        "latency_ms",
+        1.0,
+        f"latency at batch 1 (ms){where}",
+        bases,
+        paths[2],
+        metric,
+        x_err=True,
+        title=timings.caveat(),
     )
     paths.append(out / "val_curves.png")
     _curves(rows, out, paths[3])

@@ -39,6 +39,7 @@ __all__ = [
     "PLOT_FILES",
     "Column",
     "Comparison",
+    "Timings",
     "VariantSummary",
     "baselines_of",
     "compare",
@@ -378,29 +379,75 @@ def _warnings(rows: Sequence[dict[str, Any]], metric: str) -> list[str]:
             + ". Such a run did not learn (a warm-up longer than the run, a learning rate "
             "too high or too low, wrong labels): its figures compare nothing."
         )
-    timed = [r for r in ok if r.get("latency_ms") is not None]
-    unknown = [r for r in timed if r.get("profile_load") is None]
-    busy = [r for r in timed if (r.get("profile_load") or 0.0) > BUSY_LOAD]
-    cpus = sorted({r["profile_cpu"] for r in timed if r.get("profile_cpu")})
-    if unknown:
+    timings = Timings.of(ok)
+    if timings.unknown:
         out.append(
-            f"- **Timings:** {len(unknown)} of {len(timed)} runs were timed before visattn "
+            f"- **Timings:** {timings.unknown} of {timings.timed} runs were timed before visattn "
             "recorded the conditions (possibly beside other runs, or on another machine): "
             "their latency and img/s are not comparable; time the networks alone "
             "(`benchmarks/bench_steps.py`) to compare speed."
         )
-    if busy:
+    if timings.busy:
         out.append(
-            f"- **Timings under load:** {len(busy)} run(s) were timed while the machine's load "
-            f"average was above {BUSY_LOAD:g} (other work on its cores, such as the sweep's "
-            "other runs): their latency and img/s are inflated."
+            f"- **Timings under load:** {timings.busy} run(s) were timed while the machine's "
+            f"load average was above {BUSY_LOAD:g} (other work on its cores, such as the "
+            "sweep's other runs): their latency and img/s are inflated."
         )
-    if len(cpus) > 1:
+    if len(timings.cpus) > 1:
         out.append(
-            f"- **Timings on {len(cpus)} processors** ({'; '.join(cpus)}): latency and img/s "
-            "are comparable only between runs timed on the same one."
+            f"- **Timings on {len(timings.cpus)} processors** ({'; '.join(timings.cpus)}): "
+            "latency and img/s are comparable only between runs timed on the same one."
         )
     return out
+
+
+@dataclass(frozen=True)
+class Timings:
+    """The conditions under which a sweep's ok runs were timed (their ``latency_ms`` and
+    ``throughput``): how many were, how many of them before visattn recorded the conditions,
+    how many under a load average above :data:`BUSY_LOAD`, and on which processors. The report's
+    bullets and the latency plot's title say the same from it."""
+
+    timed: int
+    unknown: int
+    busy: int
+    cpus: tuple[str, ...]
+
+    @classmethod
+    def of(cls, rows: Sequence[Mapping[str, Any]]) -> Timings:
+        """From the rows of ok runs."""
+        timed = [r for r in rows if r.get("latency_ms") is not None]
+        return cls(
+            timed=len(timed),
+            unknown=sum(r.get("profile_load") is None for r in timed),
+            busy=sum((r.get("profile_load") or 0.0) > BUSY_LOAD for r in timed),
+            cpus=tuple(sorted({r["profile_cpu"] for r in timed if r.get("profile_cpu")})),
+        )
+
+    @property
+    def comparable(self) -> bool:
+        """Every timing recorded its conditions, none was under load, and one processor took
+        them all."""
+        return not self.unknown and not self.busy and len(self.cpus) <= 1
+
+    @property
+    def processor(self) -> str | None:
+        """The one processor that timed every timed run, where the rows say so."""
+        return self.cpus[0] if len(self.cpus) == 1 and not self.unknown else None
+
+    def caveat(self) -> str:
+        """One line for a plot: why these timings do not compare ("" when they do)."""
+        if self.comparable:
+            return ""
+        why = [
+            f"{self.busy} under load" if self.busy else "",
+            f"{self.unknown} in unrecorded conditions" if self.unknown else "",
+            f"on {len(self.cpus)} processors" if len(self.cpus) > 1 else "",
+        ]
+        return (
+            f"not comparable: of {self.timed} timed runs, {', '.join(w for w in why if w)} "
+            "(report.md says more; benchmarks/bench_steps.py times networks alone)"
+        )
 
 
 def _notes(ctx: _Context, rows: Sequence[dict[str, Any]], planned: int | None) -> list[str]:
@@ -570,8 +617,9 @@ def render_report(
     if metric not in METRICS:
         raise ValueError(f"metric must be one of {list(METRICS)}, got {metric!r}")
     summaries = summarize(rows)
-    if not summaries:
-        return f"# Sweep `{name}`\n\nNo finished runs yet.\n"
+    if not summaries:  # the notes still say why (rows left out, for instance)
+        lines = [f"# Sweep `{name}`", "", "No finished runs yet."]
+        return "\n".join([*lines, *([""] + [f"- {n}" for n in notes] if notes else []), ""])
     batches = {s.throughput_batch for s in summaries} - {None}
     comparisons = {m: compare(summaries, baseline, m) for m in METRICS}
     # one Holm family a metric: the table's comparisons, and for the headline metric the
