@@ -29,6 +29,7 @@ import torch
 from .._values import first_line
 from ..models import create_model
 from ..profile import count_macs, count_params
+from ..training import cli as run_cli
 from ..training import config as run_config
 
 __all__ = [
@@ -142,7 +143,11 @@ _CAUSE = re.compile(r"not accepted|unknown|did you mean|must be|invalid", re.IGN
 def error_summary(exc: BaseException) -> str:
     """``Type: message``: the error's first line, plus the lines that name the cause when the
     first one only introduces them (jsonargparse: 'Parser key "model.attention":' ...
-    'Option 'positon' is not accepted')."""
+    'Option 'positon' is not accepted'); where visattn's own error is behind it (an unknown
+    block, which jsonargparse reports as not validating against a Union), that error's first
+    line, as ``train_cls.py`` prints it."""
+    if (cause := run_cli.configuration_error(exc)) is not None:
+        return first_line(cause)
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
     if not lines or not lines[0].endswith(":"):
         return first_line(exc)

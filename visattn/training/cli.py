@@ -457,9 +457,11 @@ _ONE_LINE_ERRORS = (
 )
 
 
-def _configuration_error(exc: BaseException) -> BaseException | None:
-    """The visattn error behind a model that could not be built from its options (an unknown
-    block or model, a block's bad option), anywhere in ``exc``'s cause chain; else None."""
+def configuration_error(exc: BaseException) -> BaseException | None:
+    """The visattn error behind a model or run that could not be built from its options (an
+    unknown block or model, a block's bad option, bad data), found anywhere in ``exc``'s cause
+    chain (jsonargparse wraps it in "Does not validate against any of the Union subtypes");
+    ``None`` where there is none."""
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, (UnknownBlockError, UnknownModelError, *_ONE_LINE_ERRORS)):
@@ -478,11 +480,10 @@ def cli_main(args: list[str] | None = None) -> VisattnCLI:
     try:
         return VisattnCLI(args=args)
     except (ValueError, TypeError, KeyError, RuntimeError, OSError) as e:
-        cause = _configuration_error(e)
+        cause = configuration_error(e)
         if cause is None:
             raise
-        message = cause.args[0] if isinstance(cause, KeyError) and cause.args else str(cause)
-        print(f"{Path(sys.argv[0]).name}: error: {message}", file=sys.stderr)
+        print(f"{Path(sys.argv[0]).name}: error: {cause}", file=sys.stderr)
         raise SystemExit(2) from None
 
 
