@@ -217,7 +217,7 @@ def write_plots(
     paths = [out / n for n in ("acc_vs_params.png", "acc_vs_macs.png", "acc_vs_latency.png")]
     _scatter(summaries, "params", 1e-6, "parameters (M)", bases, paths[0], metric)
     _scatter(summaries, "macs", 1e-6, "multiply-accumulates per image (M)", bases, paths[1], metric)
-    timings = Timings.of([r for r in rows if r["status"] == "ok"])
+    timings = Timings.of(rows)
     where = f" on {timings.processor}" if timings.processor else ""
     _scatter(
         summaries,

@@ -415,8 +415,8 @@ class Timings:
 
     @classmethod
     def of(cls, rows: Sequence[Mapping[str, Any]]) -> Timings:
-        """From the rows of ok runs."""
-        timed = [r for r in rows if r.get("latency_ms") is not None]
+        """From results.csv rows; only ok runs count."""
+        timed = [r for r in rows if r["status"] == "ok" and r.get("latency_ms") is not None]
         return cls(
             timed=len(timed),
             unknown=sum(r.get("profile_load") is None for r in timed),
