@@ -10,7 +10,7 @@ import pytest
 import yaml
 from helpers.paths import REPO
 
-from visattn.ablate.report import near_chance, render_report
+from visattn.ablate.report import BUSY_MARGIN, busy, near_chance, render_report
 
 
 def _rows(**extra) -> list[dict]:
@@ -45,10 +45,28 @@ def test_timings_under_load_on_other_processors_or_unrecorded_are_flagged() -> N
     rows = _rows(profile_load=0.2, profile_cpu="A")
     rows[0]["profile_load"], rows[3]["profile_cpu"] = 1.9, "B"
     text = render_report(rows, name="s", baseline="none")
-    assert "1 run(s) were timed while the machine's load average was above" in text
+    assert "1 run(s) were timed while the machine's load average exceeded the run's own" in text
     assert "Timings on 2 processors** (A; B)" in text
     old = render_report(_rows(), name="s", baseline="none")  # rows of an older visattn
     assert "4 of 4 runs were timed before visattn recorded the conditions" in old
+
+
+def test_under_load_means_load_beyond_the_runs_own_threads() -> None:
+    """The 1-minute load average counts the run's own threads: a 4-thread run timed alone
+    reads about 4 and is not under load; a 1-thread run beside another 1-thread run reads
+    about 2 and is. Rows from before ``profile_threads`` was recorded keep the one-thread rule
+    they were written under."""
+    assert not busy({"profile_load": 4.1, "profile_threads": 4})
+    assert busy({"profile_load": 4.0 + BUSY_MARGIN + 0.01, "profile_threads": 4})
+    assert busy({"profile_load": 2.0, "profile_threads": 1})
+    assert not busy({"profile_load": 1.0 + BUSY_MARGIN, "profile_threads": 1})
+    assert busy({"profile_load": 1.9}) and not busy({"profile_load": 1.4})  # no threads: one
+    assert not busy({"profile_load": None, "profile_threads": 2})  # unknown, not busy
+    rows = _rows(profile_load=3.9, profile_threads=4, profile_cpu="A")
+    assert "Timings" not in render_report(rows, name="s", baseline="none")
+    rows[2]["profile_threads"] = 2
+    text = render_report(rows, name="s", baseline="none")
+    assert "1 run(s) were timed while the machine's load average exceeded the run's own" in text
 
 
 def test_the_latency_plot_says_in_its_title_why_its_timings_do_not_compare(

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 import yaml
 from helpers.ablate import TINY_SET, FakeTrainer, arg, parse_report, write_sweep
 from helpers.files import read_csv
@@ -691,8 +692,6 @@ def test_command_line_set_overrides_every_run(
 def test_gpu_latency_on_a_machine_without_cuda_is_refused_before_training(
     tmp_path: Path, fake: FakeTrainer
 ) -> None:
-    import torch
-
     if torch.cuda.is_available():
         pytest.skip("CUDA is available here")
     path = write_sweep(tmp_path, [{"name": "none"}], profile={"device": "cuda"})
@@ -790,6 +789,8 @@ def test_tiny_real_sweep_end_to_end(
     for r in ok:
         assert int(r["params"]) > 0 and int(r["macs"]) > 0
         assert float(r["latency_ms"]) > 0 and float(r["throughput"]) > 0
+        # the threads it was timed with, against which its load average is read
+        assert int(r["profile_threads"]) == torch.get_num_threads()
         assert 0.0 <= float(r["val/acc"]) <= 1.0
         assert r["model"] == "resnet20_cifar"
         # Grad-CAM scores every network, the baseline included

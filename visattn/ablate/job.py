@@ -422,6 +422,7 @@ def evaluate_run(
         "profile_device": str(device),
         "profile_cpu": device_description(device),
         "profile_load": _load_average(),
+        "profile_threads": torch.get_num_threads(),
         "num_classes": int(hp.get("num_classes") or 0) or None,
     }
     boxes = getattr(val, "boxes", None)
@@ -433,7 +434,8 @@ def evaluate_run(
 
 def _load_average() -> float | None:
     """The machine's 1-minute load average while the latency was measured (``None`` where the
-    system has none): above about 1, other work shared the cores with the measurement."""
+    system has none): above the run's threads, other work shared the cores with the
+    measurement."""
     try:
         return round(os.getloadavg()[0], 2)
     except (AttributeError, OSError):

@@ -347,8 +347,10 @@ def _table(ctx: _Context) -> list[str]:
 #: a run "ends near chance" when its accuracy is within this share of the way from chance
 #: (1 / classes) to 1: 0.19 for 10 classes, 0.55 for 2
 NEAR_CHANCE = 0.1
-#: a load average above this while a run was timed means other work shared its cores
-BUSY_LOAD = 1.5
+#: a run was timed "under load" when the machine's load average exceeded the run's own threads
+#: (``profile_threads``, 1 where a row does not record them) by more than this: other work
+#: shared its cores
+BUSY_MARGIN = 0.5
 
 
 def near_chance(row: Mapping[str, Any], metric: str) -> float | None:
@@ -359,6 +361,16 @@ def near_chance(row: Mapping[str, Any], metric: str) -> float | None:
         return None
     chance = 1.0 / classes
     return chance if value <= chance + NEAR_CHANCE * (1.0 - chance) else None
+
+
+def busy(row: Mapping[str, Any]) -> bool:
+    """Whether ``row``'s run was timed under load: the 1-minute load average (which counts the
+    run's own threads, busy until just before) exceeded its ``profile_threads`` by more than
+    :data:`BUSY_MARGIN`. Rows that do not record their threads are taken as one thread, the
+    rule of the visattn that wrote them; rows that do not record the load are not busy (they
+    count as unknown)."""
+    load = row.get("profile_load")
+    return load is not None and load > (row.get("profile_threads") or 1) + BUSY_MARGIN
 
 
 def _warnings(rows: Sequence[dict[str, Any]], metric: str) -> list[str]:
@@ -390,8 +402,9 @@ def _warnings(rows: Sequence[dict[str, Any]], metric: str) -> list[str]:
     if timings.busy:
         out.append(
             f"- **Timings under load:** {timings.busy} run(s) were timed while the machine's "
-            f"load average was above {BUSY_LOAD:g} (other work on its cores, such as the "
-            "sweep's other runs): their latency and img/s are inflated."
+            f"load average exceeded the run's own threads by more than {BUSY_MARGIN:g} (other "
+            "work on its cores, such as the sweep's other runs): their latency and img/s are "
+            "inflated."
         )
     if len(timings.cpus) > 1:
         out.append(
@@ -405,7 +418,7 @@ def _warnings(rows: Sequence[dict[str, Any]], metric: str) -> list[str]:
 class Timings:
     """The conditions under which a sweep's ok runs were timed (their ``latency_ms`` and
     ``throughput``): how many were, how many of them before visattn recorded the conditions,
-    how many under a load average above :data:`BUSY_LOAD`, and on which processors. The report's
+    how many under load (:func:`busy`), and on which processors. The report's
     bullets and the latency plot's title say the same from it."""
 
     timed: int
@@ -420,7 +433,7 @@ class Timings:
         return cls(
             timed=len(timed),
             unknown=sum(r.get("profile_load") is None for r in timed),
-            busy=sum((r.get("profile_load") or 0.0) > BUSY_LOAD for r in timed),
+            busy=sum(busy(r) for r in timed),
             cpus=tuple(sorted({r["profile_cpu"] for r in timed if r.get("profile_cpu")})),
         )
 

@@ -74,6 +74,7 @@ _COLUMN_TYPES: dict[str, type] = {
     "profile_device": str,
     "profile_cpu": str,
     "profile_load": float,
+    "profile_threads": int,
     "num_classes": int,
     "wall_s": float,
     "epochs": int,
