@@ -4,14 +4,17 @@
     python benchmarks/bench_steps.py --quick                   # fewer rounds, about two minutes
     python benchmarks/bench_steps.py --variants resnet20_se,resnet20_eca --profile
     python benchmarks/bench_steps.py --precision bf16          # bf16 autocast, and its speedup
+    python benchmarks/bench_steps.py --sweep configs/ablations/imagenette112_cpu.yaml \
+        --set data.root=DATA/imagenette-112                    # another sweep's networks
 
 The networks are the sweep's own (``--sweep``, default the CIFAR-10 leaderboard
 ``configs/ablations/cifar10_cpu.yaml``): each variant's seed-0 run is built from its resolved
 options exactly as the sweep trains it (block, position, stages, widened baseline), in the
 memory format the run uses (channels-last by default), untrained. One *step* is what the
 training loop does per batch: forward, label-smoothed cross-entropy, ``zero_grad``, backward and
-an SGD + Nesterov step (weight decay 5e-4), on one fixed random batch (``--batch``, default 128
-images at the data's size).
+an SGD + Nesterov step (weight decay 5e-4), on one fixed random batch of the sweep's size at its
+data's image size (``--batch`` and ``--image-size`` change them; ``--set`` takes the sweep's
+overrides, such as where its data is, as ``python -m visattn.ablate`` does).
 
 Timing: every network is warmed up, then ``--rounds`` samples of ``--steps`` steps are taken
 *interleaved* (sample ``i`` of every network before sample ``i + 1`` of any, the order
@@ -41,7 +44,8 @@ import os
 import re
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +61,7 @@ from _common import (
 )
 
 from visattn.ablate.resolve import build_run
-from visattn.ablate.sweep import load_sweep
+from visattn.ablate.sweep import load_sweep, parse_set
 from visattn.profile import count_macs, count_params, vector_extensions
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,25 +100,42 @@ class Step:
         self.opt.step()
 
 
+@dataclass(frozen=True)
+class Batch:
+    """What one training step of the sweep's baseline run sees: images per step, their side,
+    and the classes its labels range over."""
+
+    size: int
+    image_size: int
+    num_classes: int
+
+
 def build_networks(
-    sweep_path: Path, names: Sequence[str] | None
-) -> dict[str, tuple[torch.nn.Module, bool]]:
+    sweep_path: Path, names: Sequence[str] | None, extra: Mapping[str, Any] | None = None
+) -> tuple[dict[str, tuple[torch.nn.Module, bool]], Batch]:
     """``{variant: (network, channels_last)}`` of the sweep's seed-0 runs, in the memory format
-    each run uses; the sweep's baseline comes first."""
+    each run uses, the sweep's baseline first, and the :class:`Batch` of its baseline run.
+    ``extra``: dotted overrides after the sweep's, as ``visattn.ablate --set`` gives them (the
+    data's place, where resolving a run needs it)."""
     sweep = load_sweep(sweep_path)
     runs = {
-        r.variant: r for r in sweep.runs("/tmp/visattn-bench-steps") if r.seed == sweep.seeds[0]
+        r.variant: r
+        for r in sweep.runs("/tmp/visattn-bench-steps", extra)
+        if r.seed == sweep.seeds[0]
     }
     wanted = list(runs) if not names else list(names)
     unknown = [n for n in wanted if n not in runs]
     if unknown:
         raise SystemExit(f"unknown variant(s) {unknown}; the sweep has: {', '.join(runs)}")
     order = [sweep.baseline] + [n for n in wanted if n != sweep.baseline]
-    nets = {}
+    nets, batch = {}, None
     for name in order:
-        module, _ = build_run(runs[name].args)
+        module, data = build_run(runs[name].args)
         nets[name] = (module.net, bool(module.channels_last))
-    return nets
+        if batch is None:
+            batch = Batch(data.hparams.batch_size, data.image_size, data.num_classes)
+    assert batch is not None  # the baseline is always built
+    return nets, batch
 
 
 def op_label(key: str) -> str:
@@ -208,12 +229,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.rounds, args.steps = min(args.rounds, 3), min(args.steps, 2)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    built = build_networks(Path(args.sweep), args.variants)
+    try:
+        extra = parse_set(args.set)
+        built, batch = build_networks(Path(args.sweep), args.variants, extra)
+    except (ValueError, OSError) as e:  # a bad --set, a sweep whose data is not there
+        raise SystemExit(f"error: {e}") from None
+    args.batch = args.batch or batch.size
+    args.image_size = args.image_size or batch.image_size
     nets = {k: net for k, (net, _) in built.items()}
     base = next(iter(nets))
     shape = (3, args.image_size, args.image_size)
     x = torch.randn(args.batch, *shape)
-    y = torch.randint(0, 10, (args.batch,))
+    y = torch.randint(0, batch.num_classes, (args.batch,))
     fp32 = {}
     for name, (net, channels_last) in built.items():
         xin = x.contiguous(memory_format=torch.channels_last) if channels_last else x
@@ -299,8 +326,24 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="comma-separated variant names (default: all; the baseline is always timed)",
     )
-    p.add_argument("--batch", type=_positive, default=128, help="images per step")
-    p.add_argument("--image-size", type=_positive, default=32, help="image side in pixels")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a dotted override for every network, after the sweep's, as visattn.ablate takes "
+        "it (repeatable), e.g. --set data.root=/data/imagenette-112 where building a run "
+        "needs its data",
+    )
+    p.add_argument(
+        "--batch", type=_positive, default=None, help="images per step (default: the sweep's)"
+    )
+    p.add_argument(
+        "--image-size",
+        type=_positive,
+        default=None,
+        help="image side in pixels (default: the sweep's data)",
+    )
     p.add_argument("--threads", type=_positive, default=1, help="torch threads (1, as the sweep)")
     p.add_argument("--rounds", type=_positive, default=9, help="interleaved samples per network")
     p.add_argument("--steps", type=_positive, default=4, help="training steps per sample")

@@ -37,6 +37,7 @@ import argparse
 import csv
 import io
 import math
+import re
 import sys
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -158,6 +159,7 @@ REGIMES = (
         ROOT / "benchmarks" / "results" / "cifar10_long_cpu",
         CIFAR_PREFIX,
         "ResNet-20",
+        STEPS,  # the same six networks at the same batch as the 10-epoch table's
         readme="long",
     ),
     Regime(
@@ -166,6 +168,7 @@ REGIMES = (
         ROOT / "benchmarks" / "results" / "imagenette112",
         "resnet18h_",
         "half-width ResNet-18",
+        ROOT / "benchmarks" / "results" / "steps_imagenette112_cpu.csv",
         data=ROOT.parent / "shared" / "data" / "imagenette-112",
         readme="imagenette",
         readme_seeds=2,  # its table has been in the README since its first pairs
@@ -316,6 +319,7 @@ def build_rows(
         "epochs": _epochs(base_logs),
         "step_run": _step_run(step_md),
         "step_cpu": step_md.get("cpu", "a machine not recorded"),
+        "step_batch": step_md.get("batch", "a batch not recorded"),
         "step_elsewhere": _elsewhere(ratios, step_md),
         "unverified": _unverified(results, rows_in),
         "finished": {
@@ -460,8 +464,8 @@ def _final_train_acc(logs: Sequence[list[dict]]) -> float:
 
 def read_step_md(path: Path) -> dict[str, str]:
     """What the ``.md`` bench_steps.py writes beside its CSV at ``path`` says about the run:
-    ``cpu``, ``vector extensions``, ``others`` (cores other processes kept busy); those it
-    does not say are absent."""
+    ``cpu``, ``vector extensions``, ``others`` (cores other processes kept busy), ``batch``
+    (``"128 x (3, 32, 32)"``); those it does not say are absent."""
     md = path.with_suffix(".md")
     found = {}
     for line in md.read_text().splitlines() if md.is_file() else []:
@@ -470,6 +474,8 @@ def read_step_md(path: Path) -> dict[str, str]:
             found[key] = value.strip()
         elif key == OTHERS:
             found["others"] = value.split()[0]
+        elif m := re.match(r"Batch (\d+ x \([^)]*\))", line):
+            found["batch"] = m[1]
     return found
 
 
@@ -493,6 +499,18 @@ def _elsewhere(ratios: Mapping[str, float], found: Mapping[str, str]) -> str:
         return ""
     # those files were written by earlier code: a block's kernel may have changed since
     return "; the same networks timed earlier, with the code of then, " + "; ".join(said)
+
+
+def _step_sentence(rows: Sequence[Row], facts: Mapping[str, str]) -> str:
+    """A regime's last words on its step-time column: where it was measured, or that it was
+    not."""
+    if all(math.isnan(r.step) for r in rows):
+        return "step time: - (not measured for this table)."
+    return (
+        "step time: one training step of the sweep's own network (forward, loss, backward, "
+        f"SGD step; batch {facts['step_batch']}, one thread) against the plain network's, "
+        f"every variant measured interleaved in {facts['step_run']}; - where not measured."
+    )
 
 
 def _step_run(found: Mapping[str, str]) -> str:
@@ -995,7 +1013,8 @@ def regime_section(table: Table) -> list[str]:
             else "No comparison yet: a variant is compared once it has a pair with the plain "
             "network (Holm's correction then runs over the table's comparisons)"
         )
-        + "; step time: - (not measured for this table).",
+        + "; "
+        + _step_sentence(rows, facts),
         "",
     ]
 

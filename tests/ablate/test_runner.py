@@ -689,6 +689,26 @@ def test_command_line_set_overrides_every_run(
     assert len(fake.calls) == 2
 
 
+@pytest.mark.parametrize(
+    ("item", "said"),
+    [("trainer.max_epochs", "--set expects KEY=VALUE"), ("a=[1", "--set a=[1: ")],
+)
+def test_a_malformed_set_is_refused_by_name_before_anything_trains(
+    tmp_path: Path,
+    fake: FakeTrainer,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture,
+    item: str,
+    said: str,
+) -> None:
+    monkeypatch.setattr(runner_mod, "default_train_fn", lambda: fake)
+    path = write_sweep(tmp_path, [{"name": "none"}], seeds=(0,))
+    with pytest.raises(SystemExit) as e:
+        ablate_main([str(path), "--out", str(tmp_path / "out"), "--set", item])
+    assert e.value.code == 2 and fake.calls == []
+    assert said in capsys.readouterr().err
+
+
 def test_gpu_latency_on_a_machine_without_cuda_is_refused_before_training(
     tmp_path: Path, fake: FakeTrainer
 ) -> None:

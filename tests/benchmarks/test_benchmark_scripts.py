@@ -284,6 +284,18 @@ def test_bench_steps_times_the_sweeps_own_networks_against_the_plain_one(
     assert md.count("| resnet20_") == 3 and "--profile-steps 1" in md
 
 
+def test_bench_steps_takes_its_batch_from_the_sweep_and_the_sweeps_overrides(
+    tmp_path, bench_steps
+):
+    # no --batch: the sweep's own batch, here as --set changed it (as visattn.ablate takes it)
+    out = tmp_path / "steps.csv"
+    argv = ["--variants", "resnet20_eca", "--rounds", "1", "--steps", "1", "--out", str(out)]
+    assert bench_steps.main([*argv, "--set", "data.batch_size=3"]) == 0
+    assert "Batch 3 x (3, 32, 32)" in out.with_suffix(".md").read_text()
+    with pytest.raises(SystemExit, match="--set expects KEY=VALUE"):
+        bench_steps.main([*argv, "--set", "data.batch_size"])
+
+
 def test_bench_steps_refuses_an_unknown_variant_naming_the_sweeps(bench_steps):
     with pytest.raises(SystemExit, match="resnet20_none"):
         bench_steps.main(["--variants", "resnet20_nope", "--rounds", "1"])

@@ -7,9 +7,6 @@ import argparse
 import sys
 from pathlib import Path
 
-import yaml
-
-from ..files import load_yaml
 from ..locks import SweepLock
 from .runner import (
     ExecutionPlan,
@@ -19,7 +16,7 @@ from .runner import (
     run_sweep,
     write_outputs,
 )
-from .sweep import load_sweep
+from .sweep import load_sweep, parse_set
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -113,15 +110,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     except ValueError:
         parser.error("--jobs, --runs-per-device and --threads must be >= 1")
-    overrides = {}
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            parser.error(f"--set expects KEY=VALUE, got {item!r}")
-        try:
-            overrides[key] = load_yaml(value, f"--set {key}") if value else ""
-        except yaml.YAMLError as e:
-            parser.error(f"--set {item}: {e}")
+    try:
+        overrides = parse_set(args.set)
+    except ValueError as e:
+        parser.error(str(e))
     if args.report_only:
         try:
             sweep = load_sweep(args.sweep)

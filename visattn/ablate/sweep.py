@@ -461,6 +461,26 @@ class Sweep:
         return runs
 
 
+def parse_set(items: Sequence[str]) -> dict[str, Any]:
+    """``{key: value}`` from command-line ``--set KEY=VALUE`` items, each value read as YAML
+    (an empty one is ``""``); a later item for the same key wins.
+
+    Raises:
+        ValueError: an item without ``=`` or a key, or a value that is not valid YAML (naming
+            the item).
+    """
+    overrides: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
+        try:
+            overrides[key] = load_yaml(value, f"--set {key}") if value else ""
+        except yaml.YAMLError as e:
+            raise ValueError(f"--set {item}: {e}") from None
+    return overrides
+
+
 def overrides_to_args(overrides: Mapping[str, Any]) -> list[str]:
     """Dotted overrides -> ``--key=value`` arguments, in the given order.
 
