@@ -624,10 +624,13 @@ def full_table(rows: Sequence[Row], seeds: int) -> list[str]:
 def readme_table(
     rows: Sequence[Row], pairs: Pairs, seeds: int, regime: Regime = REGIMES[0]
 ) -> list[str]:
-    """The top rows, the plain network and the control, in the table's order, then the
-    comparisons between two variants (:data:`PAIRS`) that have pairs."""
+    """The top rows, the plain network and the control, in the table's order (every row where
+    that is all but a row or two: a table of at most ``README_TOP + 2`` variants is shown
+    whole), then the comparisons between two variants (:data:`PAIRS`) that have pairs."""
     control = {regime.prefix + v[len(CIFAR_PREFIX) :] for v in CONTROL}
     keep = {r.variant for r in rows[:README_TOP]} | {regime.baseline, *control}
+    if len(rows) <= README_TOP + 2:
+        keep = {r.variant for r in rows}
     head = [
         "variant",
         "family",

@@ -106,6 +106,27 @@ def test_the_readme_figures_are_the_results_files(board) -> None:
     assert board.PAIRS[board.CONTROL] in rows
 
 
+def test_the_readme_shows_a_small_table_whole_and_a_large_one_cut(board) -> None:
+    """A regime of six variants (the long rung) keeps its last row, below the plain network;
+    the 14-variant leaderboard keeps its top rows, the plain network and GSoP's comparison
+    (GSoP and its control)."""
+
+    def row(variant: str, mean: float) -> object:
+        return board.Row(variant, variant, "channel", 1e5, 1e7, 1.0, mean, 0.1, 3)
+
+    names = ["wide_gsop", "simam", "simam_prenorm", "gsop", "none", "se"]
+    six = [row(board.CIFAR_PREFIX + n, 90 - i) for i, n in enumerate(names)]
+    shown = board.readme_table(six, {}, 3)[2:]
+    assert len(shown) == 6 and "resnet20_se" in shown[-1]
+    many = [row(f"resnet20_b{i}", 95 - i) for i in range(12)] + six
+    many.sort(key=lambda r: -r.mean)
+    shown = "\n".join(board.readme_table(many, {}, 3)[2:])
+    assert shown.count("\n") + 1 == board.README_TOP + 3
+    for kept in ("resnet20_none", "resnet20_wide_gsop", "resnet20_gsop"):
+        assert kept in shown
+    assert "resnet20_se" not in shown
+
+
 def test_holm_runs_over_every_comparison_on_the_page(board) -> None:
     rows, pairs, facts = board.build_rows()
     compared = [r for r in [*rows, *pairs.values()] if not math.isnan(r.p)]
