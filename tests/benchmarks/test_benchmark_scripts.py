@@ -284,9 +284,7 @@ def test_bench_steps_times_the_sweeps_own_networks_against_the_plain_one(
     assert md.count("| resnet20_") == 3 and "--profile-steps 1" in md
 
 
-def test_bench_steps_takes_its_batch_from_the_sweep_and_the_sweeps_overrides(
-    tmp_path, bench_steps
-):
+def test_bench_steps_takes_its_batch_from_the_sweep_and_the_sweeps_overrides(tmp_path, bench_steps):
     # no --batch: the sweep's own batch, here as --set changed it (as visattn.ablate takes it)
     out = tmp_path / "steps.csv"
     argv = ["--variants", "resnet20_eca", "--rounds", "1", "--steps", "1", "--out", str(out)]
