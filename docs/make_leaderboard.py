@@ -628,9 +628,8 @@ def readme_table(
     that is all but a row or two: a table of at most ``README_TOP + 2`` variants is shown
     whole), then the comparisons between two variants (:data:`PAIRS`) that have pairs."""
     control = {regime.prefix + v[len(CIFAR_PREFIX) :] for v in CONTROL}
-    keep = {r.variant for r in rows[:README_TOP]} | {regime.baseline, *control}
-    if len(rows) <= README_TOP + 2:
-        keep = {r.variant for r in rows}
+    top = rows if len(rows) <= README_TOP + 2 else rows[:README_TOP]
+    keep = {r.variant for r in top} | {regime.baseline, *control}
     head = [
         "variant",
         "family",
