@@ -1150,8 +1150,9 @@ def page(
         "",
         *full_table(rows, seeds),
         "",
-        "- **step time**: one training step (forward, loss, backward, SGD step; batch 128, "
-        "channels-last, one thread) against the plain network's, every variant measured "
+        "- **step time**: one training step (forward, loss, backward, SGD step; batch "
+        f"{facts['step_batch']}, channels-last, one thread) against the plain network's, "
+        "every variant measured "
         f"interleaved in {facts['step_run']}{facts['step_elsewhere']}; - where not measured; "
         "MACs: per image, attention "
         "products included.",
