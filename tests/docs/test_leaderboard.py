@@ -521,6 +521,24 @@ def test_the_longer_rung_says_how_far_its_plain_network_is_from_90_percent_and_w
     assert (f"{unverified} of " in section) == (unverified > 0)
 
 
+def test_a_regime_planned_with_fewer_than_five_seeds_says_why(every_table) -> None:
+    """Five paired seeds is what the page's other tables have; a sweep that plans fewer says
+    on its "Runs:" line why, so that a reader does not take the shorter table for a finished
+    one of the same strength."""
+    board = every_table
+    text = board.outputs()[board.PAGE]
+    for regime in board.REGIMES[1:]:
+        seeds = len(yaml.safe_load(regime.sweep.read_text())["seeds"])
+        section = text.split(f"## {regime.title}", 1)[1].split("\n## ", 1)[0]
+        runs = next(ln for ln in section.splitlines() if ln.startswith("Runs: "))
+        assert f"({seeds} seeds per variant planned" in runs
+        if seeds < 5:
+            assert regime.seeds_why, f"{regime.title} plans {seeds} seeds and says not why"
+            assert f"planned: {regime.seeds_why})" in runs
+        else:
+            assert runs.endswith(f"({seeds} seeds per variant planned).")
+
+
 def test_each_regimes_readme_block_is_its_results_file(every_table) -> None:
     """The README blocks of the other regimes: each row's mean ± std and paired interval
     recomputed from that regime's results.csv (or, before its table shows, the count of
