@@ -481,6 +481,11 @@ def test_what_holds_across_regimes_is_each_tables_results_file(every_table) -> N
         assert f"{regime.title}: {said}" in plain
 
 
+def _section(page: str, title: str) -> str:
+    """The text of the page's ``## title`` section, up to the next heading of its level."""
+    return page.split(f"## {title}", 1)[1].split("\n## ", 1)[0]
+
+
 def test_the_longer_rung_says_how_far_its_plain_network_is_from_90_percent_and_why(
     every_table,
 ) -> None:
@@ -496,7 +501,7 @@ def test_the_longer_rung_says_how_far_its_plain_network_is_from_90_percent_and_w
     if not runs:
         pytest.skip(f"no finished plain run in {regime.title}")
     text = board.outputs()[board.PAGE]
-    section = text.split(f"## {regime.title}", 1)[1].split("\n## ", 1)[0]
+    section = _section(text, regime.title)
     mean = statistics.fmean(runs.values())
     assert f"scores {mean:.2f}% on the test set" in section
     if mean >= 90:
@@ -528,8 +533,8 @@ def test_a_regime_planned_with_fewer_than_five_seeds_says_why(every_table) -> No
     board = every_table
     text = board.outputs()[board.PAGE]
     for regime in board.REGIMES[1:]:
-        seeds = len(yaml.safe_load(regime.sweep.read_text())["seeds"])
-        section = text.split(f"## {regime.title}", 1)[1].split("\n## ", 1)[0]
+        seeds = len(board.load_sweep_file(regime.sweep).seeds)
+        section = _section(text, regime.title)
         runs = next(ln for ln in section.splitlines() if ln.startswith("Runs: "))
         assert f"({seeds} seeds per variant planned" in runs
         if seeds < 5:
