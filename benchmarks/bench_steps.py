@@ -223,6 +223,15 @@ def _repeat(fn: Callable[[], None], n: int) -> Callable[[], None]:
     return run
 
 
+def _formats(built: Mapping[str, tuple[torch.nn.Module, bool]]) -> str:
+    """The memory format the networks were timed in: ``"channels-last memory format"`` where
+    every run uses one, else each variant's."""
+    each = {k: "channels-last" if cl else "NCHW" for k, (_, cl) in built.items()}
+    if len(set(each.values())) == 1:
+        return f"{next(iter(each.values()))} memory format"
+    return "memory format per variant: " + "; ".join(f"{k} {f}" for k, f in each.items())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.quick:
@@ -250,7 +259,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     title = f"Training-step time against the plain network ({Path(args.sweep).name})"
     print_header(title, "cpu")
     setting = (
-        f"Batch {args.batch} x {shape}, {args.rounds} rounds of {args.steps} steps, interleaved."
+        f"Batch {args.batch} x {shape}, {_formats(built)}, {args.rounds} rounds of "
+        f"{args.steps} steps, interleaved."
     )
     print(f"{setting}\n")
     compiled, warmup_s = compile_steps(fp32) if args.compile else ({}, {})

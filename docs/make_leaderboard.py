@@ -326,6 +326,7 @@ def build_rows(
         "step_run": _step_run(step_md),
         "step_cpu": step_md.get("cpu", "a machine not recorded"),
         "step_batch": step_md.get("batch", "a batch not recorded"),
+        "step_format": step_md.get("format", "memory format not recorded"),
         "step_elsewhere": _elsewhere(ratios, step_md),
         "unverified": _unverified(results, rows_in),
         "finished": {
@@ -471,7 +472,8 @@ def _final_train_acc(logs: Sequence[list[dict]]) -> float:
 def read_step_md(path: Path) -> dict[str, str]:
     """What the ``.md`` bench_steps.py writes beside its CSV at ``path`` says about the run:
     ``cpu``, ``vector extensions``, ``others`` (cores other processes kept busy), ``batch``
-    (``"128 x (3, 32, 32)"``); those it does not say are absent."""
+    (``"128 x (3, 32, 32)"``), ``format`` (``"channels-last memory format"``); those it does
+    not say are absent."""
     md = path.with_suffix(".md")
     found = {}
     for line in md.read_text().splitlines() if md.is_file() else []:
@@ -480,8 +482,10 @@ def read_step_md(path: Path) -> dict[str, str]:
             found[key] = value.strip()
         elif key == OTHERS:
             found["others"] = value.split()[0]
-        elif m := re.match(r"Batch (\d+ x \([^)]*\))", line):
+        elif m := re.match(r"Batch (\d+ x \([^)]*\))(?:, (.+?))?, \d+ rounds", line):
             found["batch"] = m[1]
+            if m[2] and "memory format" in m[2]:
+                found["format"] = m[2]
     return found
 
 
@@ -514,7 +518,8 @@ def _step_sentence(rows: Sequence[Row], facts: Mapping[str, str]) -> str:
         return "step time: - (not measured for this table)."
     return (
         "step time: one training step of the sweep's own network (forward, loss, backward, "
-        f"SGD step; batch {facts['step_batch']}, one thread) against the plain network's, "
+        f"SGD step; batch {facts['step_batch']}, {facts['step_format']}, one thread) against "
+        "the plain network's, "
         f"every variant measured interleaved in {facts['step_run']}; - where not measured."
     )
 
@@ -1157,7 +1162,8 @@ def page(
         *full_table(rows, seeds),
         "",
         "- **step time**: one training step (forward, loss, backward, SGD step; batch "
-        f"{facts['step_batch']}, channels-last, one thread) against the plain network's, "
+        f"{facts['step_batch']}, {facts['step_format']}, one thread) against the plain "
+        "network's, "
         "every variant measured "
         f"interleaved in {facts['step_run']}{facts['step_elsewhere']}; - where not measured; "
         "MACs: per image, attention "

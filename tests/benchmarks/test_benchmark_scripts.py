@@ -284,12 +284,19 @@ def test_bench_steps_times_the_sweeps_own_networks_against_the_plain_one(
     assert md.count("| resnet20_") == 3 and "--profile-steps 1" in md
 
 
-def test_bench_steps_takes_its_batch_from_the_sweep_and_the_sweeps_overrides(tmp_path, bench_steps):
+def test_bench_steps_takes_its_batch_and_format_from_the_sweep_and_its_overrides(
+    tmp_path, bench_steps
+) -> None:
     # no --batch: the sweep's own batch, here as --set changed it (as visattn.ablate takes it)
     out = tmp_path / "steps.csv"
     argv = ["--variants", "resnet20_eca", "--rounds", "1", "--steps", "1", "--out", str(out)]
     assert bench_steps.main([*argv, "--set", "data.batch_size=3"]) == 0
-    assert "Batch 3 x (3, 32, 32)" in out.with_suffix(".md").read_text()
+    # the run's own memory format (channels-last by default), said where the batch is said
+    md = out.with_suffix(".md")
+    assert "Batch 3 x (3, 32, 32), channels-last memory format," in md.read_text()
+    argv += ["--set", "data.batch_size=3", "--set", "model.channels_last=false"]
+    assert bench_steps.main(argv) == 0
+    assert "Batch 3 x (3, 32, 32), NCHW memory format," in md.read_text()
     with pytest.raises(SystemExit, match="--set expects KEY=VALUE"):
         bench_steps.main([*argv, "--set", "data.batch_size"])
 
@@ -345,3 +352,13 @@ def test_bench_steps_names_a_compiled_graph_shortly(bench_steps):
     label = bench_steps.op_label("## Call CompiledFxGraph fanqfe2a3sowi5wmkbjbk ##")
     assert label == "Inductor graph fanqfe"
     assert bench_steps.op_label("aten::mul") == "aten::mul"
+
+
+def test_bench_steps_names_each_variants_format_where_they_differ(bench_steps) -> None:
+    net = torch.nn.Identity()
+    assert bench_steps._formats({"a": (net, True), "b": (net, True)}) == (
+        "channels-last memory format"
+    )
+    assert bench_steps._formats({"a": (net, True), "b": (net, False)}) == (
+        "memory format per variant: a channels-last; b NCHW"
+    )

@@ -312,20 +312,35 @@ def test_the_step_time_bullet_says_where_and_how_idle_the_run_was(board, tmp_pat
     assert board._step_run(board.read_step_md(csv_path)).endswith("on Some CPU (avx2)")
 
 
-def test_a_regimes_step_sentence_names_the_batch_its_steps_were_timed_at(board, tmp_path) -> None:
+@pytest.mark.parametrize(
+    ("setting", "fmt"),
+    [
+        (", NCHW memory format", "NCHW memory format"),
+        ("", "memory format not recorded"),  # a file bench_steps wrote before it said so
+    ],
+)
+def test_a_regimes_step_sentence_names_the_batch_and_format_its_steps_were_timed_in(
+    board, tmp_path, setting, fmt
+) -> None:
     """Each table's step column is one bench_steps.py run of that table's own networks: the
-    sentence under it gives the batch and image size from the run's .md (Imagenette's 64 at
-    112 px is not CIFAR's 128 at 32), or says the column was not measured."""
+    sentence under it gives the batch, image size and memory format from the run's .md
+    (Imagenette's 64 at 112 px is not CIFAR's 128 at 32), says where the format was not
+    recorded, or says the column was not measured."""
     csv_path = tmp_path / "steps.csv"
     csv_path.with_suffix(".md").write_text(
-        "# t\n\n- cpu: Some CPU\n\nBatch 64 x (3, 112, 112), 9 rounds of 4 steps, interleaved.\n"
+        f"# t\n\n- cpu: Some CPU\n\nBatch 64 x (3, 112, 112){setting}, 9 rounds of 4 steps, "
+        "interleaved.\n"
     )
     found = board.read_step_md(csv_path)
     assert found["batch"] == "64 x (3, 112, 112)"
     timed = board.Row("resnet18h_se", "", "channel", 1e6, 1e8, 1.06, 76.5, 0.5, 5)
-    facts = {"step_batch": found["batch"], "step_run": board._step_run(found)}
+    facts = {
+        "step_batch": found["batch"],
+        "step_format": found.get("format", "memory format not recorded"),
+        "step_run": board._step_run(found),
+    }
     said = board._step_sentence([timed], facts)
-    assert "batch 64 x (3, 112, 112), one thread" in said and "on Some CPU" in said
+    assert f"batch 64 x (3, 112, 112), {fmt}, one thread" in said and "on Some CPU" in said
     untimed = board.Row("resnet18h_se", "", "channel", 1e6, 1e8, math.nan, 76.5, 0.5, 5)
     assert board._step_sentence([untimed], facts) == "step time: - (not measured for this table)."
 
