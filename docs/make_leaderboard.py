@@ -323,10 +323,7 @@ def build_rows(
         "comparisons": len(family),
         "train_acc": _final_train_acc(base_logs),
         "epochs": _epochs(base_logs),
-        "step_run": _step_run(step_md),
-        "step_cpu": step_md.get("cpu", "a machine not recorded"),
-        "step_batch": step_md.get("batch", "a batch not recorded"),
-        "step_format": step_md.get("format", "memory format not recorded"),
+        **step_facts(step_md),
         "step_elsewhere": _elsewhere(ratios, step_md),
         "unverified": _unverified(results, rows_in),
         "finished": {
@@ -487,6 +484,18 @@ def read_step_md(path: Path) -> dict[str, str]:
             if m[2] and "memory format" in m[2]:
                 found["format"] = m[2]
     return found
+
+
+def step_facts(found: Mapping[str, str]) -> dict[str, str]:
+    """What a table's step sentences say of :func:`read_step_md`'s ``found``: where the steps
+    were timed, on which CPU, at which batch and in which memory format, or that the file does
+    not say."""
+    return {
+        "step_run": _step_run(found),
+        "step_cpu": found.get("cpu", "a machine not recorded"),
+        "step_batch": found.get("batch", "a batch not recorded"),
+        "step_format": found.get("format", "memory format not recorded"),
+    }
 
 
 def _elsewhere(ratios: Mapping[str, float], found: Mapping[str, str]) -> str:

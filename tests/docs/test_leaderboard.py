@@ -334,11 +334,7 @@ def test_a_regimes_step_sentence_names_the_batch_and_format_its_steps_were_timed
     found = board.read_step_md(csv_path)
     assert found["batch"] == "64 x (3, 112, 112)"
     timed = board.Row("resnet18h_se", "", "channel", 1e6, 1e8, 1.06, 76.5, 0.5, 5)
-    facts = {
-        "step_batch": found["batch"],
-        "step_format": found.get("format", "memory format not recorded"),
-        "step_run": board._step_run(found),
-    }
+    facts = board.step_facts(found)
     said = board._step_sentence([timed], facts)
     assert f"batch 64 x (3, 112, 112), {fmt}, one thread" in said and "on Some CPU" in said
     untimed = board.Row("resnet18h_se", "", "channel", 1e6, 1e8, math.nan, 76.5, 0.5, 5)
