@@ -16,7 +16,7 @@ from helpers.files import read_csv
 
 from visattn.ablate import run_sweep
 from visattn.ablate.__main__ import main as ablate_main
-from visattn.ablate.runner import ChangedRunsError
+from visattn.ablate.runner import ChangedRunsError, cost_note
 
 VARIANTS = [{"name": "none"}, {"name": "se", "set": {"model.attention": {"name": "se"}}}]
 
@@ -428,6 +428,15 @@ def test_each_markers_cost_splits_a_resumed_runs_time_by_processor_and_the_repor
     # the wall time), so its total is left out rather than given short; seed 2 predates it
     assert "cpu_s_by_device" in markers[0]["cost"] and "cpu_s_by_device" not in cost
     assert line.count("CPU-hours") == 1 and "recorded by 1 of the 3 finished runs." in line
+
+
+def test_a_processor_whose_runs_used_different_thread_counts_gets_one_sum() -> None:
+    # a sweep run on one thread, whose last run went on with two: one line for the processor
+    (line,) = cost_note({("CPU A", 1): 7200.0, ("CPU B", 1): 3600.0, ("CPU A", 2): 1800.0})
+    assert "CPU A: 2.0 h x 1 thread(s) + 0.5 h x 2 thread(s) = 3.0 thread-hours" in line
+    assert line.count("CPU A") == 1 and line.index("CPU A") < line.index("CPU B")
+    assert "CPU B: 1.0 h x 1 thread(s) = 1.0 thread-hours" in line
+    assert "3.5 run-hours" in line
 
 
 def test_cpu_time_leaves_out_the_time_a_run_waits(tmp_path: Path, fake) -> None:

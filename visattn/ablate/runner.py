@@ -242,17 +242,24 @@ def cost_note(
     cpu: tuple[Mapping[str, float], int, int] | None = None,
 ) -> list[str]:
     """The report's line on what the finished runs spent (:func:`~visattn.ablate.job.spent`):
-    run-hours by processor, with thread-hours where the markers recorded the threads; and, from
+    run-hours by processor, with thread-hours where the markers recorded the threads (one sum per
+    processor, whatever thread counts its runs used); and, from
     ``cpu`` (:func:`~visattn.ablate.job.spent_cpu`), the CPU-hours of the runs whose markers
     recorded them, which leave out the time a run was stopped or waiting."""
     if not total:
         return []
     ordered = sorted(total.items(), key=lambda kv: -kv[1])
+    by_processor: dict[str, list[tuple[int, float]]] = {}
+    for (processor, threads), seconds in ordered:
+        if threads is not None:
+            by_processor.setdefault(processor, []).append((threads, seconds))
     parts = [
-        f"{processor}: {seconds / 3600:.1f} h x {threads} thread(s) = "
-        f"{seconds / 3600 * threads:.1f} thread-hours"
-        for (processor, threads), seconds in ordered
-        if threads is not None
+        f"{processor}: "
+        + " + ".join(f"{seconds / 3600:.1f} h x {threads} thread(s)" for threads, seconds in spans)
+        + f" = {sum(seconds * threads for threads, seconds in spans) / 3600:.1f} thread-hours"
+        for processor, spans in sorted(
+            by_processor.items(), key=lambda kv: -sum(s * t for t, s in kv[1])
+        )
     ]
     older = [(p, seconds) for (p, threads), seconds in ordered if threads is None]
     if older:
