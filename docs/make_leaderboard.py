@@ -498,6 +498,12 @@ def step_facts(found: Mapping[str, str]) -> dict[str, str]:
     }
 
 
+def _step_setting(facts: Mapping[str, str]) -> str:
+    """What every table's step time was measured at (:func:`step_facts`): "batch 128 x
+    (3, 32, 32), channels-last memory format, one thread"."""
+    return f"batch {facts['step_batch']}, {facts['step_format']}, one thread"
+
+
 def _elsewhere(ratios: Mapping[str, float], found: Mapping[str, str]) -> str:
     """How the step-time ratios moved on the other CPUs of :data:`OTHER_STEPS` (files of
     another machine than ``found``'s): the largest change, and where it came from; ``""``
@@ -527,9 +533,8 @@ def _step_sentence(rows: Sequence[Row], facts: Mapping[str, str]) -> str:
         return "step time: - (not measured for this table)."
     return (
         "step time: one training step of the sweep's own network (forward, loss, backward, "
-        f"SGD step; batch {facts['step_batch']}, {facts['step_format']}, one thread) against "
-        "the plain network's, "
-        f"every variant measured interleaved in {facts['step_run']}; - where not measured."
+        f"SGD step; {_step_setting(facts)}) against the plain network's, every variant measured "
+        f"interleaved in {facts['step_run']}; - where not measured."
     )
 
 
@@ -1170,10 +1175,8 @@ def page(
         "",
         *full_table(rows, seeds),
         "",
-        "- **step time**: one training step (forward, loss, backward, SGD step; batch "
-        f"{facts['step_batch']}, {facts['step_format']}, one thread) against the plain "
-        "network's, "
-        "every variant measured "
+        "- **step time**: one training step (forward, loss, backward, SGD step; "
+        f"{_step_setting(facts)}) against the plain network's, every variant measured "
         f"interleaved in {facts['step_run']}{facts['step_elsewhere']}; - where not measured; "
         "MACs: per image, attention "
         "products included.",

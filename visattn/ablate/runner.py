@@ -249,17 +249,15 @@ def cost_note(
     if not total:
         return []
     ordered = sorted(total.items(), key=lambda kv: -kv[1])
-    by_processor: dict[str, list[tuple[int, float]]] = {}
+    spans: dict[str, list[str]] = {}  # per processor: "2.0 h x 1 thread(s)", ...
+    thread_s: dict[str, float] = {}
     for (processor, threads), seconds in ordered:
         if threads is not None:
-            by_processor.setdefault(processor, []).append((threads, seconds))
+            spans.setdefault(processor, []).append(f"{seconds / 3600:.1f} h x {threads} thread(s)")
+            thread_s[processor] = thread_s.get(processor, 0.0) + seconds * threads
     parts = [
-        f"{processor}: "
-        + " + ".join(f"{seconds / 3600:.1f} h x {threads} thread(s)" for threads, seconds in spans)
-        + f" = {sum(seconds * threads for threads, seconds in spans) / 3600:.1f} thread-hours"
-        for processor, spans in sorted(
-            by_processor.items(), key=lambda kv: -sum(s * t for t, s in kv[1])
-        )
+        f"{p}: {' + '.join(spans[p])} = {thread_s[p] / 3600:.1f} thread-hours"
+        for p in sorted(thread_s, key=lambda p: -thread_s[p])
     ]
     older = [(p, seconds) for (p, threads), seconds in ordered if threads is None]
     if older:
