@@ -276,10 +276,12 @@ def build_rows(
                 f"control's runs in {results} resolve with it (the network's class count)"
             )
         check_results(results, sweep, regime.extra)
-        rows_in = read_results(results / "results.csv")
+        listed = read_results(results / "results.csv")
     else:
-        rows_in = []
-    markers = [read_marker(results / "runs" / r["run"]) for r in rows_in]
+        listed = []
+    markers = [read_marker(results / "runs" / r["run"]) for r in listed]
+    # what each run wrote when it finished, never results.csv's editable copy (check_results)
+    rows_in = [m["row"] for m in markers if m is not None]
     summaries = {s.name: s for s in summarize(rows_in)}
     ratios = read_steps(steps) if steps is not None else {}
     comparisons = compare(list(summaries.values()), regime.baseline, METRIC) if rows_in else {}
@@ -346,11 +348,14 @@ FRACTIONS = ("val/acc", "val/acc_last", "test/acc")
 
 
 def check_results(results: Path, sweep: Any, extra: Mapping[str, str] | None = None) -> None:
-    """Refuse a ``results.csv`` the page would count wrong: a (variant, seed) twice (it would
-    count as another seed), a variant the sweep does not have, an accuracy that is not a
-    fraction in [0, 1] (``85.0`` for ``0.85``, ``0.85%``), or an ok run whose completion marker
-    records other settings than the sweep's recipe gives it (a run trained with its own
-    ``limit_train_batches`` would be published beside the others).
+    """Refuse a ``results.csv`` the page would count wrong: a (variant, seed) twice, seeds
+    compared as numbers (``0.0`` or `` 0`` beside ``0`` would count as another seed), a variant
+    the sweep does not have, a row that is no run the sweep plans or whose seed or variant is
+    not its run's, a row without a readable completion marker (a copied row: nothing says that
+    run finished), an accuracy that is not a fraction in [0, 1] (``85.0`` for ``0.85``,
+    ``0.85%``), or an ok run whose completion marker records other settings than the sweep's
+    recipe gives it (a run trained with its own ``limit_train_batches`` would be published
+    beside the others).
 
     Raises:
         ValueError: naming the file, the row (its line) and the column or the settings.
@@ -365,7 +370,7 @@ def check_results(results: Path, sweep: Any, extra: Mapping[str, str] | None = N
     runs = {r.key: r for r in sweep.runs(results, dict(extra or {}))}
     for line, row in enumerate(raw, 2):
         where = f"{path} line {line}"
-        key = (row.get("variant") or "", row.get("seed") or "")
+        key = (row.get("variant") or "", _seed(row.get("seed"), where))
         if key in seen:
             raise ValueError(
                 f"{where}: {key[0]} seed {key[1]} is there twice (line {seen[key]} too); a "
@@ -377,6 +382,7 @@ def check_results(results: Path, sweep: Any, extra: Mapping[str, str] | None = N
                 f"{where}: variant {key[0]!r} is not one of {sweep.path.name}'s "
                 f"({', '.join(variants)})"
             )
+        _check_run(row, runs, results, where)
         for column in FRACTIONS:
             text = (row.get(column) or "").strip()
             if not text:
@@ -401,6 +407,41 @@ def check_results(results: Path, sweep: Any, extra: Mapping[str, str] | None = N
                     f"{sweep.path.name}'s recipe gives it ({why[len(CHANGED) :]}); the page "
                     "compares runs of one recipe: train it again with the sweep, or leave it out"
                 )
+
+
+def _seed(text: str | None, where: str) -> int:
+    """A results.csv seed as the number it is (``0``, ``0.0`` and `` 0`` are one seed)."""
+    try:
+        value = float(text or "")
+    except ValueError:
+        value = math.nan
+    if not value.is_integer():
+        raise ValueError(f"{where}, column seed: {text!r} is not a whole number")
+    return int(value)
+
+
+def _check_run(row: Mapping[str, str], runs: Mapping[str, Any], results: Path, where: str) -> None:
+    """Refuse a row that is not its own run's: no run the sweep plans, another seed or variant
+    than its run's, or no readable completion marker (nothing the run wrote says it finished)."""
+    from visattn.ablate.job import read_marker
+
+    run = runs.get(row.get("run") or "")
+    if run is None:
+        raise ValueError(
+            f"{where}: run {row.get('run')!r} is no run the sweep plans (<variant>/seed<k> for "
+            "its variants and seeds): remove the row"
+        )
+    if (run.variant, run.seed) != (row.get("variant"), _seed(row.get("seed"), where)):
+        raise ValueError(
+            f"{where}: the row says {row.get('variant')} seed {row.get('seed')!r} for run "
+            f"{run.key}: a copied or edited row; remove it"
+        )
+    if read_marker(results / "runs" / run.key) is None:
+        raise ValueError(
+            f"{where}: run {run.key} has no readable completion marker "
+            f"({results / 'runs' / run.key / 'result.json'}): nothing says it finished, so the "
+            "page cannot count it; run the sweep to train it, or remove the row"
+        )
 
 
 def _pair_row(summaries: Mapping[str, Any], pair: tuple[str, str], label: str) -> Row | None:
@@ -1343,21 +1384,34 @@ def regime_readme_block(table: Table) -> str:
     and the link to its table on the page."""
     regime, rows, pairs, facts = table
     start, end = f"<!-- {regime.readme}:start -->", f"<!-- {regime.readme}:end -->"
-    finished = facts["finished"].values()
     link = f"[leaderboard](docs/leaderboard.md#{_anchor(regime.title)})"
-    if not rows or min(finished, default=0) < regime.readme_seeds:
+    enough = regime.readme_seeds
+    waiting = [v for v, n in facts["finished"].items() if n < enough]
+    shown = [r for r in rows if r.n >= enough]
+    if regime.baseline in waiting or len(shown) < 2:
         body = [
             f"{facts['ok']} of {facts['planned']} runs finished; the table shows here once every "
-            f"variant has {regime.readme_seeds} seeds, and fills in on the {link} as it runs."
+            f"variant has {enough} seeds, and fills in on the {link} as it runs."
         ]
     else:
+        later = (
+            f"; {_many(len(waiting), 'variant')} with fewer than {enough} seeds so far "
+            f"({', '.join(f'`{v}`' for v in waiting)}) show here once they have them"
+            if waiting
+            else ""
+        )
         body = [
-            *readme_table(rows, pairs, facts["seeds"], regime),
+            *readme_table(shown, _shown_pairs(pairs, waiting), facts["seeds"], regime),
             "",
-            f"{facts['ok']} of {facts['planned']} runs finished; the full table and what holds "
-            f"across regimes: {link}.",
+            f"{facts['ok']} of {facts['planned']} runs finished{later}; the full table and what "
+            f"holds across regimes: {link}.",
         ]
     return "\n".join([start, *body, end])
+
+
+def _shown_pairs(pairs: Pairs, waiting: Collection[str]) -> Pairs:
+    """The comparisons of :data:`PAIRS` whose both sides have the seeds the README waits for."""
+    return {k: r for k, r in pairs.items() if not set(k) & set(waiting)}
 
 
 def with_readme_block(text: str, block: str, start: str = START, end: str = END) -> str:

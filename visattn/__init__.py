@@ -6,7 +6,11 @@ The public API (see README): blocks (``register_block``, ``list_blocks``, ``bloc
 weights (``list_pretrained``, ``load_pretrained``) and deployment (``export_onnx``).
 """
 
-from .blocks import (
+from ._safe_path import drop_working_folder
+
+drop_working_folder()  # first: python -m's working folder must not supply torch, lightning, ...
+
+from .blocks import (  # noqa: E402
     block_info,
     capture_attention,
     create_block,
@@ -14,9 +18,9 @@ from .blocks import (
     register_block,
     timm_attn,
 )
-from .export import export_onnx
-from .models import create_model, inject, list_models
-from .models.pretrained import list_pretrained, load_pretrained
+from .export import export_onnx  # noqa: E402
+from .models import create_model, inject, list_models  # noqa: E402
+from .models.pretrained import list_pretrained, load_pretrained  # noqa: E402
 
 __version__ = "0.1.0"
 

@@ -209,27 +209,25 @@ def test_a_finished_run_whose_checkpoint_is_intact_stays_finished_without_its_me
     assert any("4 done earlier" in ln for ln in lines)
 
 
-def test_an_unreadable_marker_of_a_run_that_finished_is_written_again(tmp_path: Path, fake) -> None:
-    """P9: an unreadable marker retrained a run whose checkpoint matched the SHA in
-    results.csv. Its results.csv row, its intact checkpoint and the settings it started with
-    together say it finished: the marker is written again."""
+def test_an_unreadable_marker_is_never_rebuilt_from_results_csv(tmp_path: Path, fake) -> None:
+    """Probe of round 7: a hand-edited results.csv row and a damaged marker gave a marker
+    rebuilt from the edited row (a report of 'se 35.04 ± 36.37' without a word). results.csv is
+    a table anyone may edit, not the run's own record: the run is unfinished and trains again,
+    and the edited value reaches no marker and no report."""
     path, out = _trained(tmp_path, fake)
     marker = out / "runs/se/seed1/result.json"
-    before = json.loads(marker.read_text())["row"]
+    results = out / "results.csv"
+    text = results.read_text()
+    row = json.loads(marker.read_text())["row"]
+    edited = text.replace(repr(row["val/acc"]), "0.001", 1)
+    assert edited != text
+    results.write_text(edited)
     marker.write_text("{ damaged")
-    run_sweep(path, out, train_fn=fake, echo=lambda s: None)
-    assert fake.calls == []
-    recovered = json.loads(marker.read_text())["row"]
-    assert (
-        recovered["val/acc"] == before["val/acc"]
-        and recovered["ckpt_sha256"] == before["ckpt_sha256"]
-    )
-    # without an intact checkpoint nothing vouches for it: it trains again
-    marker.write_text("{ damaged")
-    for ckpt in (out / "runs/se/seed1").rglob("*.ckpt"):
-        ckpt.write_bytes(b"x" * 10)
-    run_sweep(path, out, train_fn=fake, echo=lambda s: None)
+    lines: list[str] = []
+    run_sweep(path, out, train_fn=fake, echo=lines.append)
     assert _keys(fake.calls) == ["se/seed1"]
+    assert any("se/seed1 (its completion marker is unreadable" in ln for ln in lines)
+    assert json.loads(marker.read_text())["row"]["val/acc"] != 0.001
 
 
 def test_the_data_folder_is_where_data_lives_not_a_setting(tmp_path: Path, fake) -> None:

@@ -8,6 +8,7 @@ import functools
 import importlib.util
 import inspect
 import math
+import shutil
 import statistics
 import sys
 
@@ -397,8 +398,29 @@ def _edit(path, change) -> None:
         (lambda rows: [{**rows[0], "test/acc": "83.3"}, *rows[1:]], r"line 2, column test/acc"),
         (lambda rows: [{**rows[0], "test/acc": "0.85%"}, *rows[1:]], r"'0.85%' is not a fraction"),
         (lambda rows: [{**rows[0], "variant": "resnet20_typo"}, *rows[1:]], r"resnet20_typo"),
+        # probe of round 7: seeds compared as text counted "0.0" and " 0" as a sixth seed
+        (lambda rows: [*rows, {**rows[0], "seed": "0.0"}], r"resnet20_none seed 0 is there twice"),
+        (lambda rows: [*rows, {**rows[0], "seed": " 0"}], r"resnet20_none seed 0 is there twice"),
+        # a copied row with its own run id and seed: no marker says it finished ("71 of 70")
+        (
+            lambda rows: [*rows, {**rows[0], "run": "resnet20_none/seed7", "seed": "7"}],
+            r"run 'resnet20_none/seed7' is no run the sweep plans",
+        ),
+        (
+            lambda rows: [*rows[1:], {**rows[0], "seed": "7"}],
+            r"the row says resnet20_none seed '7' for run resnet20_none/seed0",
+        ),
     ],
-    ids=["duplicate", "percent", "percent-sign", "unknown-variant"],
+    ids=[
+        "duplicate",
+        "percent",
+        "percent-sign",
+        "unknown-variant",
+        "seed-as-float",
+        "seed-with-space",
+        "copied-row",
+        "seed-of-another-run",
+    ],
 )
 def test_a_results_file_the_page_would_count_wrong_is_refused_naming_the_row(
     board, tmp_path, change, said
@@ -409,6 +431,29 @@ def test_a_results_file_the_page_would_count_wrong_is_refused_naming_the_row(
         board.check_results(out, board.load_sweep_file())
     if "twice" in said:  # the command says it too, without a traceback
         assert board.main(["--check", "--results", str(out)]) == 2
+
+
+def test_a_row_without_a_readable_marker_is_refused(board, tmp_path) -> None:
+    """Probe of round 7: the page counted rows the sweep report would leave out."""
+    out = _copied_results(tmp_path)
+    (out / "runs/resnet20_gc/seed2/result.json").write_text("garbage")
+    with pytest.raises(ValueError, match=r"resnet20_gc/seed2 has no readable completion marker"):
+        board.check_results(out, board.load_sweep_file())
+
+
+def test_the_page_counts_what_the_markers_say_not_a_hand_edited_cell(board, tmp_path) -> None:
+    out = _copied_results(tmp_path)
+    before = {r.variant: r.mean for r in board.build_rows(out, None)[0]}
+    out = tmp_path / "edited"  # another folder: build_rows is cached by its arguments
+    shutil.copytree(tmp_path / "cifar10_cpu", out)
+    _edit(
+        out / "results.csv",
+        lambda rows: [
+            {**r, "test/acc": "0.01"} if r["run"] == "resnet20_se/seed0" else r for r in rows
+        ],
+    )
+    after = {r.variant: r.mean for r in board.build_rows(out, None)[0]}
+    assert after == before and len(after) == 14
 
 
 def test_a_run_trained_off_the_recipe_is_refused(board, tmp_path) -> None:

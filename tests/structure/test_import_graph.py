@@ -228,6 +228,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "visattn._values",
         "visattn._nets",
         "visattn._extras",
+        "visattn._safe_path",
         "visattn.constants",
         "visattn.files",
         "visattn.locks",

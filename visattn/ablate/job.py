@@ -22,7 +22,6 @@ resolves each run once; a worker receives the run's spec and resolved namespace,
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import json
 import math
@@ -47,7 +46,6 @@ from ..training.load import load_run, load_weights
 from ..training.resume import checkpoint_progress, find_last_checkpoint
 from ..visualize.localization import score_gradcam, score_model
 from .resolve import error_summary
-from .results import read_results
 from .sweep import Run, Sweep, load_sweep
 
 __all__ = [
@@ -282,29 +280,6 @@ def _damaged_checkpoint(row: dict[str, Any], out: Path) -> str:
     return ""
 
 
-def _recovered_marker(run: Run, out: Path) -> dict[str, Any] | None:
-    """A marker for a finished run whose own is unreadable, when nothing is in doubt: its row in
-    ``results.csv`` says ok, its checkpoint is there with the size and SHA-256 that row
-    recorded, and the settings it recorded when it started are the run's now. The marker is
-    written again (else ``None``: the run trains again)."""
-    try:
-        rows = [r for r in read_results(out / "results.csv") if r.get("run") == run.key]
-        started = json.loads((run.root / STARTED).read_text())
-    except (OSError, ValueError, TypeError, csv.Error):
-        return None
-    if len(rows) != 1 or rows[0].get("status") != "ok" or not isinstance(started, dict):
-        return None
-    row = rows[0]
-    if not row.get("ckpt") or not row.get("ckpt_sha256") or not (out / row["ckpt"]).is_file():
-        return None
-    if _damaged_checkpoint(row, out) or run_config.changed_settings(started, run.settings):
-        return None
-    row = {k: v for k, v in row.items() if not k.endswith("_diff")}
-    record = {"row": row, **_settings_record(run)}
-    atomic_write_text(run.root / MARKER, json.dumps(record, indent=1, default=str))
-    return record
-
-
 def resume_point(run: Run) -> int | None:
     """The last finished epoch (1-based) of a run that was cut off, if it can go on from its
     last checkpoint: it recorded its settings when it started (:data:`STARTED`), they are the
@@ -345,10 +320,8 @@ def completed(run: Run, out: Path) -> tuple[dict[str, Any] | None, str]:
             return None, f"cut off after epoch {resumable}: resumes from its last checkpoint"
         return None, "cut off before it finished"
     record = read_marker(run.root)
-    if record is None:
-        record = _recovered_marker(run, out)
-        if record is None:
-            return None, "its completion marker is unreadable"
+    if record is None:  # results.csv is no witness: it is a table anyone may edit
+        return None, "its completion marker is unreadable: it trains again"
     row = record["row"]
     changed = run_config.changed_settings(record, run.settings)
     if changed:
