@@ -19,6 +19,7 @@ import torch
 
 from . import block_info, create_block, create_model, list_blocks, list_models
 from ._registry import close_matches
+from ._safe_path import add_import_option, imports_or_exit
 from .constants import MAX_IMAGE_SIZE
 from .export import ExportError, export_onnx, export_program
 from .integrations import yolo
@@ -251,7 +252,7 @@ def weights_proofs(pattern: str | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    argv = imports_or_exit(sys.argv[1:] if argv is None else list(argv), "python -m visattn")
     if argv[:1] == ["ablate"]:  # its own parser, options and --help
         from .ablate.__main__ import main as ablate_main
 
@@ -281,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     src.add_argument("--ckpt", help="checkpoint written by train_cls.py")
     src.add_argument("--model", help="registered model name (untrained weights)")
     pe.add_argument("--out", required=True, help="output file, .onnx or .pt2")
+    add_import_option(pe)
     pe.add_argument("--num-classes", type=int, help="classes of --model (default: its paper's)")
     pe.add_argument("--image-size", type=int, help="input height and width (default: the model's)")
     pe.add_argument("--opset", type=int, help="ONNX opset (default: the exporter's)")

@@ -18,12 +18,25 @@ import importlib  # (no __future__ import: only modules already loaded at start-
 import os
 import sys
 from types import ModuleType
+from typing import Any
 
-__all__ = ["WORKING_FOLDER", "drop_working_folder", "import_named", "under_python_m"]
+__all__ = [
+    "IMPORTED",
+    "IMPORT_HELP",
+    "WORKING_FOLDER",
+    "add_import_option",
+    "drop_working_folder",
+    "import_named",
+    "imports_or_exit",
+    "take_imports",
+    "under_python_m",
+]
 
 #: the folder ``python -m`` had put first on ``sys.path`` and :func:`drop_working_folder` took
 #: off it (``None``: nothing was taken off)
 WORKING_FOLDER: str | None = None
+#: the modules the user named that this process imported, in order (what a run records)
+IMPORTED: list[str] = []
 
 
 def under_python_m() -> bool:
@@ -57,8 +70,16 @@ def import_named(name: str) -> ModuleType:
     added = folder not in sys.path
     if added:
         sys.path.append(folder)  # last: a name the user gave, never in front of an installed one
+    if not name or not all(part.isidentifier() for part in name.split(".")):
+        raise ValueError(
+            f"--import {name!r}: not a module name (my_blocks for my_blocks.py in the working "
+            "folder, or an installed package's module, my_pkg.blocks)"
+        )
     try:
-        return importlib.import_module(name)
+        module = importlib.import_module(name)
+        if name not in IMPORTED:
+            IMPORTED.append(name)
+        return module
     except ModuleNotFoundError as e:
         if e.name != name.split(".")[0] and e.name != name:
             raise  # the module was found; something it imports is missing
@@ -70,3 +91,56 @@ def import_named(name: str) -> ModuleType:
     finally:
         if added and folder in sys.path:
             sys.path.remove(folder)
+
+
+def take_imports(argv: list[str]) -> list[str]:
+    """Import the modules ``argv`` names with ``--import MODULE`` (or ``--import=MODULE``;
+    several with commas or the option repeated), and return ``argv`` without them: the user's
+    own blocks are registered before the rest of the command line is read.
+
+    Raises:
+        ValueError: ``--import`` without a module name.
+        ModuleNotFoundError: a named module is nowhere (:func:`import_named`).
+    """
+    rest: list[str] = []
+    names: list[str] = []
+    args = iter(argv)
+    for arg in args:
+        if arg == "--import":
+            value = next(args, None)
+            if value is None or value.startswith("-"):
+                raise ValueError("--import needs a module name: --import my_blocks")
+            names += value.split(",")
+        elif arg.startswith("--import="):
+            names += arg.split("=", 1)[1].split(",")
+        else:
+            rest.append(arg)
+    for name in names:
+        import_named(name.strip())
+    return rest
+
+
+#: ``--import``'s help, the same in every command
+IMPORT_HELP = (
+    "a module of your own to import first, so that the blocks it registers are known by name "
+    "(my_blocks for my_blocks.py in the working folder, or an installed module); repeat it or "
+    "separate modules with commas"
+)
+
+
+def add_import_option(parser: Any) -> None:
+    """``--import MODULE`` in an ``argparse`` parser's help (:func:`imports_or_exit` has taken
+    it off the command line before the parser reads it)."""
+    parser.add_argument(
+        "--import", dest="imports", action="append", metavar="MODULE", help=IMPORT_HELP
+    )
+
+
+def imports_or_exit(argv: list[str], prog: str) -> list[str]:
+    """:func:`take_imports` for a command's ``main``: a module that is not there, or a bad
+    ``--import``, ends the command with one line and exit status 2."""
+    try:
+        return take_imports(argv)
+    except (ValueError, ImportError) as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None

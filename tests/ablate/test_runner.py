@@ -279,7 +279,7 @@ def test_seven_studies_the_cpu_sweeps_and_the_gpu_reproduction_are_shipped(
     assert recipe.overrides["data.val_split"] == 5000 and recipe.test is None
     assert recipe.base == c10.base  # the recipe checked is the table's
     inet = load_sweep(REPO / "configs" / "ablations" / "imagenette112_cpu.yaml")
-    assert len(inet.seeds) == 5 and inet.test == "last" and len(inet.variants) == 7
+    assert len(inet.seeds) == 5 and inet.test == "last" and len(inet.variants) == 14
     # the long rung: the 10-epoch table's recipe, three times as long, its six variants
     long = load_sweep(REPO / "configs" / "ablations" / "cifar10_long_cpu.yaml")
     assert long.base == c10.base and long.overrides["trainer.max_epochs"] == 30

@@ -29,6 +29,7 @@ def _ran(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.glob("RAN_*"))
 
 
+@pytest.mark.slow
 def test_each_lazily_imported_package_comes_from_its_installation(tmp_path: Path) -> None:
     """What ``python -m visattn.X`` does while it locates X (``sys.argv[0]`` is ``-m`` and the
     working folder is first on the path), then every lazily imported package: none is the
@@ -58,6 +59,7 @@ def test_each_lazily_imported_package_comes_from_its_installation(tmp_path: Path
     assert "lightning" in out.stdout  # the dev extra installs it: the check did reach it
 
 
+@pytest.mark.slow
 def test_without_the_guard_the_planted_package_would_run(tmp_path: Path) -> None:
     """The check above can fail: a plain ``-c`` run (no ``-m``: nothing is taken off the path)
     imports the planted ``cv2``."""
@@ -91,6 +93,7 @@ def test_export_of_a_checkpoint_beside_planted_packages_runs_none_of_them(tmp_pa
     assert _ran(work) == [] and (work / "b.onnx").is_file()
 
 
+@pytest.mark.slow
 def test_a_module_the_user_names_is_found_in_the_working_folder(tmp_path: Path) -> None:
     """``--import my_blocks`` is the user's own code: it is found in the working folder, which
     stays off the path for everything else."""

@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from .._safe_path import add_import_option, imports_or_exit
 from ..locks import SweepLock
 from .runner import (
     ExecutionPlan,
@@ -27,6 +28,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("sweep", help="sweep YAML file (see configs/ablations/)")
     parser.add_argument("--out", required=True, help="output folder")
+    add_import_option(parser)
     parser.add_argument(
         "--take-over",
         action="store_true",
@@ -98,6 +100,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
+    argv = imports_or_exit(sys.argv[1:] if argv is None else list(argv), parser.prog)
     args = parser.parse_args(argv)
     try:
         plan = ExecutionPlan(

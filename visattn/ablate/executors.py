@@ -127,7 +127,8 @@ def run_task(task: RunTask) -> dict[str, Any]:
     counter.parent.mkdir(parents=True, exist_ok=True)
     attempts = _read_attempts(counter) + 1
     atomic_write_text(counter, str(attempts))
-    return train_and_mark(task, task.load_sweep(), default_train_fn(), print, attempts=attempts)
+    sweep = task.load_sweep()  # first: it imports the user's own modules (Sweep.imports)
+    return train_and_mark(task, sweep, default_train_fn(), print, attempts=attempts)
 
 
 def run_task_json(text: str) -> dict[str, Any]:

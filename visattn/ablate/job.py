@@ -36,6 +36,7 @@ from typing import Any
 import torch
 from jsonargparse import Namespace
 
+from .._safe_path import IMPORTED
 from ..files import atomic_write_text, file_digest, read_metrics_csv
 from ..locks import RunLock
 from ..profile import cpu_seconds, device_description, measure_latency
@@ -530,6 +531,8 @@ def _settings_record(run: Run) -> dict[str, Any]:
         "settings_format": run_config.SETTINGS_FORMAT,
         "settings": run.settings,
         "execution": run.execution,
+        # the user's own modules this process imported (their blocks): what it needs again
+        **({"imports": list(IMPORTED)} if IMPORTED else {}),
     }
 
 

@@ -50,6 +50,7 @@ from typing import Any
 
 import yaml
 
+from .._safe_path import IMPORTED, import_named
 from .._values import is_int
 from ..files import inheritance_chain, load_yaml
 from ..training import config as run_config
@@ -72,6 +73,7 @@ _TOP_KEYS = (
     "localization",
     "order",
     "metric",
+    "imports",
 )
 #: ``order``'s values: every seed of a variant before the next variant, or every variant of a
 #: seed before the next seed (a long sweep run in pieces then has whole pairs as it goes)
@@ -282,6 +284,9 @@ class Sweep:
     description: str = ""
     order: str = "variant"
     metric: str = "val/acc"
+    #: the user's own modules (their blocks), imported before anything else is read: the
+    #: file's ``imports:`` and the command line's ``--import``; every worker imports them too
+    imports: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         try:
@@ -309,6 +314,7 @@ class Sweep:
 
     def _normalise(self) -> None:
         set_ = object.__setattr__  # frozen: normalise in place, once, at construction
+        set_(self, "imports", _imports(self.imports))  # first: the variants may name their blocks
         set_(self, "name", _check_name(str(self.name), "name"))
         set_(self, "path", Path(self.path).resolve())
         set_(self, "base", tuple(Path(b) for b in self.base))
@@ -362,6 +368,10 @@ class Sweep:
             raise ValueError(f"sweep {path}: missing key(s) {missing}")
         base = data.get("base") or []
         base = [base] if isinstance(base, str | Path) else base
+        try:  # before the variants, which may name the blocks these modules register
+            imports = _imports([*(data.get("imports") or []), *IMPORTED])
+        except ValueError as e:
+            raise ValueError(f"sweep {path}: {e}") from None
         raw = data["variants"]
         if not isinstance(raw, list) or not raw:
             raise ValueError(f"sweep {path}: variants must be a non-empty list")
@@ -383,6 +393,7 @@ class Sweep:
             description=data.get("description", ""),
             order=data.get("order", "variant"),
             metric=data.get("metric", "val/acc"),
+            imports=imports,
         )
 
     @property
@@ -630,6 +641,16 @@ def _read_extended(path: Path) -> dict[str, Any]:
             data["variants"] = _extended_variants(merged.get("variants"), data["variants"])
         merged = {**merged, **data}
     return merged
+
+
+def _imports(names: Any) -> tuple[str, ...]:
+    """``imports``: module names, each imported now (:func:`~visattn._safe_path.import_named`)."""
+    if isinstance(names, str) or not isinstance(names, (list, tuple)):
+        raise ValueError(f"imports must be a list of module names, got {names!r}")
+    unique = tuple(dict.fromkeys(str(n) for n in names))
+    for name in unique:
+        import_named(name)
+    return unique
 
 
 def load_sweep(path: str | Path) -> Sweep:

@@ -126,7 +126,10 @@ class BlockInfo:
 _REGISTRY: Registry[BlockInfo] = Registry(
     "block",
     error=UnknownBlockError,
-    hint=lambda _: f"registered: {', '.join(sorted(_REGISTRY))}",
+    hint=lambda _: (
+        f"registered: {', '.join(sorted(_REGISTRY))}; a block of your own: name the "
+        "module that registers it with --import MODULE, or imports: [MODULE] in a sweep file"
+    ),
     cutoff=0.5,
 )
 _SUBSCRIBERS = Subscribers()

@@ -46,6 +46,7 @@ from lightning.pytorch.callbacks import (
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities import rank_zero_warn
 
+from .._safe_path import imports_or_exit
 from .._values import OptionError
 from ..blocks.registry import UnknownBlockError
 from ..data.datamodule import VisattnDataModule
@@ -477,13 +478,15 @@ def cli_main(args: list[str] | None = None) -> VisattnCLI:
     built from its options (``--model.attention.name sse``), or bad data, ends in its message
     (the reason, the close matches, the files at fault and the fix), with exit status 2 as
     argument errors, not in jsonargparse's trace."""
+    prog = Path(sys.argv[0]).name
+    args = imports_or_exit(sys.argv[1:] if args is None else list(args), prog)
     try:
         return VisattnCLI(args=args)
     except (ValueError, TypeError, KeyError, RuntimeError, OSError) as e:
         cause = configuration_error(e)
         if cause is None:
             raise
-        print(f"{Path(sys.argv[0]).name}: error: {cause}", file=sys.stderr)
+        print(f"{prog}: error: {cause}", file=sys.stderr)
         raise SystemExit(2) from None
 
 

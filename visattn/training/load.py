@@ -12,9 +12,15 @@ from typing import Any
 import torch.nn as nn
 from lightning.pytorch.cli import instantiate_module
 
+from .._safe_path import IMPORTED
 from ..data.datamodule import VisattnDataModule
-from ..models.checkpoint import check_state_dict_matches, read_checkpoint, training_checkpoint
-from .module import DATA_RECORD, ClassificationModule
+from ..models.checkpoint import (
+    CheckpointError,
+    check_state_dict_matches,
+    read_checkpoint,
+    training_checkpoint,
+)
+from .module import DATA_RECORD, IMPORTS_RECORD, ClassificationModule
 
 __all__ = ["LoadedRun", "build_datamodule", "load_run", "load_weights"]
 
@@ -72,6 +78,7 @@ def load_run(
             weights of another network, ...).
     """
     saved = training_checkpoint(read_checkpoint(ckpt_path), ckpt_path)  # the only read
+    check_imports(saved, ckpt_path)
     module = _from_hparams(ClassificationModule, saved["hyper_parameters"])
     dm = None
     if with_data and saved.get("datamodule_hyper_parameters"):
@@ -99,6 +106,24 @@ def _with_weights(
         data=dict(data) if isinstance(data, dict) else None,
         data_options=dict(options) if options else None,
     )
+
+
+def check_imports(saved: Mapping[str, Any], source: Any) -> None:
+    """Refuse a checkpoint whose network needs modules of the user's own (recorded from
+    ``--import`` when it trained) that this process has not imported, naming them. A module
+    named only by a file is never imported: the user names it again.
+
+    Raises:
+        CheckpointError: naming the modules and the option that imports them.
+    """
+    recorded = saved.get(IMPORTS_RECORD) or []
+    missing = [str(m) for m in recorded if str(m) not in IMPORTED]
+    if missing:
+        raise CheckpointError(
+            f"{source} was trained with blocks from your own module(s) {', '.join(missing)}; "
+            f"a module named only by a checkpoint is never imported: if you trust it, add "
+            f"{' '.join('--import ' + m for m in missing)}"
+        )
 
 
 def load_weights(

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_warn
 from torchmetrics.classification import MulticlassAccuracy
 
+from .._safe_path import IMPORTED
 from ..models import create_model
 from ..models.placement import Placement, normalize_placements, placements_to_config
 from .callbacks import BackboneFreeze, ExactResumeRNG
@@ -22,6 +23,8 @@ __all__ = ["DEFAULT_NUM_CLASSES", "ClassificationModule", "NonFiniteLossError", 
 
 #: the checkpoint entry that records the data's facts a deployed network needs
 DATA_RECORD = "visattn_data"
+#: the checkpoint key listing the user's own modules the run imported (``--import``)
+IMPORTS_RECORD = "visattn_imports"
 #: the class count a module built without ``num_classes`` starts with, until a data module says
 DEFAULT_NUM_CLASSES = 10
 
@@ -408,7 +411,10 @@ class ClassificationModule(pl.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Record what a deployed network needs from the data, so that an export reads it from
         the checkpoint, not from a data folder that may have changed or be elsewhere:
-        ``checkpoint["visattn_data"]`` = class names, input shape, mean and std."""
+        ``checkpoint["visattn_data"]`` = class names, input shape, mean and std; and the
+        modules of the user's own named with ``--import`` (``checkpoint["visattn_imports"]``)."""
+        if IMPORTED:  # the user's own modules (their blocks): a load names them when missing
+            checkpoint[IMPORTS_RECORD] = list(IMPORTED)
         dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         if dm is None or not hasattr(dm, "image_shape"):
             return

@@ -11,10 +11,12 @@ and the figures of the rest of :mod:`visattn.visualize` sit below it.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .._safe_path import add_import_option, imports_or_exit
 from ..training.load import load_run
 from .figures import visualize_model
 from .maps import validation_pictures
@@ -70,11 +72,13 @@ def main(argv: list[str] | None = None) -> int:
         description="Write attention-map pictures of validation images for a checkpoint.",
     )
     parser.add_argument("--ckpt", required=True, help="checkpoint written by train_cls.py")
+    add_import_option(parser)
     parser.add_argument("--out", required=True, help="output folder")
     parser.add_argument("--num-images", type=int, default=4)
     parser.add_argument("--indices", type=int, nargs="+", help="validation indices to draw")
     parser.add_argument("--data-root", help="data root, when it moved since training")
     parser.add_argument("--device", default="cpu")
+    argv = imports_or_exit(sys.argv[1:] if argv is None else list(argv), parser.prog)
     args = parser.parse_args(argv)
     overrides = {"root": args.data_root} if args.data_root else None
     paths = visualize(
