@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .._safe_path import add_import_option, imports_or_exit
 from ..locks import SweepLock
+from .join import plan_join, write_joined_report
 from .runner import (
     ExecutionPlan,
     changed_runs_note,
@@ -18,6 +19,12 @@ from .runner import (
     write_outputs,
 )
 from .sweep import load_sweep, parse_set
+
+#: what a stopped sweep says it kept
+STOPPED = (
+    "finished runs are kept and the run in progress goes on from its last checkpoint; run the "
+    "same command again to resume"
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,6 +58,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="rebuild report.md and the plots from DIR/results.csv (itself rebuilt from the "
         "runs' completion markers when damaged), train nothing",
+    )
+    parser.add_argument(
+        "--join",
+        metavar="TABLE_DIR",
+        help="train only the variants the committed sweep in TABLE_DIR does not have (your sweep "
+        "file extends its sweep file) and write DIR/joined.md: yours paired by seed against "
+        "every variant it finished; TABLE_DIR is read, never written",
     )
     parser.add_argument(
         "--set",
@@ -117,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         overrides = parse_set(args.set)
     except ValueError as e:
         parser.error(str(e))
+    if args.join:
+        return _joined(args, overrides, plan)
     if args.report_only:
         try:
             sweep = load_sweep(args.sweep)
@@ -154,11 +170,38 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt as e:  # Ctrl+C, or SIGTERM (see runner.sigterm_as_interrupt)
         why = f" ({e})" if str(e) else ""
+        print(f"stopped{why}: {STOPPED}", file=sys.stderr)
+        return 130
+    return 1 if any(r["status"] != "ok" for r in rows) else 0
+
+
+def _joined(args: argparse.Namespace, overrides: dict, plan: ExecutionPlan) -> int:
+    """``--join TABLE_DIR``: train the sweep's own variants into ``--out`` (unless
+    ``--report-only``), then write ``joined.md`` (:mod:`visattn.ablate.join`)."""
+    try:
+        join = plan_join(load_sweep(args.sweep), args.join, overrides)
         print(
-            f"stopped{why}: finished runs are kept and the run in progress goes on from its last "
-            "checkpoint; run the same command again to resume",
-            file=sys.stderr,
+            f"[{join.sweep.name}] joining {join.table}: {len(join.rows)} of its runs read, "
+            f"{len(join.missing)} not finished there; yours to train: {', '.join(join.mine)}"
         )
+        rows = []
+        if not args.report_only:
+            rows = run_sweep(
+                join.own,
+                args.out,
+                plan,
+                overrides=overrides,
+                dry_run=args.dry_run,
+                take_over=args.take_over,
+                retrain_changed=args.retrain_changed,
+            )
+        if not args.dry_run:
+            print(f"wrote {write_joined_report(join, args.out)}")
+    except (ValueError, RuntimeError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"stopped: {STOPPED}", file=sys.stderr)
         return 130
     return 1 if any(r["status"] != "ok" for r in rows) else 0
 

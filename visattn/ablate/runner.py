@@ -858,7 +858,7 @@ def _check_profile_device(sweep: Sweep) -> None:
 
 
 def run_sweep(
-    sweep_path: str | Path,
+    sweep_path: str | Path | Sweep,
     out_dir: str | Path,
     plan: ExecutionPlan | None = None,
     *,
@@ -873,7 +873,8 @@ def run_sweep(
     """Run (or resume) the sweep in ``sweep_path`` into ``out_dir``.
 
     Args:
-        sweep_path: a sweep file (format: :mod:`visattn.ablate.sweep`).
+        sweep_path: a sweep file (format: :mod:`visattn.ablate.sweep`), or a sweep read
+            already (a join's own variants, :mod:`visattn.ablate.join`).
         out_dir: output folder (created).
         plan: where and how many runs at once (:class:`ExecutionPlan`; default: one after the
             other in this process).
@@ -910,7 +911,7 @@ def run_sweep(
         keys), in sweep order, as written to ``results.csv``.
     """
     plan = plan or ExecutionPlan()
-    sweep = load_sweep(sweep_path)
+    sweep = sweep_path if isinstance(sweep_path, Sweep) else load_sweep(sweep_path)
     out = Path(out_dir).resolve()
     claim_folder(out, sweep, take_over=take_over, write=False)
     session = _Session(sweep, out, sweep.runs(out, overrides), overrides, echo)
