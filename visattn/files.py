@@ -184,13 +184,32 @@ def _expanded_nodes(node: Any, limit: int) -> int:
     return size(node)
 
 
+_LEADING_ZERO = re.compile(r"^[-+]?0[0-9_]+$")
+
+
+def _refuse_octal(loader: Any, node: Any) -> Any:
+    """YAML 1.1 reads ``010`` as octal 8 and YAML 1.2 as 10: refuse the ambiguity."""
+    if _LEADING_ZERO.match(str(node.value)):
+        raise yaml.constructor.ConstructorError(
+            None,
+            None,
+            f"{node.value!r} is ambiguous: YAML 1.1 reads it as the octal number "
+            f"{yaml.SafeLoader.construct_yaml_int(loader, node)}, YAML 1.2 as "
+            f"{int(str(node.value).replace('_', ''))}; write it without the leading zero",
+            node.start_mark,
+        )
+    return yaml.SafeLoader.construct_yaml_int(loader, node)
+
+
 def load_yaml(stream: Any, source: str = "YAML") -> Any:
     """``yaml.safe_load(stream)`` with two refusals (``source`` names the input in them), and
-    YAML 1.2's booleans (``true``/``false`` only: ``off`` and ``yes`` stay strings). Merge keys
+    YAML 1.2's booleans (``true``/``false`` only: ``off`` and ``yes`` stay strings), and a
+    number with a leading zero (``010``: octal 8 in YAML 1.1, 10 in 1.2) refused. Merge keys
     (``<<: *common``) work as in ``yaml.safe_load``.
 
     Raises:
         yaml.YAMLError: a key repeated in one mapping (a ``ConstructorError`` with both lines),
+            a number with a leading zero,
             or a document whose aliases expand to more than :data:`MAX_YAML_NODES` nodes.
     """
 
@@ -207,6 +226,7 @@ def load_yaml(stream: Any, source: str = "YAML") -> Any:
     StrictLoader.add_constructor(
         yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _refuse_duplicate_keys
     )
+    StrictLoader.add_constructor("tag:yaml.org,2002:int", _refuse_octal)
     loader = StrictLoader(stream)
     try:
         node = loader.get_single_node()

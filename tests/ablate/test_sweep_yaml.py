@@ -30,11 +30,20 @@ def test_yaml_1_1_boolean_words_stay_words(word: str) -> None:
     assert load_yaml("x: true\ny: False\n") == {"x": True, "y": False}
 
 
-@pytest.mark.parametrize("name", ["010", "12:30", "0x1F"])
-def test_a_variant_name_yaml_reads_as_a_number_is_refused(tmp_path: Path, name: str) -> None:
+@pytest.mark.parametrize(
+    "name, said",
+    [
+        ("010", r"'010' is ambiguous: YAML 1.1 reads it as the octal number 8, YAML 1.2 as 10"),
+        ("12:30", r"read as int .* quote it"),
+        ("0x1F", r"read as int .* quote it"),
+    ],
+)
+def test_a_variant_name_yaml_reads_as_a_number_is_refused(
+    tmp_path: Path, name: str, said: str
+) -> None:
     path = tmp_path / "sweep.yaml"
     path.write_text(f"name: s\nseeds: [0]\nvariants:\n  - {{name: {name}}}\n")
-    with pytest.raises(ValueError, match=r"read as int .* quote it"):
+    with pytest.raises(ValueError, match=said):
         load_sweep(path)
 
 

@@ -29,7 +29,7 @@ def test_zero_weight_decay_is_allowed() -> None:
 
 @pytest.mark.parametrize("lr", [0.0, -0.1, math.nan, math.inf])
 def test_a_learning_rate_that_trains_nothing_or_diverges_at_once_is_refused(lr: float) -> None:
-    with pytest.raises(ValueError, match=r"lr must be a finite number > 0 \(model\.lr\)"):
+    with pytest.raises(ValueError, match=r"--model\.lr must be a finite number > 0"):
         ClassificationModule(model="resnet20_cifar", num_classes=4, lr=lr)
 
 

@@ -152,7 +152,8 @@ def test_base_pieces_are_expanded_in_order(tmp_path: Path) -> None:
     (tmp_path / "b.yaml").write_text("_base_: [a.yaml]\nmodel: {lr: 0.2}\n")
     (tmp_path / "c.yaml").write_text("_base_: b.yaml\n")
     args = expand_config_args(["--config", str(tmp_path / "c.yaml"), "--x=1"])
-    assert args[:2] == ["--config", str(tmp_path / "a.yaml")]
+    # every piece as visattn's one YAML reader read it, parents first
+    assert args[0] == "--config" and yaml.safe_load(args[1]) == {"model": {"lr": 0.5}}
     assert yaml.safe_load(args[3]) == {"model": {"lr": 0.2}} and args[-1] == "--x=1"
     assert parsed(["--config", str(tmp_path / "c.yaml")]).model.lr == 0.2
     (tmp_path / "d.yaml").write_text("_base_: [missing.yaml]\n")

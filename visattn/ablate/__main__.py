@@ -4,6 +4,7 @@ sweep, write the report."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -127,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     except ValueError:
         parser.error("--jobs, --runs-per-device and --threads must be >= 1")
+    _warn_oversubscribed(args)
     try:
         overrides = parse_set(args.set)
     except ValueError as e:
@@ -173,6 +175,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stopped{why}: {STOPPED}", file=sys.stderr)
         return 130
     return 1 if any(r["status"] != "ok" for r in rows) else 0
+
+
+def _warn_oversubscribed(args: argparse.Namespace) -> None:
+    """One line when the runs at once ask for more CPU threads than this machine has (a Ray
+    cluster's CPUs are its own: not checked here)."""
+    cpus = os.cpu_count() or 1
+    asked = args.jobs * (args.threads or 1)
+    if args.executor == "local" and asked > cpus:
+        print(
+            f"WARNING --jobs {args.jobs} x --threads {args.threads or 1} = {asked} CPU threads "
+            f"on a machine with {cpus}: the runs share cores, each runs slower, and their "
+            "timings are not comparable",
+            file=sys.stderr,
+        )
 
 
 def _joined(args: argparse.Namespace, overrides: dict, plan: ExecutionPlan) -> int:

@@ -425,10 +425,12 @@ def _check_options(source: DataSource, h: Mapping[str, Any], augment: str) -> No
         raise ValueError(
             f"unknown augment {augment!r}; choose 'standard' or one of {list(AUGMENTS)}"
         )
-    if h["batch_size"] < 1 or h["num_workers"] < 0:
-        raise ValueError(
-            f"batch_size must be >= 1 and num_workers >= 0, got {h['batch_size']}, "
-            f"{h['num_workers']}"
+    if h["batch_size"] < 1:
+        raise OptionError(f"--data.batch_size must be an integer >= 1, got {h['batch_size']}")
+    if h["num_workers"] < 0:
+        raise OptionError(
+            f"--data.num_workers must be an integer >= 0 (0: load in the training process), "
+            f"got {h['num_workers']}"
         )
     size = h["image_size"]
     if source.fixed_size and size is not None and int(size) != source.image_size:

@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import inspect
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,7 @@ from ..models.checkpoint import (
 )
 from ..models.pretrained import get_pretrained
 from ..models.registry import UnknownModelError
+from ..models.sites import PlacementError
 from .callbacks import (
     BestAndLastCheckpoint,
     EpochMetricsCSV,
@@ -70,7 +72,7 @@ from .callbacks import (
 )
 from .loggers import TENSORBOARD, FlushLoggersOnCheckpoint, RememberRunIds, build_loggers
 from .module import ClassificationModule
-from .options import parse, restore_recorded
+from .options import parse, placement_normal_form, plain, restore_recorded, to_json
 from .resume import (
     RUNS,
     SealedCheckpointIO,
@@ -279,7 +281,9 @@ class VisattnCLI(LightningCLI):
         _check_seed((self.config[sub] if sub else self.config).get("seed_everything"))
         path = _local_ckpt_path(self.config[sub]) if sub else None
         if path:  # named here, before LightningCLI reads its hyper-parameters
-            training_checkpoint(read_checkpoint(path, mmap=True), path)
+            saved = training_checkpoint(read_checkpoint(path, mmap=True), path)
+            if sub in ("test", "validate") and not self._resolved:
+                _check_same_network(self.config[sub].model, saved["hyper_parameters"], path)
         self._hold_ckpt_path()
 
     def _hold_ckpt_path(self) -> None:
@@ -316,7 +320,15 @@ class VisattnCLI(LightningCLI):
             cfg.ckpt_path, self._held_ckpt_path = self._held_ckpt_path, None
         resolve_eval_transform(cfg)
         trainer = cfg.trainer
+        epochs = trainer.get("max_epochs")
+        if self.subcommand == "fit" and epochs is not None and (epochs == 0 or epochs < -1):
+            raise OptionError(
+                f"--trainer.max_epochs must be >= 1 (or -1 for no limit), got {epochs}: a fit of "
+                f"{epochs} epochs trains nothing"
+            )
         save_dir = Path(trainer.get("default_root_dir") or ".")
+        if not save_dir.exists():  # made by this run: a refusal before training removes it
+            _FRESH_ROOTS.append(save_dir)
         version = None
         if cfg.get("ckpt_path") == "last":
             # resolved here for fit and test alike: Lightning's own "last" looks only at this
@@ -449,6 +461,7 @@ def _check_seed(seed: Any) -> None:
 #: bad input whose own message says what is wrong: train_cls.py prints it whole (the files it
 #: names, the fix), without a traceback
 _ONE_LINE_ERRORS = (
+    PlacementError,
     CheckpointError,
     DatasetIntegrityError,
     DatasetLayoutError,
@@ -456,6 +469,47 @@ _ONE_LINE_ERRORS = (
     BadImageError,
     OptionError,
 )
+
+
+def _check_same_network(given: Namespace, recorded: Mapping[str, Any], path: str) -> None:
+    """Refuse to score a checkpoint whose network is not the one the options give (a CBAM
+    config with an SE run's checkpoint): LightningCLI would score the checkpoint's network
+    without a word. Options left at their defaults take the checkpoint's.
+
+    Raises:
+        OptionError: naming each differing option with both values.
+    """
+    diffs = []
+    attention = given.get("attention")
+    if attention is not None:
+        mine = placement_normal_form(plain(attention))
+        theirs = placement_normal_form(recorded.get("attention"))
+        if mine != theirs:
+            diffs.append(f"model.attention {to_json(mine)} given, {to_json(theirs)} recorded")
+    default = inspect.signature(ClassificationModule).parameters["model"].default
+    model = given.get("model")
+    if model not in (default, recorded.get("model")):
+        diffs.append(f"model.model {model!r} given, {recorded.get('model')!r} recorded")
+    if diffs:
+        raise OptionError(
+            f"--ckpt_path {path} holds another network than the options give ({'; '.join(diffs)})"
+            ": give the options it trained with (its run's config.yaml), or leave them out to "
+            "score the network it holds"
+        )
+
+
+#: run folders this process's runs made (:meth:`VisattnCLI.before_instantiate_classes`)
+_FRESH_ROOTS: list[Path] = []
+
+
+def _remove_empty(root: Path) -> None:
+    """Remove ``root`` and the folders under it if no file is there: what a run refused before
+    it trained left (a refused run leaves nothing; a folder with any file stays)."""
+    if not root.is_dir() or any(p.is_file() or p.is_symlink() for p in root.rglob("*")):
+        return
+    for folder in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        folder.rmdir()
+    root.rmdir()
 
 
 def configuration_error(exc: BaseException) -> BaseException | None:
@@ -480,12 +534,15 @@ def cli_main(args: list[str] | None = None) -> VisattnCLI:
     argument errors, not in jsonargparse's trace."""
     prog = Path(sys.argv[0]).name
     args = imports_or_exit(sys.argv[1:] if args is None else list(args), prog)
+    _FRESH_ROOTS.clear()
     try:
         return VisattnCLI(args=args)
     except (ValueError, TypeError, KeyError, RuntimeError, OSError) as e:
         cause = configuration_error(e)
         if cause is None:
             raise
+        while _FRESH_ROOTS:
+            _remove_empty(_FRESH_ROOTS.pop())
         print(f"{prog}: error: {cause}", file=sys.stderr)
         raise SystemExit(2) from None
 

@@ -35,9 +35,7 @@ from typing import Any, NamedTuple
 import yaml
 from jsonargparse import ArgumentParser, Namespace
 
-from ..blocks.registry import block_info
 from ..models.checkpoint import UntrustedClassError, check_recorded_classes
-from ..models.placement import normalize_placements
 from .cli import VisattnCLI, resolve_eval_transform
 from .options import (
     FREE_ON_RESUME,
@@ -45,6 +43,7 @@ from .options import (
     expand_config_args,
     leaves,
     parse,
+    placement_normal_form,
     restore_recorded,
     to_flag,
     to_json,
@@ -367,42 +366,11 @@ def execution_options(config: Namespace) -> dict[str, str]:
     return {k: to_json(given[k]) for k in sorted(EXECUTION_KEYS) if k in given}
 
 
-def _placement_normal_form(value: Any) -> list[dict[str, Any]]:
-    """``value`` (a block name, a placement mapping, a list of them, ``None``) as a list of
-    placements with every key at its default left out, block options at the block's defaults
-    included: ``se``, ``{name: se}``, ``[{name: se}]``, ``{name: se, position: standard}`` and
-    ``{name: se, args: {reduction: 16}}`` are all ``[{"name": "se"}]``."""
-    blank = {
-        "args": {},
-        "stages": "all",
-        "blocks": "all",
-        "position": "standard",
-        "init": "default",
-    }
-    out = []
-    for placement in normalize_placements(value):
-        data = placement.to_dict()
-        defaults = block_info(placement.name).defaults
-        data["args"] = {
-            k: v
-            for k, v in data["args"].items()
-            if k not in defaults or to_json(defaults[k]) != to_json(v)
-        }
-        data = {
-            k: v
-            for k, v in data.items()
-            if k == "name"
-            or (v is not None and (k not in blank or to_json(v) != to_json(blank[k])))
-        }
-        out.append(data)
-    return out
-
-
 def canonical_settings(flat: Mapping[str, str]) -> dict[str, str]:
     """Settings (``{dotted key: JSON}``, a run's or a marker's) in the one form they are
     compared in: sorted, without :data:`LOCATION_KEYS` and :data:`EXECUTION_KEYS`, and with
     ``model.attention`` (whole, or spread over ``model.attention.*`` keys) in its normal form
-    (:func:`_placement_normal_form`), so that spellings of one network compare equal. A
+    (:func:`placement_normal_form`), so that spellings of one network compare equal. A
     placement that no longer resolves (a block removed) is kept as written."""
     kept = {k: v for k, v in flat.items() if k not in LOCATION_KEYS and k not in EXECUTION_KEYS}
     spread = {k: v for k, v in kept.items() if k == _ATTENTION or k.startswith(_ATTENTION + ".")}
@@ -412,7 +380,7 @@ def canonical_settings(flat: Mapping[str, str]) -> dict[str, str]:
         else:
             value = _nested({k[len(_ATTENTION) + 1 :]: v for k, v in spread.items()})
         try:
-            normal = _placement_normal_form(value)
+            normal = placement_normal_form(value)
         except (KeyError, TypeError, ValueError):
             normal = None
         if normal is not None:

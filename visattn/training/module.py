@@ -13,6 +13,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torchmetrics.classification import MulticlassAccuracy
 
 from .._safe_path import IMPORTED
+from .._values import OptionError
 from ..models import create_model
 from ..models.placement import Placement, normalize_placements, placements_to_config
 from .callbacks import BackboneFreeze, ExactResumeRNG
@@ -80,21 +81,21 @@ def _check_rates(lr: float, weight_decay: float, lr_mult: dict[str, float] | Non
     """Refuse a learning rate, weight decay or per-kind multiplier that would train nothing or
     diverge at the first step: 0, negative, NaN or infinite (naming the option)."""
     if not 0 < lr < math.inf:  # 0 would train nothing, silently; NaN fails this too
-        raise ValueError(f"lr must be a finite number > 0 (model.lr), got {lr}")
+        raise OptionError(f"--model.lr must be a finite number > 0, got {lr}")
     if not 0 <= weight_decay < math.inf:  # negative decay grows the weights; NaN fails too
-        raise ValueError(
+        raise OptionError(
             f"weight_decay must be a finite number >= 0 (model.weight_decay), got {weight_decay}"
         )
     unknown = set(lr_mult or {}) - set(PARAM_KINDS)
     if unknown:
-        raise ValueError(
+        raise OptionError(
             f"lr_mult: unknown parameter kind(s) {sorted(unknown)}; use {list(PARAM_KINDS)}"
         )
     if any(
         isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf
         for v in (lr_mult or {}).values()
     ):  # NaN and infinity too: they stop the run at its first step
-        raise ValueError(f"lr_mult values must be finite numbers >= 0, got {lr_mult}")
+        raise OptionError(f"lr_mult values must be finite numbers >= 0, got {lr_mult}")
 
 
 class ClassificationModule(pl.LightningModule):
@@ -187,13 +188,16 @@ class ClassificationModule(pl.LightningModule):
         named = {"momentum": momentum, "nesterov": nesterov, "betas": betas}
         self._optimizer = optimizer_spec(optimizer, named, _defaults(named))
         if schedule not in SCHEDULES:
-            raise ValueError(f"unknown schedule {schedule!r}; choose from {list(SCHEDULES)}")
+            raise OptionError(f"unknown schedule {schedule!r}; choose from {list(SCHEDULES)}")
         if lr_interval not in ("step", "epoch"):
-            raise ValueError(f"lr_interval must be 'step' or 'epoch', got {lr_interval!r}")
+            raise OptionError(f"lr_interval must be 'step' or 'epoch', got {lr_interval!r}")
         if not 0.0 <= label_smoothing < 1.0:
-            raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
+            raise OptionError(
+                f"--model.label_smoothing must be in [0, 1) (the share of the target spread over "
+                f"the other classes), got {label_smoothing}"
+            )
         if check_finite_every < 1:
-            raise ValueError(f"check_finite_every must be >= 1, got {check_finite_every}")
+            raise OptionError(f"check_finite_every must be >= 1, got {check_finite_every}")
         _check_rates(lr, weight_decay, lr_mult)
         # the schedule multiplies lr: a negative factor would train uphill, silently
         for key, value, zero in (
@@ -203,19 +207,19 @@ class ClassificationModule(pl.LightningModule):
         ):
             if not (0.0 <= value <= 1.0 and (zero or value > 0)):  # NaN fails this too
                 span = "[0, 1]" if zero else "(0, 1]"
-                raise ValueError(
+                raise OptionError(
                     f"{key} must be in {span} (model.{key}: a factor of model.lr), got {value}"
                 )
         if not warmup_epochs >= 0:
-            raise ValueError(
+            raise OptionError(
                 f"warmup_epochs must be >= 0 (model.warmup_epochs), got {warmup_epochs}"
             )
         if any(not isinstance(m, int) or m < 0 for m in (milestones or [])):
-            raise ValueError(f"milestones must be epochs (integers >= 0), got {milestones}")
+            raise OptionError(f"milestones must be epochs (integers >= 0), got {milestones}")
         if freeze_backbone_epochs < 0:
-            raise ValueError(f"freeze_backbone_epochs must be >= 0, got {freeze_backbone_epochs}")
+            raise OptionError(f"freeze_backbone_epochs must be >= 0, got {freeze_backbone_epochs}")
         if num_classes is not None and (isinstance(num_classes, bool) or num_classes < 1):
-            raise ValueError(f"num_classes must be an integer >= 1, got {num_classes}")
+            raise OptionError(f"num_classes must be an integer >= 1, got {num_classes}")
         # the placements go to create_model as they are; the record holds plain mappings
         self._placements = normalize_placements(attention)
         attention = placements_to_config(attention)  # same shape as given: one, or a list

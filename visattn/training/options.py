@@ -15,8 +15,10 @@ import yaml
 from jsonargparse import ArgumentError, ArgumentParser, Namespace
 
 from .._registry import close_matches
+from .._values import OptionError, first_line
+from ..blocks.registry import block_info
 from ..files import inheritance_chain, load_yaml
-from ..models.placement import placements_to_config
+from ..models.placement import normalize_placements, placements_to_config
 
 __all__ = [
     "FREE_ON_RESUME",
@@ -51,25 +53,49 @@ def _is_file(item: str) -> bool:
 
 
 def _read_config(path: Path) -> Any:
+    """A config file's content, a mapping. A file that is not YAML, or holds something else
+    than a mapping, is refused in one line naming the file, the line and the problem, never
+    quoting its content (``_base_: [/etc/passwd]``).
+
+    Raises:
+        OptionError: as above.
+    """
     try:
         with open(path) as f:  # a file object: YAML's error marks then name the file
-            return load_yaml(f, f"config {path}") or {}
-    except yaml.YAMLError as e:
-        raise ValueError(f"config {path}: not valid YAML: {e}") from e
+            content = load_yaml(f, f"config {path}") or {}
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f", line {mark.line + 1}" if mark is not None else ""
+        raise OptionError(f"config {path}{where}: not valid YAML ({e.problem})") from e
+    except yaml.YAMLError as e:  # visattn's own refusals (aliases expanding past a bound)
+        raise OptionError(first_line(e).split(": ", 1)[-1]) from e
+    except UnicodeDecodeError as e:
+        raise OptionError(f"config {path}: not a YAML text file ({e.reason})") from e
+    if not isinstance(content, dict):
+        raise OptionError(
+            f"config {path}: holds a {type(content).__name__}, not a mapping of options "
+            "(model:, data:, trainer:, ...)"
+        )
+    return content
 
 
 def _expand_config(path: str) -> list[str]:
     """``--config`` values for ``path``: its ``_base_`` pieces (the one inheritance rule,
-    :func:`~visattn.files.inheritance_chain`), then the file's own content; a file that names
-    no ``_base_`` stays a path (jsonargparse reads it), one that does is given as a YAML string
-    without that key."""
+    :func:`~visattn.files.inheritance_chain`), then the file's own content, each read by
+    visattn's one YAML reader (:func:`~visattn.files.load_yaml`: YAML 1.2's booleans, no octal,
+    no repeated key) and given to jsonargparse as a YAML string without ``_base_``, so a plain
+    file and one with ``_base_`` read the same (``verify_images: off`` stays the word)."""
     if not _is_file(path):
         return [path]  # a YAML string or a missing file: jsonargparse reports it
     out = []
-    for piece in inheritance_chain(path, "_base_", _read_config, what="config"):
-        if not piece.inherits:
-            out.append(str(piece.path))
-        elif piece.content:
+    try:
+        chain = list(inheritance_chain(path, "_base_", _read_config, what="config"))
+    except OptionError:
+        raise
+    except ValueError as e:  # a cycle, a malformed _base_, a folder, a chain too deep
+        raise OptionError(first_line(e).split(": ", 1)[1]) from e
+    for piece in chain:  # every file as visattn's one YAML reader read it (files.load_yaml)
+        if piece.content:
             out.append(yaml.safe_dump(piece.content, sort_keys=False))
     return out
 
@@ -263,3 +289,34 @@ def restore_recorded(config: Namespace, ckpt: dict[str, Any], ckpt_path: str) ->
             kept.append(f"{option} {plain(given[key])!r} (the run keeps {old!r})")
             given[key] = old
     return kept
+
+
+def placement_normal_form(value: Any) -> list[dict[str, Any]]:
+    """``value`` (a block name, a placement mapping, a list of them, ``None``) as a list of
+    placements with every key at its default left out, block options at the block's defaults
+    included: ``se``, ``{name: se}``, ``[{name: se}]``, ``{name: se, position: standard}`` and
+    ``{name: se, args: {reduction: 16}}`` are all ``[{"name": "se"}]``."""
+    blank = {
+        "args": {},
+        "stages": "all",
+        "blocks": "all",
+        "position": "standard",
+        "init": "default",
+    }
+    out = []
+    for placement in normalize_placements(value):
+        data = placement.to_dict()
+        defaults = block_info(placement.name).defaults
+        data["args"] = {
+            k: v
+            for k, v in data["args"].items()
+            if k not in defaults or to_json(defaults[k]) != to_json(v)
+        }
+        data = {
+            k: v
+            for k, v in data.items()
+            if k == "name"
+            or (v is not None and (k not in blank or to_json(v) != to_json(blank[k])))
+        }
+        out.append(data)
+    return out
