@@ -123,3 +123,15 @@ def test_a_plain_config_and_one_with_base_read_a_word_option_alike(tmp_path: Pat
         pieces = expand_config_args(["--config", str(tmp_path / name)])
         texts = [yaml.safe_load(p) for p in pieces if p != "--config"]
         assert {"data": {"verify_images": "off"}} in texts, (name, texts)
+
+
+def test_pictures_of_a_damaged_checkpoint_are_one_line(
+    se_ckpt: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from visattn.visualize.command import main as visualize_main
+
+    cut = tmp_path / "cut.ckpt"
+    cut.write_bytes(Path(se_ckpt).read_bytes()[:20000])
+    assert visualize_main(["--ckpt", str(cut), "--out", str(tmp_path / "pics")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"checkpoint {cut} is damaged" in err[0]

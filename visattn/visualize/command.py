@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from .._safe_path import add_import_option, imports_or_exit
+from .._values import OptionError
+from ..models.checkpoint import CheckpointError
 from ..training.load import load_run
 from .figures import visualize_model
 from .maps import validation_pictures
@@ -81,14 +83,18 @@ def main(argv: list[str] | None = None) -> int:
     argv = imports_or_exit(sys.argv[1:] if argv is None else list(argv), parser.prog)
     args = parser.parse_args(argv)
     overrides = {"root": args.data_root} if args.data_root else None
-    paths = visualize(
-        args.ckpt,
-        args.out,
-        args.num_images,
-        indices=args.indices,
-        data_overrides=overrides,
-        device=args.device,
-    )
+    try:
+        paths = visualize(
+            args.ckpt,
+            args.out,
+            args.num_images,
+            indices=args.indices,
+            data_overrides=overrides,
+            device=args.device,
+        )
+    except (CheckpointError, FileNotFoundError, OptionError) as e:  # the file or an option
+        print(f"{parser.prog}: error: {e}", file=sys.stderr)
+        return 2
     for p in paths:
         print(p)
     return 0
