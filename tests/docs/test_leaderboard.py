@@ -495,13 +495,13 @@ def test_what_holds_across_regimes_is_each_tables_results_file(every_table) -> N
     section = text.split("## What holds across regimes", 1)[1].split("\n## ", 1)[0]
     lines = [ln for ln in section.splitlines() if ln.startswith("| ")]
     head = [c.strip() for c in lines[0].strip("|").split("|")]
-    assert head[1:-2] == [r.title for r in board.REGIMES]
+    assert head[1:-3] == [r.title for r in board.REGIMES]
     assert len(lines) > 2, "no comparison resolved in any table"
     for line in lines[2:]:
         cells = [c.strip() for c in line.strip("|").split("|")]
         a, _, b = cells[0].replace("`", "").partition(" - ")
         signs, paired = set(), 0
-        for regime, cell in zip(board.REGIMES, cells[1:-2], strict=True):
+        for regime, cell in zip(board.REGIMES, cells[1:-3], strict=True):
             path = regime.results / "results.csv"
             acc = _accuracies_of(path) if path.is_file() else {}
             left, right = acc.get(regime.prefix + a), acc.get(regime.prefix + b)
@@ -522,10 +522,12 @@ def test_what_holds_across_regimes_is_each_tables_results_file(every_table) -> N
             assert f"{d:+.2f} [{low:+.2f}, {high:+.2f}]" in cell and f"({n} pairs)" in cell
             signs.add(d > 0)
             paired += 1
-        expected = "one table" if paired < 2 else ("holds" if len(signs) == 1 else "**flips**")
-        assert cells[-2] == expected, cells[0]
-        resolved = sum(c.startswith("**") and "pairs)" in c for c in cells[1:-2])
-        assert cells[-1] == f"{resolved} of {paired}", cells[0]  # of the tables with 2+ pairs
+        expected = "one table" if paired < 2 else ("yes" if len(signs) == 1 else "**no: flips**")
+        assert cells[-3] == expected, cells[0]
+        resolved = sum(c.startswith("**") and "pairs)" in c for c in cells[1:-3])
+        assert cells[-2] == f"{resolved} of {paired}", cells[0]  # of the tables with 2+ pairs
+        everywhere = "one table" if paired < 2 else ("**yes**" if resolved == paired else "no")
+        assert cells[-1] == everywhere, cells[0]
     plain = section.split("The plain ResNet-20 on the CIFAR-10 test set:", 1)[1]
     for regime in board.REGIMES:
         if regime.prefix != board.CIFAR_PREFIX:
