@@ -28,6 +28,13 @@ STOPPED = (
 )
 
 
+JOIN_HELP = (
+    "train only the variants the committed sweep in TABLE_DIR does not have (your sweep file "
+    "extends its sweep file) and write DIR/joined.md: yours paired by seed against every "
+    "variant it finished; TABLE_DIR is read, never written"
+)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m visattn.ablate",
@@ -37,6 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("sweep", help="sweep YAML file (see configs/ablations/)")
     parser.add_argument("--out", required=True, help="output folder")
     add_import_option(parser)
+    parser.add_argument("--join", metavar="TABLE_DIR", help=JOIN_HELP)
     parser.add_argument(
         "--take-over",
         action="store_true",
@@ -59,13 +67,6 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="rebuild report.md and the plots from DIR/results.csv (itself rebuilt from the "
         "runs' completion markers when damaged), train nothing",
-    )
-    parser.add_argument(
-        "--join",
-        metavar="TABLE_DIR",
-        help="train only the variants the committed sweep in TABLE_DIR does not have (your sweep "
-        "file extends its sweep file) and write DIR/joined.md: yours paired by seed against "
-        "every variant it finished; TABLE_DIR is read, never written",
     )
     parser.add_argument(
         "--set",

@@ -873,8 +873,7 @@ def run_sweep(
     """Run (or resume) the sweep in ``sweep_path`` into ``out_dir``.
 
     Args:
-        sweep_path: a sweep file (format: :mod:`visattn.ablate.sweep`), or a sweep read
-            already (a join's own variants, :mod:`visattn.ablate.join`).
+        sweep_path: a sweep file (:mod:`visattn.ablate.sweep`) or a read one (a join's).
         out_dir: output folder (created).
         plan: where and how many runs at once (:class:`ExecutionPlan`; default: one after the
             other in this process).
