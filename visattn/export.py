@@ -598,7 +598,8 @@ def export_onnx(
         rtol, atol: the check passes when ``|onnx - torch| <= atol + rtol * max|torch|``
             everywhere (``max`` over the output tensor).
         metadata: more ``metadata_props`` entries (a value that is not a string is written as
-            JSON).
+            JSON). ``mean`` and ``std`` default to the model's ``pretrained_cfg`` (timm's and
+            visattn's models carry one) where it has them and ``metadata`` does not.
 
     Returns:
         An :class:`ExportReport` with the largest absolute difference found.
@@ -622,7 +623,8 @@ def export_onnx(
             _write_onnx(model, x, out, exp, opset, dynamic_batch, dynamic_size)
         except Exception as e:
             raise _fail("export_onnx failed", e, model, x, exp, opset, dynamic_size) from e
-        _finish_onnx(out, _dynamic_axes(dynamic_batch, dynamic_size), model, size, metadata)
+        meta = {**normalisation_of(model), **dict(metadata or {})}
+        _finish_onnx(out, _dynamic_axes(dynamic_batch, dynamic_size), model, size, meta)
         worst, shapes, runtime = float("nan"), [], "not checked"
         if check:
             shapes = _check_shapes(size, dynamic_batch, dynamic_size, batch_size)
@@ -641,6 +643,15 @@ def export_onnx(
         checked=tuple(shapes),
         runtime=runtime,
     )
+
+
+def normalisation_of(model: nn.Module) -> dict[str, list[float]]:
+    """``{"mean": [...], "std": [...]}`` from ``model.pretrained_cfg`` (timm's convention, which
+    visattn's models follow) where it holds both, else ``{}``."""
+    cfg = getattr(model, "pretrained_cfg", None)
+    if not isinstance(cfg, Mapping) or cfg.get("mean") is None or cfg.get("std") is None:
+        return {}
+    return {"mean": [float(m) for m in cfg["mean"]], "std": [float(v) for v in cfg["std"]]}
 
 
 def _check_onnx_request(

@@ -125,3 +125,20 @@ def test_non_finite_outputs_fail_the_check_instead_of_passing_it(tmp_path) -> No
         net[0].weight.fill_(float("nan"))
     with pytest.raises(ExportError, match="non-finite outputs"):
         visattn.export_onnx(net, tmp_path / "nan.onnx", input_size=(3, 4, 4))
+
+
+def test_a_model_built_in_python_records_its_pretrained_cfg_normalisation(tmp_path: Path) -> None:
+    """Trial of round 7: ``export_onnx(model, ...)`` on a model built in Python wrote no mean or
+    std, though its ``pretrained_cfg`` has them; the caller's ``metadata`` still wins."""
+    import onnx
+
+    net = create_model("resnet20_cifar", num_classes=3)
+    cfg = net.pretrained_cfg
+    path = tmp_path / "m.onnx"
+    export_onnx(net, path, (3, 16, 16), check=False)
+    props = {p.key: p.value for p in onnx.load(str(path)).metadata_props}
+    assert json.loads(props["mean"]) == pytest.approx(list(cfg["mean"]))
+    assert json.loads(props["std"]) == pytest.approx(list(cfg["std"]))
+    export_onnx(net, path, (3, 16, 16), check=False, metadata={"mean": [0.5, 0.5, 0.5]})
+    props = {p.key: p.value for p in onnx.load(str(path)).metadata_props}
+    assert json.loads(props["mean"]) == [0.5, 0.5, 0.5]
