@@ -58,3 +58,28 @@ def test_declared_pool_size_is_the_feature_map_at_the_declared_input_size(tag: s
     with torch.no_grad():
         features = model.forward_features(torch.randn(1, *cfg["input_size"]))
     assert tuple(features.shape[-2:]) == tuple(cfg["pool_size"]), (tag, cfg["input_size"])
+
+
+def test_no_connection_fails_at_once_without_trying_the_hub(monkeypatch) -> None:
+    """Trial of round 7: the README's timm line took 78 s offline (the hub's retries) before
+    its message. A host that does not answer within the probe's few seconds fails at once, and
+    timm's download is never started."""
+    from visattn.models import timm_bridge
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(timm_bridge, "online", lambda host, port=443: False)
+    monkeypatch.setattr(timm_bridge, "_cached", lambda tag: False)
+
+    def no_download(*args, **kwargs):
+        raise AssertionError("timm's download was started")
+
+    monkeypatch.setattr(timm_bridge, "build_model_with_cfg", no_download)
+    with pytest.raises(OSError, match=r"no connection to huggingface\.co.*file=PATH"):
+        timm.create_model("visattn_se_resnet50.ra2_in1k", pretrained=True)
+
+
+def test_the_probe_says_offline_at_once_under_hf_hub_offline(monkeypatch) -> None:
+    from visattn.models import timm_bridge
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert timm_bridge.online("huggingface.co") is False

@@ -21,11 +21,15 @@ from __future__ import annotations
 
 import functools
 import math
+import os
+import socket
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 import torch.nn as nn
+from huggingface_hub import try_to_load_from_cache
 from timm.models import DefaultCfg, PretrainedCfg, build_model_with_cfg, is_model
 from timm.models import _registry as timm_registry
 from timm.models import register_model as timm_register
@@ -156,6 +160,36 @@ def _check_reachable(tag: PretrainedTag, pretrained: bool, overlay: dict, cfg: A
             f"visattn_{tag.name}: the authors publish this file for download by hand "
             f"({tag.page}); download it, then pass pretrained_cfg_overlay=dict(file=PATH)"
         )
+    if pretrained and not given and not _cached(tag):
+        host = urlsplit(tag.url).hostname if tag.url else "huggingface.co"
+        if host and not online(host):  # fail at once, not after the hub's retries
+            raise OSError(
+                _offline_hint(tag, OSError(f"no connection to {host} (tried for {PROBE_S:g} s)"))
+            )
+
+
+#: how long :func:`online` waits for a connection
+PROBE_S = 3.0
+
+
+def online(host: str, port: int = 443) -> bool:
+    """Whether a TCP connection to ``host`` opens within :data:`PROBE_S` seconds (``False`` at
+    once under ``HF_HUB_OFFLINE=1``)."""
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+        return False
+    try:
+        with socket.create_connection((host, port), timeout=PROBE_S):
+            return True
+    except OSError:
+        return False
+
+
+def _cached(tag: PretrainedTag) -> bool:
+    """Whether the tag's hub file is in the Hugging Face cache already (timm reads it there)."""
+    if not tag.hf_hub_id:
+        return False
+    names = ("model.safetensors", "pytorch_model.bin", "open_clip_pytorch_model.bin")
+    return any(isinstance(try_to_load_from_cache(tag.hf_hub_id, n), str) for n in names)
 
 
 def _released_tag(name: str, cfg: Any) -> PretrainedTag | None:
