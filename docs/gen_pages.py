@@ -23,6 +23,7 @@ from visattn.profile import count_macs, count_params
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "docs"), str(ROOT / "benchmarks")]
+from make_leaderboard import block_evidence  # noqa: E402  (beside this script, not a package)
 from placement_diagram import placement_svg  # noqa: E402  (beside this script, not a package)
 from twins import TWINS, block_of, timm_type_of  # noqa: E402  (the benchmarks' table)
 
@@ -162,6 +163,10 @@ def block_page(name: str, params: int, macs: int) -> str:
         f"{SIZE}x{SIZE} |",
         "",
         f"Weights it applies (C=32, 8x8, batch 2): {_weights_shape(name)}.",
+        "",
+        "## On the leaderboard",
+        "",
+        *block_evidence(name),
         "",
         "## Identity at insertion",
         "",

@@ -1120,6 +1120,56 @@ def _everywhere(paired: Sequence[Row]) -> str:
     return "**yes**" if all(r.resolved for r in paired) else "no"
 
 
+def block_evidence(block: str) -> list[str]:
+    """A block's evidence on the leaderboard, for its gallery page (``docs/gen_pages.py``): for
+    each table, each variant whose attention is ``block`` alone, with its paired Δ [95% CI]
+    against the plain network, its Holm p (and whether it resolves) and its step-time ratio,
+    all from :func:`build_rows` (the files the page is written from); a block in no table says
+    so. A table whose data is not on this machine (the Imagenette control resolves with it) is
+    named as not available here."""
+    lines = []
+    link = "../leaderboard.md"
+    for regime in REGIMES:
+        variants = load_sweep_file(regime.sweep).variants
+        mine = {
+            v.name
+            for v in variants
+            if v.match is None
+            and set(_attention_names(v.overrides.get("model.attention"))) == {block}
+        }
+        if not mine:
+            continue
+        try:
+            rows = {r.variant: r for r in build_rows(regime.results, regime.steps, regime)[0]}
+        except (ValueError, FileNotFoundError) as e:
+            lines.append(f"- **{regime.title}**: not available here ({first_line_of(e)}).")
+            continue
+        for name in sorted(mine):
+            r = rows.get(name)
+            label = _describe(next(v for v in variants if v.name == name), regime.network)[0]
+            if r is None:
+                lines.append(f"- **{regime.title}**, {label}: no run finished yet.")
+                continue
+            verdict = "resolved" if r.resolved else "not resolved"
+            lines.append(
+                f"- **{regime.title}**, {label}: Δ {_delta(r).replace('**', '')} pp against "
+                f"the plain {regime.network} ({_seeds(r, r.n)} seed{'s' * (r.n != 1)}), "
+                f"Holm p {_p(r.holm)} ({verdict}); step time {_step(r)}."
+            )
+    if not lines:
+        return [f"Not in any table of the [leaderboard]({link}) yet."]
+    return [
+        f"From the [leaderboard]({link}) (generated from its `results.csv` files; Holm's "
+        "correction within each table):",
+        "",
+        *lines,
+    ]
+
+
+def first_line_of(exc: BaseException) -> str:
+    return next((ln for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+
+
 def _capacity_across(tables: Sequence[Table]) -> list[str]:
     """Whether GSoP's gain is capacity, table by table: GSoP minus its width-matched control,
     in words that follow the figures' sign and resolution."""

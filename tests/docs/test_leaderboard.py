@@ -634,3 +634,28 @@ def test_each_regimes_readme_block_is_its_results_file(every_table) -> None:
             if rows[cells[0]] != regime.baseline and len(values) >= 2:
                 d, low, high, _ = _paired(acc[rows[cells[0]]], base)
                 assert f"{d:+.2f} [{low:+.2f}, {high:+.2f}]" in cells[6], cells[0]
+
+
+@pytest.mark.parametrize("block", ["gsop", "eca"])
+def test_a_blocks_gallery_evidence_is_each_tables_results_file(every_table, block: str) -> None:
+    """The gallery page's "On the leaderboard" section, recomputed: each table's paired Δ of the
+    block at its position (from results.csv, by hand), named by table."""
+    lines = every_table.block_evidence(block)
+    found = 0
+    for regime in every_table.REGIMES:
+        path = regime.results / "results.csv"
+        acc = _accuracies_of(path) if path.is_file() else {}
+        mine, plain = acc.get(regime.prefix + block), acc.get(regime.baseline)
+        if not mine or not plain or len(set(mine) & set(plain)) < 2:
+            continue
+        d, low, high, n = _paired(mine, plain)
+        line = next(ln for ln in lines if ln.startswith(f"- **{regime.title}**"))
+        assert f"Δ {d:+.2f} [{low:+.2f}, {high:+.2f}] pp" in line and f"({n} seeds)" in line
+        found += 1
+    assert found >= 2
+
+
+def test_a_block_in_no_table_says_so(board) -> None:
+    assert board.block_evidence("lambda") == [
+        "Not in any table of the [leaderboard](../leaderboard.md) yet."
+    ]
