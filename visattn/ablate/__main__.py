@@ -7,6 +7,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from .._safe_path import add_import_option, imports_or_exit
 from ..locks import SweepLock
@@ -159,15 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {args.out}/report.md")
         return 0
     try:
-        rows = run_sweep(
-            args.sweep,
-            args.out,
-            plan,
-            overrides=overrides,
-            dry_run=args.dry_run,
-            take_over=args.take_over,
-            retrain_changed=args.retrain_changed,
-        )
+        rows = _train(args.sweep, args, plan, overrides)
     except (ValueError, RuntimeError, OSError) as e:  # a full disk, a folder where a file goes
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -176,6 +169,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"stopped{why}: {STOPPED}", file=sys.stderr)
         return 130
     return 1 if any(r["status"] != "ok" for r in rows) else 0
+
+
+def _train(sweep: Any, args: argparse.Namespace, plan: ExecutionPlan, overrides: dict) -> list:
+    """:func:`run_sweep` of ``sweep`` (a file or a read sweep) with the command line's options."""
+    return run_sweep(
+        sweep,
+        args.out,
+        plan,
+        overrides=overrides,
+        dry_run=args.dry_run,
+        take_over=args.take_over,
+        retrain_changed=args.retrain_changed,
+    )
 
 
 def _warn_oversubscribed(args: argparse.Namespace) -> None:
@@ -201,17 +207,7 @@ def _joined(args: argparse.Namespace, overrides: dict, plan: ExecutionPlan) -> i
             f"[{join.sweep.name}] joining {join.table}: {len(join.rows)} of its runs read, "
             f"{len(join.missing)} not finished there; yours to train: {', '.join(join.mine)}"
         )
-        rows = []
-        if not args.report_only:
-            rows = run_sweep(
-                join.own,
-                args.out,
-                plan,
-                overrides=overrides,
-                dry_run=args.dry_run,
-                take_over=args.take_over,
-                retrain_changed=args.retrain_changed,
-            )
+        rows = [] if args.report_only else _train(join.own, args, plan, overrides)
         if not args.dry_run:
             print(f"wrote {write_joined_report(join, args.out)}")
     except (ValueError, RuntimeError, OSError) as e:
