@@ -398,6 +398,7 @@ def _finish_onnx(
         # the blocks the name alone does not say (resnet20_cifar with CBAM, ...)
         "attention": json.dumps(getattr(model, "attention_placements", None) or []),
         "input_size": ",".join(map(str, size)),
+        **normalisation_of(model),  # pretrained_cfg's mean and std, unless metadata has them
         **(metadata or {}),
     }
     del proto.metadata_props[:]
@@ -598,8 +599,7 @@ def export_onnx(
         rtol, atol: the check passes when ``|onnx - torch| <= atol + rtol * max|torch|``
             everywhere (``max`` over the output tensor).
         metadata: more ``metadata_props`` entries (a value that is not a string is written as
-            JSON). ``mean`` and ``std`` default to the model's ``pretrained_cfg`` (timm's and
-            visattn's models carry one) where it has them and ``metadata`` does not.
+            JSON); ``mean``/``std`` default to the model's ``pretrained_cfg``'s.
 
     Returns:
         An :class:`ExportReport` with the largest absolute difference found.
@@ -623,8 +623,7 @@ def export_onnx(
             _write_onnx(model, x, out, exp, opset, dynamic_batch, dynamic_size)
         except Exception as e:
             raise _fail("export_onnx failed", e, model, x, exp, opset, dynamic_size) from e
-        meta = {**normalisation_of(model), **dict(metadata or {})}
-        _finish_onnx(out, _dynamic_axes(dynamic_batch, dynamic_size), model, size, meta)
+        _finish_onnx(out, _dynamic_axes(dynamic_batch, dynamic_size), model, size, metadata)
         worst, shapes, runtime = float("nan"), [], "not checked"
         if check:
             shapes = _check_shapes(size, dynamic_batch, dynamic_size, batch_size)
