@@ -1,5 +1,6 @@
-"""A sweep asked to run more CPU threads at once than the machine has says so in one line (probe
-of round 7: --threads 100000 and --jobs 1000 passed a dry run without a word)."""
+"""Sweep command-line checks before anything runs: more CPU threads at once than the machine has
+say so in one line, and a recipe that trains nothing is refused (probe of round 7: --threads
+100000, --jobs 1000 and trainer.max_epochs 0 passed a dry run without a word)."""
 
 from __future__ import annotations
 
@@ -28,3 +29,17 @@ def test_threads_within_the_machine_do_not_warn(
     path = write_sweep(tmp_path, [{"name": "none", "set": {"model.attention": None}}], seeds=(0,))
     main([str(path), "--out", str(tmp_path / "out"), "--dry-run", "--threads", "1"])
     assert "CPU threads" not in capsys.readouterr().err
+
+
+def test_a_dry_run_refuses_zero_epochs_as_train_cls_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Probe of round 7: a sweep dry run accepted trainer.max_epochs 0 (a fit that trains
+    nothing); it is refused as train_cls.py refuses it."""
+    path = write_sweep(tmp_path, [{"name": "none", "set": {"model.attention": None}}], seeds=(0,))
+    text = path.read_text().replace("trainer.max_epochs: 3", "trainer.max_epochs: 0")
+    path.write_text(text)
+    assert main([str(path), "--out", str(tmp_path / "out"), "--dry-run"]) == 2
+    assert (
+        "--trainer.max_epochs must be >= 1 (or -1 for no limit), got 0" in capsys.readouterr().err
+    )

@@ -119,6 +119,7 @@ def resolve_run(
     hp = module.hparams
     shape = getattr(datamodule, "image_shape", None) or module.net.default_input_size
     max_epochs = config.get("trainer", {}).get("max_epochs")
+    run_cli.check_max_epochs(max_epochs)  # refused here as train_cls.py refuses it
     said = []
     warmup = float(hp.get("warmup_epochs") or 0.0)
     if warmup > 0 and max_epochs is not None and 0 < max_epochs <= warmup:

@@ -320,12 +320,8 @@ class VisattnCLI(LightningCLI):
             cfg.ckpt_path, self._held_ckpt_path = self._held_ckpt_path, None
         resolve_eval_transform(cfg)
         trainer = cfg.trainer
-        epochs = trainer.get("max_epochs")
-        if self.subcommand == "fit" and epochs is not None and (epochs == 0 or epochs < -1):
-            raise OptionError(
-                f"--trainer.max_epochs must be >= 1 (or -1 for no limit), got {epochs}: a fit of "
-                f"{epochs} epochs trains nothing"
-            )
+        if self.subcommand == "fit":
+            check_max_epochs(trainer.get("max_epochs"))
         save_dir = Path(trainer.get("default_root_dir") or ".")
         if not save_dir.exists():  # made by this run: a refusal before training removes it
             _FRESH_ROOTS.append(save_dir)
@@ -469,6 +465,19 @@ _ONE_LINE_ERRORS = (
     BadImageError,
     OptionError,
 )
+
+
+def check_max_epochs(epochs: int | None) -> None:
+    """Refuse a fit's ``trainer.max_epochs`` that trains nothing (0, or below -1).
+
+    Raises:
+        OptionError: naming the option and its valid values.
+    """
+    if epochs is not None and (epochs == 0 or epochs < -1):
+        raise OptionError(
+            f"--trainer.max_epochs must be >= 1 (or -1 for no limit), got {epochs}: a fit of "
+            f"{epochs} epochs trains nothing"
+        )
 
 
 def _check_same_network(given: Namespace, recorded: Mapping[str, Any], path: str) -> None:
