@@ -1127,6 +1127,8 @@ def block_evidence(block: str) -> list[str]:
     all from :func:`build_rows` (the files the page is written from); a block in no table says
     so. A table whose data is not on this machine (the Imagenette control resolves with it) is
     named as not available here."""
+    from visattn._values import first_line
+
     lines = []
     link = "../leaderboard.md"
     for regime in REGIMES:
@@ -1142,7 +1144,7 @@ def block_evidence(block: str) -> list[str]:
         try:
             rows = {r.variant: r for r in build_rows(regime.results, regime.steps, regime)[0]}
         except (ValueError, FileNotFoundError) as e:
-            lines.append(f"- **{regime.title}**: not available here ({first_line_of(e)}).")
+            lines.append(f"- **{regime.title}**: not available here ({first_line(e)}).")
             continue
         for name in sorted(mine):
             r = rows.get(name)
@@ -1164,10 +1166,6 @@ def block_evidence(block: str) -> list[str]:
         "",
         *lines,
     ]
-
-
-def first_line_of(exc: BaseException) -> str:
-    return next((ln for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
 
 
 def _capacity_across(tables: Sequence[Table]) -> list[str]:

@@ -23,7 +23,6 @@ from typing import Any
 __all__ = [
     "IMPORTED",
     "IMPORT_HELP",
-    "WORKING_FOLDER",
     "add_import_option",
     "drop_working_folder",
     "import_named",
@@ -32,9 +31,6 @@ __all__ = [
     "under_python_m",
 ]
 
-#: the folder ``python -m`` had put first on ``sys.path`` and :func:`drop_working_folder` took
-#: off it (``None``: nothing was taken off)
-WORKING_FOLDER: str | None = None
 #: the modules the user named that this process imported, in order (what a run records)
 IMPORTED: list[str] = []
 
@@ -47,34 +43,33 @@ def under_python_m() -> bool:
 
 def drop_working_folder() -> None:
     """Take the working folder's entry off ``sys.path`` when ``python -m`` put it there."""
-    global WORKING_FOLDER
     if not under_python_m() or not sys.path:
         return
     first = sys.path[0]
     cwd = os.getcwd()
     if first in ("", ".") or os.path.realpath(first) == os.path.realpath(cwd):
-        WORKING_FOLDER = cwd
         del sys.path[0]
 
 
 def import_named(name: str) -> ModuleType:
     """Import the module ``name`` that the user named (``--import my_blocks``, ``imports:`` in
-    a config file): installed modules first, then the working folder, which ``python -m``
+    a sweep file): installed modules first, then the working folder, which ``python -m``
     commands otherwise keep off the import path. The folder is searched for this import (and
     what that module imports while it loads) only.
 
     Raises:
+        ValueError: ``name`` is no module name (a path, an empty string).
         ModuleNotFoundError: naming the module and where it was looked for.
     """
-    folder = os.getcwd()
-    added = folder not in sys.path
-    if added:
-        sys.path.append(folder)  # last: a name the user gave, never in front of an installed one
     if not name or not all(part.isidentifier() for part in name.split(".")):
         raise ValueError(
             f"--import {name!r}: not a module name (my_blocks for my_blocks.py in the working "
             "folder, or an installed package's module, my_pkg.blocks)"
         )
+    folder = os.getcwd()
+    added = folder not in sys.path
+    if added:
+        sys.path.append(folder)  # last: a name the user gave, never in front of an installed one
     try:
         module = importlib.import_module(name)
         if name not in IMPORTED:

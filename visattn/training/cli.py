@@ -121,7 +121,7 @@ def _local_ckpt_path(cfg: Namespace) -> str | None:
 
 def _remove_if_empty(*folders: Path) -> None:
     """Remove each folder, in order, that is empty (a claimed run folder nothing was written to,
-    then its ``lightning_logs``)."""
+    then its ``lightning_logs``, then a ``default_root_dir`` the run made)."""
     for folder in folders:
         try:
             folder.rmdir()
@@ -222,6 +222,7 @@ class VisattnCLI(LightningCLI):
         self._resuming = False  # --ckpt_path last: the run and its logger runs continue
         self._version = 0  # the run's N: lightning_logs/version_N
         self._lock: RunFolderLock | None = None  # held on version_N while this process writes
+        self._fresh_root: Path | None = None  # default_root_dir when this run made it
         self._resumed_at: tuple[int, int] | None = None  # (epoch, step) of the resumed ckpt
         self._run = kwargs.get("run", True)  # subcommands (fit, test) or the classes only
         self._resolved = False  # given a RunConfig: its options were parsed elsewhere
@@ -235,10 +236,13 @@ class VisattnCLI(LightningCLI):
         try:
             super().__init__(ClassificationModule, VisattnDataModule, *args, **kwargs)
         finally:
+            fresh = [self._fresh_root] if self._fresh_root is not None else []
             if self._lock is not None:
                 self._lock.release()
                 if not self._resuming:  # a run refused before it wrote anything leaves nothing
-                    _remove_if_empty(self._lock.path.parent, self._lock.path.parent.parent)
+                    _remove_if_empty(self._lock.path.parent, self._lock.path.parent.parent, *fresh)
+            else:
+                _remove_if_empty(*fresh)
 
     def init_parser(self, **kwargs: Any) -> LightningArgumentParser:
         """Every parser (the main one, each subcommand's) raises instead of exiting, so that
@@ -324,7 +328,7 @@ class VisattnCLI(LightningCLI):
             check_max_epochs(trainer.get("max_epochs"))
         save_dir = Path(trainer.get("default_root_dir") or ".")
         if not save_dir.exists():  # made by this run: a refusal before training removes it
-            _FRESH_ROOTS.append(save_dir)
+            self._fresh_root = save_dir
         version = None
         if cfg.get("ckpt_path") == "last":
             # resolved here for fit and test alike: Lightning's own "last" looks only at this
@@ -507,20 +511,6 @@ def _check_same_network(given: Namespace, recorded: Mapping[str, Any], path: str
         )
 
 
-#: run folders this process's runs made (:meth:`VisattnCLI.before_instantiate_classes`)
-_FRESH_ROOTS: list[Path] = []
-
-
-def _remove_empty(root: Path) -> None:
-    """Remove ``root`` and the folders under it if no file is there: what a run refused before
-    it trained left (a refused run leaves nothing; a folder with any file stays)."""
-    if not root.is_dir() or any(p.is_file() or p.is_symlink() for p in root.rglob("*")):
-        return
-    for folder in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
-        folder.rmdir()
-    root.rmdir()
-
-
 def configuration_error(exc: BaseException) -> BaseException | None:
     """The visattn error behind a model or run that could not be built from its options (an
     unknown block or model, a block's bad option, bad data), found anywhere in ``exc``'s cause
@@ -543,15 +533,12 @@ def cli_main(args: list[str] | None = None) -> VisattnCLI:
     argument errors, not in jsonargparse's trace."""
     prog = Path(sys.argv[0]).name
     args = imports_or_exit(sys.argv[1:] if args is None else list(args), prog)
-    _FRESH_ROOTS.clear()
     try:
         return VisattnCLI(args=args)
     except (ValueError, TypeError, KeyError, RuntimeError, OSError) as e:
         cause = configuration_error(e)
         if cause is None:
             raise
-        while _FRESH_ROOTS:
-            _remove_empty(_FRESH_ROOTS.pop())
         print(f"{prog}: error: {cause}", file=sys.stderr)
         raise SystemExit(2) from None
 
