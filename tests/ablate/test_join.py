@@ -67,6 +67,7 @@ def test_only_the_users_variant_trains_and_joins_every_committed_one(
     assert set(table_rows) == {"none", "se", "eca"}
     assert table_rows["eca"]["pairs"] == "3"  # paired against the table's own baseline
     assert "Yours" in report.read_text() and "Holm" in report.read_text()
+    assert ".png" not in report.read_text()  # a join draws no plots, so it links none
     assert _digest(table) == before  # the table is read, never written
 
 

@@ -147,6 +147,7 @@ def write_joined_report(join: Join, out_dir: str | Path, metric: str | None = No
         baseline={v.name: v.baseline or sweep.baseline for v in sweep.variants},
         description=sweep.description,
         planned=len(sweep.seeds) * len(sweep.variants),
+        plots=(),  # a join draws no plots: joined.md links none
         notes=notes,
         metric=metric or sweep.metric,
     )
