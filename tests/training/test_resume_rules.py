@@ -12,7 +12,9 @@ import torch
 import yaml
 from helpers.files import read_csv
 from helpers.training import tiny_fit
+from jsonargparse import Namespace
 
+from visattn.training.options import restore_recorded
 from visattn.training.resume import find_last_checkpoint
 
 
@@ -196,3 +198,40 @@ def test_last_ckpt_is_the_last_epochs_even_when_no_ranked_checkpoint_is_saved(
     state = torch.load(path, map_location="cpu", weights_only=True)["callbacks"]
     (ours,) = [v for k, v in state.items() if k.startswith("BestAndLastCheckpoint")]
     assert Path(ours["last_model_path"]) == path
+
+
+def _resume_config(**data: object) -> Namespace:
+    return Namespace(model=Namespace(lr=0.1), data=Namespace(**data))
+
+
+def test_a_resume_names_no_option_the_data_set_never_read() -> None:
+    """A sweep on image folders, resumed with its quickstart base's ``target_size``: the data
+    module dropped that option when the run started (checkpoint: None), so it is no change the
+    user made and no warning names it. The generated data reads it: there it is named."""
+    folder = {
+        "hyper_parameters": {"lr": 0.1},
+        "datamodule_hyper_parameters": {
+            "dataset": "imagefolder",
+            "target_size": None,
+            "batch_size": 64,
+        },
+    }
+    config = _resume_config(dataset="imagefolder", target_size=[0.28, 0.4], batch_size=64)
+    assert restore_recorded(config, folder, "last.ckpt") == []
+    assert config.data.target_size == [0.28, 0.4]  # left as given: the data module drops it
+
+    shapes = {
+        "hyper_parameters": {"lr": 0.1},
+        "datamodule_hyper_parameters": {
+            "dataset": "shapes",
+            "target_size": [0.2, 0.3],
+            "batch_size": 64,
+        },
+    }
+    config = _resume_config(dataset="shapes", target_size=[0.28, 0.4], batch_size=32)
+    kept = restore_recorded(config, shapes, "last.ckpt")
+    assert kept == [
+        "--data.target_size [0.28, 0.4] (the run keeps [0.2, 0.3])",
+        "--data.batch_size 32 (the run keeps 64)",
+    ]
+    assert config.data.target_size == [0.2, 0.3]

@@ -28,7 +28,7 @@ except ImportError as _err:
 from .arrays import ArrayDataset
 from .imagefolder import VERIFY_MODES
 from .shapes import check_target_size
-from .sources import GENERATOR_OPTIONS, DataSource, get_source, list_datasets
+from .sources import DataSource, get_source, list_datasets
 from .transforms import (
     AUGMENTS,
     DEVICE_PRESETS,
@@ -466,11 +466,7 @@ def _drop_unread_options(source: DataSource, h: dict[str, Any]) -> None:
     switched to ``--data.dataset imagefolder`` keeps ``target_size``) back to their defaults,
     with one notice that names them (once per process for a data set and those options)."""
     defaults = inspect.signature(VisattnDataModule.__init__).parameters
-    unread = sorted(
-        key
-        for key in GENERATOR_OPTIONS - source.generator_options
-        if h[key] != defaults[key].default
-    )
+    unread = sorted(key for key in source.unread_options if h[key] != defaults[key].default)
     if not unread:
         return
     for key in unread:

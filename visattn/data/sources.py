@@ -93,6 +93,13 @@ class DataSource:
         if (self.num_classes is None) == (self.classes is None):
             raise ValueError(f"data source {self.name!r}: give exactly one of num_classes, classes")
 
+    @property
+    def unread_options(self) -> frozenset[str]:
+        """The options of generated data (:data:`GENERATOR_OPTIONS`) this source does not read:
+        the data module puts them back to their defaults, and a resumed run does not compare
+        them."""
+        return GENERATOR_OPTIONS - self.generator_options
+
 
 _SOURCES: Registry[DataSource] = Registry(
     "dataset", error=ValueError, hint=lambda _: f"choose from {list_datasets()}"

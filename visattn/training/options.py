@@ -17,6 +17,7 @@ from jsonargparse import ArgumentError, ArgumentParser, Namespace
 from .._registry import close_matches
 from .._values import OptionError, first_line
 from ..blocks.registry import block_info
+from ..data.sources import get_source
 from ..files import inheritance_chain, load_yaml
 from ..models.placement import normalize_placements, placements_to_config
 
@@ -274,8 +275,9 @@ def restore_recorded(config: Namespace, ckpt: dict[str, Any], ckpt_path: str) ->
         given = config.get(section)
         if given is None:
             continue
+        free = FREE_ON_RESUME[section] | _unread(section, recorded)
         for key, old in recorded.items():
-            if key in FREE_ON_RESUME[section] or key not in given:
+            if key in free or key not in given:
                 continue
             if _recorded_value(key, given[key]) == _recorded_value(key, old):
                 continue
@@ -289,6 +291,19 @@ def restore_recorded(config: Namespace, ckpt: dict[str, Any], ckpt_path: str) ->
             kept.append(f"{option} {plain(given[key])!r} (the run keeps {old!r})")
             given[key] = old
     return kept
+
+
+def _unread(section: str, recorded: Mapping[str, Any]) -> frozenset[str]:
+    """The recorded data set's unread options: the data module dropped them when the run
+    started, so a value given for one (a quickstart base's ``target_size`` under an image
+    folder) is no change the user made."""
+    dataset = recorded.get("dataset") if section == "data" else None
+    if not isinstance(dataset, str):
+        return frozenset()
+    try:
+        return get_source(dataset).unread_options
+    except ValueError:  # a data set not registered in this process: compare everything
+        return frozenset()
 
 
 def placement_normal_form(value: Any) -> list[dict[str, Any]]:
