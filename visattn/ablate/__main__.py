@@ -164,11 +164,17 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, RuntimeError, OSError) as e:  # a full disk, a folder where a file goes
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as e:  # Ctrl+C, or SIGTERM (see runner.sigterm_as_interrupt)
-        why = f" ({e})" if str(e) else ""
-        print(f"stopped{why}: {STOPPED}", file=sys.stderr)
-        return 130
+    except (KeyboardInterrupt, SystemExit) as e:
+        return _stopped(e)
     return 1 if any(r["status"] != "ok" for r in rows) else 0
+
+
+def _stopped(e: BaseException) -> int:
+    """The sweep's own line when it stops: Ctrl+C, SIGTERM (:func:`runner.sigterm_as_interrupt`)
+    or Lightning's ``SystemExit(1)``, which is what Ctrl+C becomes inside a fit. Exit code 130."""
+    why = f" ({e})" if isinstance(e, KeyboardInterrupt) and str(e) else ""
+    print(f"stopped{why}: {STOPPED}", file=sys.stderr)
+    return 130
 
 
 def _train(sweep: Any, args: argparse.Namespace, plan: ExecutionPlan, overrides: dict) -> list:
@@ -213,9 +219,8 @@ def _joined(args: argparse.Namespace, overrides: dict, plan: ExecutionPlan) -> i
     except (ValueError, RuntimeError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"stopped: {STOPPED}", file=sys.stderr)
-        return 130
+    except (KeyboardInterrupt, SystemExit) as e:
+        return _stopped(e)
     return 1 if any(r["status"] != "ok" for r in rows) else 0
 
 
