@@ -854,3 +854,29 @@ def test_a_finished_run_is_reported_with_the_sweeps_metric() -> None:
     )
     assert _outcome({"status": "ok"}, "test/acc") == "ok, test/acc ?"
     assert _outcome({"status": "failed", "error": "E: x"}, "test/acc") == "FAILED (E: x)"
+
+
+def test_an_extended_sweeps_report_names_its_new_runs(tmp_path: Path, fake: FakeTrainer) -> None:
+    """Trial of round 7: after a sweep was extended only the console marked the new runs;
+    report.md names every planned run without a row, with the console's reason."""
+    out = tmp_path / "out"
+    path = write_sweep(tmp_path, [{"name": "none"}])
+    run_sweep(path, out, train_fn=fake, echo=lambda s: None)
+    assert "Not run yet" not in (out / "report.md").read_text()
+    se = {"name": "se", "set": {"model.attention": {"name": "se"}}}
+    path = write_sweep(tmp_path, [{"name": "none"}, se], seeds=(0, 1, 2))
+
+    def stop_after_one(args: list[str], **kw: Any) -> dict:
+        if len(fake.calls) == 1:
+            raise KeyboardInterrupt
+        return fake(args, **kw)
+
+    fake.calls.clear()
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(path, out, train_fn=stop_after_one, echo=lambda s: None)
+    runner_mod.write_outputs(load_sweep(path), out, None)
+    note = next(ln for ln in (out / "report.md").read_text().splitlines() if "Not run yet" in ln)
+    assert note == (
+        "- **Not run yet** (3 of 6 runs), by why: cut off before it finished: se (seed 0); "
+        "new: se (seeds 1, 2)."
+    ), note

@@ -231,10 +231,36 @@ def write_outputs(
     kwargs = report_kwargs(sweep, overrides)
     markers = [read_marker(r.root) for r in runs]
     compute = cost_note(spent(markers), spent_cpu(markers))
-    kwargs["notes"] = [*kwargs["notes"], *left_out, *notes, *compute]
+    waiting = pending_note(runs, reported, out)
+    kwargs["notes"] = [*kwargs["notes"], *left_out, *notes, *waiting, *compute]
     write_report(reported, out / "report.md", planned=len(runs), **kwargs)
     if plots and reported:
         write_plots(reported, out, baseline=sweep.baselines, metric=sweep.metric)
+
+
+def pending_note(runs: Sequence[Run], reported: Sequence[dict[str, Any]], out: Path) -> list[str]:
+    """The report's line on the planned runs without a row: each with why it must run, as the
+    console says it (:func:`~visattn.ablate.job.completed`: ``new`` for a run added to the sweep
+    or not started, ``cut off after epoch N`` ...), grouped by that reason and by variant."""
+    have = {r.get("run") for r in reported}
+    groups: dict[str, dict[str, list[int]]] = {}
+    for run in runs:
+        if run.key not in have:
+            why = completed(run, out)[1]
+            groups.setdefault(why, {}).setdefault(run.variant, []).append(run.seed)
+    if not groups:
+        return []
+    parts = [
+        f"{why}: "
+        + ", ".join(f"{v} ({_seeds(seeds)})" for v, seeds in variants.items())
+        for why, variants in groups.items()
+    ]
+    count = sum(len(s) for variants in groups.values() for s in variants.values())
+    return [f"**Not run yet** ({count} of {len(runs)} runs), by why: " + "; ".join(parts) + "."]
+
+
+def _seeds(seeds: Sequence[int]) -> str:
+    return f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
 
 
 def cost_note(
