@@ -45,19 +45,24 @@ VECTOR_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
 
 
 def _cpuinfo() -> tuple[str, list[str]]:
-    """The CPU's model name and flags from ``/proc/cpuinfo`` (the platform's name elsewhere)."""
+    """The CPU's model name, with its family and model numbers where ``/proc/cpuinfo`` gives
+    them (hosts of one name differ: an AMD EPYC is Zen 2, 3 or 4, family 23 or 25 and its
+    model), and its flags (the platform's name elsewhere)."""
     name, flags = platform.processor() or platform.machine(), []
     try:
         lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
         lines = []
+    fields: dict[str, str] = {}
     for line in lines:
         key, _, value = line.partition(":")
-        if key.strip() == "model name" and value.strip():
-            name = value.strip()
-        elif key.strip() == "flags":
+        if key.strip() == "flags":
             flags = value.split()
             break
+        fields.setdefault(key.strip(), value.strip())
+    name = fields.get("model name") or name
+    if fields.get("cpu family") and fields.get("model"):
+        name += f", family {fields['cpu family']} model {fields['model']}"
     return name, flags
 
 

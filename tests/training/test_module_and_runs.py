@@ -269,3 +269,21 @@ def test_a_checkpoint_carries_the_training_time_by_processor_across_machines(
     else:
         assert resumed["earlier_cpu_s_by_device"] is None and resumed["cpu_s"] is None
         assert cpu is None
+
+
+def test_a_processors_name_tells_host_kinds_of_one_name_apart() -> None:
+    """Markers of an AMD EPYC Zen 2 and a Zen 3 host both read "AMD EPYC (avx2)"; the family
+    and model numbers /proc/cpuinfo gives tell them apart (the thread-hours go by host kind)."""
+    try:
+        info = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        pytest.skip("no /proc/cpuinfo")
+    fields: dict[str, str] = {}
+    for line in info:
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    if "cpu family" not in fields or "model" not in fields:
+        pytest.skip("/proc/cpuinfo names no family and model")
+    described = device_description("cpu")
+    assert described.startswith(fields.get("model name", ""))
+    assert f", family {fields['cpu family']} model {fields['model']}" in described
