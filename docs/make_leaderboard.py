@@ -59,6 +59,8 @@ OTHER_STEPS = (
 )
 PAGE = ROOT / "docs" / "leaderboard.md"
 ASSETS = ROOT / "docs" / "assets" / "leaderboard"
+#: the regimes picture, as the page links it
+REGIMES_PNG = "assets/leaderboard/regimes.png"
 README = ROOT / "README.md"
 START, END = "<!-- leaderboard:start -->", "<!-- leaderboard:end -->"
 METRIC = "test/acc"
@@ -1242,7 +1244,15 @@ def across_regimes(tables: Sequence[Table]) -> list[str]:
                 ]
             )
         )
-    lines += ["", *_capacity_across(tables)]
+    lines += [
+        "",
+        "Every comparison in every table at a glance (resolved cells solid, unresolved ones "
+        "faint, a comparison a table did not run blank):",
+        "",
+        f"![what holds across regimes]({REGIMES_PNG})",
+        "",
+        *_capacity_across(tables),
+    ]
     plain = [(t[0].title, _baseline(t[1])) for t in tables if t[0].prefix == CIFAR_PREFIX]
     said = "; ".join(
         f"{title}: {_f(b.mean)}% ({_seeds_word(b.n)})" if b is not None else f"{title}: not run yet"
@@ -1401,6 +1411,88 @@ def plots(rows: Sequence[Row], pairs: Pairs | None = None) -> dict[str, bytes]:
     return out
 
 
+def regime_grid(tables: Sequence[Table]) -> list[tuple[str, list[Row | None]]]:
+    """The picture of what holds across regimes as data: every comparison of any table (each
+    variant against the plain network, and the pairs), in the order the tables first give
+    them, with its row in each table (``None``: not run there, or no pair finished)."""
+    found = [_comparisons(t) for t in tables]
+    names = dict.fromkeys(n for f in found for n in f)
+    return [(name, [f.get(name) for f in found]) for name in names]
+
+
+#: how opaque a cell of the regimes picture is: resolved (Holm p < 0.05), unresolved, one pair
+CELL_ALPHA = {"resolved": 1.0, "unresolved": 0.3, "one pair": 0.12}
+
+
+def cell_state(r: Row | None) -> str | None:
+    """A regimes picture cell's state (a key of :data:`CELL_ALPHA`; ``None``: no cell)."""
+    if r is None:
+        return None
+    if r.pairs < 2:
+        return "one pair"
+    return "resolved" if r.resolved else "unresolved"
+
+
+def regimes_plot(tables: Sequence[Table]) -> bytes:
+    """Variants down, regimes across: each cell the paired Δ with its 95% interval, coloured
+    by the Δ (red above the plain network, blue below), unresolved cells faint, a single pair
+    fainter still, a comparison a table did not run left blank."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import TwoSlopeNorm
+
+    grid = regime_grid(tables)
+    span = max((abs(r.diff) for _, cells in grid for r in cells if r is not None), default=1.0)
+    norm = TwoSlopeNorm(vcenter=0.0, vmin=-span, vmax=span)
+    cmap = plt.get_cmap("RdBu_r")
+    fig, ax = plt.subplots(figsize=(2.6 * len(tables) + 2.4, 0.42 * len(grid) + 1.6))
+    for i, (_, cells) in enumerate(grid):
+        for j, r in enumerate(cells):
+            state = cell_state(r)
+            if state is None:
+                ax.text(j, i, "not run", ha="center", va="center", fontsize=7, color="0.6")
+                continue
+            alpha = CELL_ALPHA[state]
+            ax.add_patch(
+                plt.Rectangle((j - 0.5, i - 0.5), 1, 1, color=cmap(norm(r.diff)), alpha=alpha)
+            )
+            text = (
+                f"{r.diff:+.2f} [{r.low:+.2f}, {r.high:+.2f}]"
+                if r.pairs >= 2
+                else f"{r.diff:+.2f} (1 pair)"
+            )
+            ax.text(
+                j,
+                i,
+                text,
+                ha="center",
+                va="center",
+                fontsize=7,
+                fontweight="bold" if state == "resolved" else "normal",
+                alpha=1.0 if state == "resolved" else 0.55,
+                # white on the darkest cells, which only resolved ones are
+                color="white" if alpha == 1.0 and abs(norm(r.diff) - 0.5) > 0.3 else "black",
+            )
+    ax.set_xlim(-0.5, len(tables) - 0.5)
+    ax.set_ylim(len(grid) - 0.5, -0.5)
+    ax.set_xticks(range(len(tables)), [t[0].title for t in tables], fontsize=8)
+    ax.xaxis.tick_top()
+    labels = [n if " - " in n else f"{n} - none" for n, _ in grid]
+    ax.set_yticks(range(len(grid)), labels, fontsize=8)
+    ax.tick_params(length=0)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    ax.set_xlabel(
+        "paired Δ accuracy (pp) [95% CI] against the plain network (or the second named);\n"
+        "solid, bold: resolved (Holm p < 0.05 within its table); faint: unresolved; "
+        "fainter: one pair",
+        fontsize=8,
+    )
+    return _png(fig, plt)
+
+
 def spread_labels(
     xs: Sequence[float], ys: Sequence[float], *, x_near: float, gap: float
 ) -> list[float]:
@@ -1435,7 +1527,8 @@ def readme_block(rows: Sequence[Row], pairs: Pairs, facts: Mapping[str, Any]) ->
             f"{facts['ok']} of {facts['planned']} runs finished; step time on one thread of "
             f"{facts['step_cpu']}; the full table (every variant, its MACs and detectable Δ), the "
             "capacity control and what the table can and cannot tell: "
-            "[leaderboard](docs/leaderboard.md).",
+            "[leaderboard](docs/leaderboard.md); every block in every regime at a glance: "
+            f"[picture](docs/{REGIMES_PNG}).",
             END,
         ]
     )
@@ -1490,10 +1583,17 @@ def with_readme_block(text: str, block: str, start: str = START, end: str = END)
     return head + block + rest.split(end, 1)[1]
 
 
+def tables(results: Path = RESULTS) -> list[Table]:
+    """Every table of the page: the leaderboard's (from ``results``), then the other regimes'."""
+    return [
+        (REGIMES[0], *build_rows(results)),
+        *((r, *build_rows(r.results, r.steps, r)) for r in REGIMES[1:]),
+    ]
+
+
 def outputs(results: Path = RESULTS) -> dict[Path, str]:
     """Every text file this script writes, as it would write it now."""
-    rows, pairs, facts = build_rows(results)
-    others = [(r, *build_rows(r.results, r.steps, r)) for r in REGIMES[1:]]
+    (_, rows, pairs, facts), *others = tables(results)
     readme = with_readme_block(README.read_text(), readme_block(rows, pairs, facts))
     for table in others:
         if table[0].readme:
@@ -1532,9 +1632,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     for path, text in texts.items():
         atomic_write_text(path, text)
-    rows, pairs, _ = build_rows(args.results)
+    every = tables(args.results)
+    (_, rows, pairs, _), *_ = every
     ASSETS.mkdir(parents=True, exist_ok=True)
-    for name, data in plots(rows, pairs).items():
+    pictures = {**plots(rows, pairs), Path(REGIMES_PNG).name: regimes_plot(every)}
+    for name, data in pictures.items():
         atomic_write_bytes(ASSETS / name, data)
     print(f"wrote {PAGE.relative_to(ROOT)}, {ASSETS.relative_to(ROOT)}/, README.md's table")
     return 0

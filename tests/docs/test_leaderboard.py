@@ -539,6 +539,42 @@ def test_what_holds_across_regimes_is_each_tables_results_file(every_table) -> N
         assert f"{regime.title}: {said}" in plain
 
 
+def test_the_regimes_picture_is_each_tables_results_file(every_table) -> None:
+    """The picture's grid (every comparison of any table, in every table) recomputed from each
+    results.csv: Δ and interval by hand, a blank where the table has no pair, resolved cells
+    solid and the others fainter; the page and the README link the picture."""
+    board = every_table
+    tables = board.tables()
+    grid = board.regime_grid(tables)
+    names = [name for name, _ in grid]
+    assert len(names) == len(set(names)) and "gsop - wide_gsop" in names
+    for name, cells in grid:
+        a, _, b = name.partition(" - ")
+        for (regime, *_), r in zip(tables, cells, strict=True):
+            acc = _accuracies_of(regime.results / "results.csv")
+            left = acc.get(regime.prefix + a, {})
+            right = acc.get(regime.prefix + (b or "none"), {})
+            pairs = [s for s in left if s in right]
+            if not pairs:
+                assert r is None, (name, regime.title)
+                continue
+            assert r.pairs == len(pairs), (name, regime.title)
+            if len(pairs) == 1:
+                assert r.diff == pytest.approx(left[pairs[0]] - right[pairs[0]], abs=1e-9)
+                assert board.cell_state(r) == "one pair"
+                continue
+            d, low, high, _ = _paired(left, right)
+            assert (r.diff, r.low, r.high) == pytest.approx((d, low, high), abs=1e-9)
+            assert board.cell_state(r) == ("resolved" if r.holm < 0.05 else "unresolved")
+    alpha = board.CELL_ALPHA
+    assert alpha["resolved"] > alpha["unresolved"] > alpha["one pair"] > 0
+    assert board.regimes_plot(tables).startswith(b"\x89PNG")
+    outputs = board.outputs()
+    assert f"]({board.REGIMES_PNG})" in outputs[board.PAGE]
+    assert f"](docs/{board.REGIMES_PNG})" in outputs[board.README]
+    assert (REPO / "docs" / board.REGIMES_PNG).is_file()
+
+
 def _section(page: str, title: str) -> str:
     """The text of the page's ``## title`` section, up to the next heading of its level."""
     return page.split(f"## {title}", 1)[1].split("\n## ", 1)[0]
