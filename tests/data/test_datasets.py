@@ -7,6 +7,7 @@ import hashlib
 import logging
 import pickle
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -544,3 +545,14 @@ def test_a_damaged_cifar_copy_is_named_with_its_file(tmp_path: Path, damage, mes
         load_cifar("cifar10", tmp_path, train=True, verify=False)
     if damage != "label57":
         assert str(path) in str(err.value)
+
+
+def test_the_last_batch_of_one_counts_the_trainers_devices() -> None:
+    """The data module read a private ``_trainer`` it never has, so under DDP it counted one
+    device. 66 images at batch 32: one device trains 32 + 32 + 2 (kept); each of two devices
+    trains 33 = 32 + 1, a last batch of one image (dropped)."""
+    dm = VisattnDataModule("shapes", num_train=66, num_val=8, batch_size=32, num_workers=0)
+    dm.setup("fit")
+    assert not dm._last_batch_of_one(dm.train_dataset)
+    dm.trainer = SimpleNamespace(world_size=2, training=True)
+    assert dm._last_batch_of_one(dm.train_dataset)

@@ -251,8 +251,7 @@ def pending_note(runs: Sequence[Run], reported: Sequence[dict[str, Any]], out: P
     if not groups:
         return []
     parts = [
-        f"{why}: "
-        + ", ".join(f"{v} ({_seeds(seeds)})" for v, seeds in variants.items())
+        f"{why}: " + ", ".join(f"{v} ({_seeds(seeds)})" for v, seeds in variants.items())
         for why, variants in groups.items()
     ]
     count = sum(len(s) for variants in groups.values() for s in variants.values())

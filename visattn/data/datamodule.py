@@ -318,7 +318,7 @@ class VisattnDataModule(pl.LightningDataModule):
         """True when an epoch's last training batch (per device) would hold one image, which
         BatchNorm cannot train on (the blocks that normalise pooled features, e.g. bam, srm, sk,
         splat, fail with "Expected more than 1 value per channel"): that batch is dropped."""
-        trainer = getattr(self, "_trainer", None)
+        trainer = self.trainer  # LightningDataModule's: set by the Trainer that uses it
         world = max(int(getattr(trainer, "world_size", 1) or 1), 1)
         per_device = math.ceil(len(ds) / world)
         if per_device % self.hparams.batch_size != 1:
@@ -366,7 +366,7 @@ class VisattnDataModule(pl.LightningDataModule):
         if gen is None or gen.device != x.device:
             seed = getattr(self, "_device_seed", 0)
             gen = self._device_gen = torch.Generator(device=x.device).manual_seed(seed)
-        trainer = getattr(self, "_trainer", None)
+        trainer = self.trainer
         train = trainer.training if trainer is not None else True
         return self.device_aug(x, train=train, generator=gen), y
 

@@ -476,6 +476,15 @@ class ExactResumeRNG(Callback):
             random.setstate((version, tuple(int(v) for v in internal.tolist()), gauss_next))
 
 
+def _keeps_running_stats(m: torch.nn.Module) -> bool:
+    """A norm layer that updates running statistics in train mode (every batch, instance and
+    sync batch norm that tracks them, timm's ``BatchNormAct2d``, lazy ones): the public
+    attributes they share, not torch's private base class."""
+    return bool(getattr(m, "track_running_stats", False)) and isinstance(
+        getattr(m, "running_mean", None), torch.Tensor
+    )
+
+
 class BackboneFreeze(Callback):
     """Keep the backbone of ``pl_module.net`` fixed for the first ``epochs`` training epochs,
     then release it (fine-tuning a trained network with new attention blocks).
@@ -495,11 +504,7 @@ class BackboneFreeze(Callback):
     @staticmethod
     def _backbone_norms(net: torch.nn.Module) -> list[torch.nn.Module]:
         inside_attn = {id(s) for m in attention_modules(net) for s in m.modules()}
-        return [
-            m
-            for m in net.modules()
-            if isinstance(m, torch.nn.modules.batchnorm._NormBase) and id(m) not in inside_attn
-        ]
+        return [m for m in net.modules() if _keeps_running_stats(m) and id(m) not in inside_attn]
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         frozen = trainer.current_epoch < self.epochs

@@ -262,7 +262,7 @@ class ClassificationModule(pl.LightningModule):
         Raises:
             ValueError: ``num_classes`` was given and differs from the data module's.
         """
-        dm = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
+        dm = self._datamodule()
         n = getattr(dm, "num_classes", None)
         if isinstance(n, int) and n != self.hparams.num_classes:
             if self._num_classes_given:
@@ -412,6 +412,16 @@ class ClassificationModule(pl.LightningModule):
                     )
         return groups
 
+    def _datamodule(self) -> Any:
+        """The data module of the Trainer this module is attached to (``None``: not attached,
+        or no data module), through Lightning's public ``trainer`` property, which raises
+        while no Trainer is attached."""
+        try:
+            trainer = self.trainer
+        except RuntimeError:
+            return None
+        return getattr(trainer, "datamodule", None)
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Record what a deployed network needs from the data, so that an export reads it from
         the checkpoint, not from a data folder that may have changed or be elsewhere:
@@ -419,7 +429,7 @@ class ClassificationModule(pl.LightningModule):
         modules of the user's own named with ``--import`` (``checkpoint["visattn_imports"]``)."""
         if IMPORTED:  # the user's own modules (their blocks): a load names them when missing
             checkpoint[IMPORTS_RECORD] = list(IMPORTED)
-        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        dm = self._datamodule()
         if dm is None or not hasattr(dm, "image_shape"):
             return
         classes = getattr(dm, "classes", None)
