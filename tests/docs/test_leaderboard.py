@@ -672,6 +672,24 @@ def test_each_regimes_readme_block_is_its_results_file(every_table) -> None:
                 assert f"{d:+.2f} [{low:+.2f}, {high:+.2f}]" in cells[6], cells[0]
 
 
+def test_a_table_names_the_split_its_accuracies_are_on(every_table) -> None:
+    """Trial of round 7: the Imagenette tables headed their column "test acc (%)", though the
+    figures are on the validation images (Imagenette has no test split)."""
+    board = every_table
+    page = board.outputs()[board.PAGE]
+    readme = board.outputs()[board.README]
+    for regime in board.REGIMES[1:]:
+        text = _section(page, regime.title)
+        heads = [ln for ln in text.splitlines() if ln.startswith("| ") and "acc (%)" in ln]
+        assert heads and all(f"{regime.split} acc (%)" in h for h in heads), regime.title
+        wrong = "test" if regime.split == "val" else "val"
+        assert not any(f"{wrong} acc (%)" in h for h in heads), regime.title
+        if regime.readme and f"<!-- {regime.readme}:start -->" in readme:
+            block = readme.split(f"<!-- {regime.readme}:start -->", 1)[1].split("-->", 1)[0]
+            assert f"{wrong} acc (%)" not in block, regime.title
+    assert any(r.split == "val" for r in board.REGIMES)
+
+
 @pytest.mark.parametrize("block", ["gsop", "eca"])
 def test_a_blocks_gallery_evidence_is_each_tables_results_file(every_table, block: str) -> None:
     """The gallery page's "On the leaderboard" section, recomputed: each table's paired Δ of the
