@@ -71,6 +71,18 @@ def test_only_the_users_variant_trains_and_joins_every_committed_one(
     assert _digest(table) == before  # the table is read, never written
 
 
+def test_the_joined_report_names_folders_relative_to_the_working_folder(
+    tmp_path: Path, table: Path, fake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A committed joined.md named the author's home folder (/work/main/docs/...): folders
+    inside the working folder are named relative to it."""
+    join = plan_join(load_sweep(_mine(tmp_path)), table, None)
+    monkeypatch.chdir(tmp_path)
+    text = write_joined_report(join, tmp_path / "mine_out").read_text()
+    assert "trained in mine_out:" in text and "read from table through" in text
+    assert str(tmp_path) not in text
+
+
 def test_a_sweep_that_changes_the_recipe_is_refused_naming_the_difference(
     tmp_path: Path, table: Path
 ) -> None:

@@ -109,6 +109,15 @@ def plan_join(sweep: Sweep, table_dir: str | Path, overrides: Mapping[str, Any] 
     return Join(sweep, table, own, rows, missing)
 
 
+def _shown(path: Path) -> str:
+    """``path`` as the report names it: relative to the working folder when inside it (a
+    committed report names no one's home folder), else as it is."""
+    try:
+        return str(path.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def _processors(rows: Sequence[dict[str, Any]]) -> str:
     found = sorted({str(r.get("profile_cpu") or "not recorded") for r in rows})
     return "; ".join(found) if found else "none yet"
@@ -124,10 +133,10 @@ def write_joined_report(join: Join, out_dir: str | Path, metric: str | None = No
     own = [r for r in read_results(path) if r.get("variant") in join.mine] if path.is_file() else []
     sweep = join.sweep
     notes = [
-        f"Yours, trained in {out}: {', '.join(f'`{m}`' for m in join.mine)} "
+        f"Yours, trained in {_shown(out)}: {', '.join(f'`{m}`' for m in join.mine)} "
         f"({sum(r.get('status') == 'ok' for r in own)} of "
         f"{len(join.mine) * len(sweep.seeds)} runs finished). The table's variants are read "
-        f"from {join.table} through their completion markers: nothing there was trained or "
+        f"from {_shown(join.table)} through their completion markers: nothing there was trained or "
         "written.",
         "Holm's correction runs over every comparison of this table, the table's own and yours.",
         f"Processors: the table's runs, {_processors(join.rows)}; yours, {_processors(own)}. "
