@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import io
 import math
 import re
@@ -1122,6 +1123,14 @@ def _everywhere(paired: Sequence[Row]) -> str:
     return "**yes**" if all(r.resolved for r in paired) else "no"
 
 
+@functools.cache
+def _regime_rows(regime: Regime) -> tuple[Row, ...]:
+    """A regime's rows (:func:`build_rows`), built once per process: the docs build asks for
+    every block's evidence, and each table's rows are the same for all of them (a table that
+    cannot be built raises each time it is asked)."""
+    return tuple(build_rows(regime.results, regime.steps, regime)[0])
+
+
 def block_evidence(block: str) -> list[str]:
     """A block's evidence on the leaderboard, for its gallery page (``docs/gen_pages.py``): for
     each table, each variant whose attention is ``block`` alone, with its paired Δ [95% CI]
@@ -1144,7 +1153,7 @@ def block_evidence(block: str) -> list[str]:
         if not mine:
             continue
         try:
-            rows = {r.variant: r for r in build_rows(regime.results, regime.steps, regime)[0]}
+            rows = {r.variant: r for r in _regime_rows(regime)}
         except (ValueError, FileNotFoundError) as e:
             lines.append(f"- **{regime.title}**: not available here ({first_line(e)}).")
             continue
