@@ -108,3 +108,18 @@ def test_every_registry_error_reads_the_same() -> None:
         with pytest.raises((KeyError, ValueError)) as err:
             call()
         assert str(err.value).startswith(f"unknown {kind}"), str(err.value)
+
+
+def test_every_block_module_is_found_without_a_list() -> None:
+    """The blocks package imports each of its public modules (no hand-kept list to extend for a
+    new block): each registers at least one block, and the modules it names as shared hold
+    none."""
+    import pkgutil
+
+    import visattn.blocks as package
+
+    names = {m.name for m in pkgutil.iter_modules(package.__path__) if not m.name.startswith("_")}
+    homes = {blocks.block_info(b).impl.__module__.rsplit(".", 1)[1] for b in blocks.list_blocks()}
+    assert names >= package._SHARED, package._SHARED - names
+    assert names - package._SHARED == homes
+    assert not homes & package._SHARED
